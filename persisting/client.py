@@ -1,0 +1,265 @@
+"""Queue: the user-facing async API. In embedded mode it drives the engine on the background engine loop.
+
+Several ``Queue`` (or ``SyncQueue``) objects of one topic in one process share one engine (a registry keyed by
+storage path and name); the topic's files are locked against other processes. Records are validated and
+encoded in the caller's thread, and decoded there on the way out, so the engine loop does only ordering and I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import _loop, codec
+from .engine import BackendFactory, Topic, TopicConfig
+from .errors import ConfigError, InvalidRecordError, QueueClosedError
+from .queue.lance_backend import LanceBackend
+from .queue.persisting_backend import PersistingBackend
+
+ZEROCOPY_MODES = ("auto", "force", "off")
+OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
+
+_topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
+_registry_lock: asyncio.Lock | None = None
+
+
+async def _acquire(name: str, path: Path, config: TopicConfig, factory: BackendFactory, holder: int) -> Topic:
+    global _registry_lock
+    if _registry_lock is None:
+        _registry_lock = asyncio.Lock()
+    async with _registry_lock:
+        key = (str(path), name)
+        entry = _topics.get(key)
+        if entry is not None:
+            topic, holders = entry
+            for attr in ("num_buckets", "bucket_column", "durability"):
+                if getattr(topic.config, attr) != getattr(config, attr):
+                    raise ConfigError(
+                        f"topic {name!r} is already open in this process with "
+                        f"{attr}={getattr(topic.config, attr)!r}; this Queue asks for "
+                        f"{attr}={getattr(config, attr)!r}"
+                    )
+            holders.add(holder)
+            return topic
+        topic = Topic(name, path, config, factory)
+        try:
+            await topic.open()
+        except BaseException:
+            await topic.close_quietly()
+            raise
+        _topics[key] = (topic, {holder})
+        return topic
+
+
+async def _release(topic: Topic, holder: int) -> None:
+    key = (str(topic.path.parent), topic.name)
+    entry = _topics.get(key)
+    if entry is None:
+        return
+    entry[1].discard(holder)
+    if not entry[1]:
+        del _topics[key]
+        await topic.close()
+
+
+def _resolve_backend(backend: Any, enable_metrics: bool) -> BackendFactory:
+    if backend is None:
+        return PersistingBackend if enable_metrics else LanceBackend
+    if isinstance(backend, type) or callable(backend):
+        return backend
+    raise ConfigError(
+        f"backend must be a class or a factory called as backend(bucket_id, storage_path, batch_size=...), "
+        f"got an instance of {type(backend).__qualname__}; pass its class"
+    )
+
+
+class Queue:
+    """A durable, ordered, Lance-backed queue of records. See the README for the full contract."""
+
+    def __init__(
+        self,
+        name: str,
+        storage_path: str | os.PathLike[str] = "./data",
+        *,
+        batch_size: int = 100,
+        auto_flush_interval_sec: float = 0.0,
+        enable_metrics: bool = False,
+        num_buckets: int = 4,
+        bucket_column: str = "id",
+        zerocopy_mode: str = "auto",
+        backend: Any = None,
+        durability: str = "sync",
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
+        if zerocopy_mode not in ZEROCOPY_MODES:
+            raise ConfigError(f"zerocopy_mode must be one of {ZEROCOPY_MODES}, got {zerocopy_mode!r}")
+        self.name = name
+        self.storage_path = Path(storage_path).absolute()
+        self.zerocopy_mode = zerocopy_mode
+        self.enable_metrics = bool(enable_metrics)
+        self.batch_size = batch_size
+        self._config = TopicConfig(
+            num_buckets=num_buckets,
+            bucket_column=bucket_column,
+            batch_size=batch_size,
+            auto_flush_interval_sec=auto_flush_interval_sec,
+            durability=durability,
+            backend_kwargs=dict(backend_options or {}),
+        )
+        self._config.validate()
+        self._factory = _resolve_backend(backend, self.enable_metrics)
+        self._topic: Topic | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, storage_path={str(self.storage_path)!r})"
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def open(self) -> Queue:
+        """Open the topic (replaying its log after a crash). Called for you by the first operation."""
+        await self._engine()
+        return self
+
+    async def _engine(self) -> Topic:
+        if self._closed:
+            raise QueueClosedError(f"queue {self.name!r} is closed; open a new Queue")
+        if self._topic is None:
+            self._topic = await _loop.call(
+                _acquire(self.name, self.storage_path, self._config, self._factory, id(self))
+            )
+        return self._topic
+
+    async def aclose(self) -> None:
+        """Flush and release the topic. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        topic, self._topic = self._topic, None
+        if topic is not None:
+            await _loop.call(_release(topic, id(self)))
+
+    def close(self) -> None:
+        """Blocking twin of ``aclose`` (flushes). From async code prefer ``await q.aclose()``."""
+        _loop.run(self.aclose())
+
+    async def __aenter__(self) -> Queue:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    async def put(self, record: Mapping[str, Any], partition_id: str = "default") -> None:
+        """Store one record; returns once it is durable (see ``durability``)."""
+        if not isinstance(record, Mapping):
+            raise InvalidRecordError(
+                f"put() takes a dict record, got {type(record).__qualname__}; use put_batch() for a list of records"
+            )
+        await self.put_batch([record], partition_id=partition_id)
+
+    async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> None:
+        """Store records atomically (all or none) and in order; one log frame and one sync for the batch."""
+        if isinstance(records, Mapping) or not isinstance(records, Sequence) or isinstance(records, str | bytes):
+            raise InvalidRecordError(f"put_batch() takes a list of dict records, got {type(records).__qualname__}")
+        if not isinstance(partition_id, str) or not partition_id:
+            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition_id!r}")
+        topic = await self._engine()
+        if len(records) > OFFLOAD_RECORDS:
+            batch, blob = await asyncio.to_thread(_encode, records, topic.kinds)
+        else:
+            batch, blob = _encode(records, topic.kinds)
+        await _loop.call(topic.append(batch, partition_id, blob))
+
+    async def flush(self) -> None:
+        """Move everything acknowledged so far into Lance (puts are already durable without this)."""
+        topic = await self._engine()
+        await _loop.call(topic.flush())
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    async def get(self, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+        """Records with global index in ``[offset, offset + limit)``, in index order."""
+        rows, _next = await self._read(limit, offset)
+        return rows
+
+    async def _read(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        for label, v in (("limit", limit), ("offset", offset)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"{label} must be an int >= 0, got {v!r}")
+        topic = await self._engine()
+        rows, kinds = await _loop.call(topic.read(offset, limit))
+        if len(rows) > OFFLOAD_RECORDS:
+            records = await asyncio.to_thread(_decode, rows, kinds)
+        else:
+            records = _decode(rows, kinds)
+        return records, offset + len(rows)
+
+    async def stream(
+        self,
+        limit: int | None = None,
+        offset: int = 0,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Yield lists of records from ``offset`` on, ``batch_size`` at a time, until ``limit`` records.
+
+        At the end of the data: stop if ``wait`` is false; otherwise wait for more, and stop once ``timeout``
+        seconds pass with nothing new (``None``: wait for ever). Waiting is a notification, not a poll.
+        """
+        pos = offset
+        remaining = limit
+        while remaining is None or remaining > 0:
+            want = self.batch_size if remaining is None else min(self.batch_size, remaining)
+            records, pos = await self._read(want, pos)
+            if records:
+                if remaining is not None:
+                    remaining -= len(records)
+                yield records
+                continue
+            if not wait:
+                return
+            topic = await self._engine()
+            if not await _loop.call(topic.wait_beyond(pos, timeout)):
+                return
+
+    async def stats(self) -> dict[str, Any]:
+        topic = await self._engine()
+        out: dict[str, Any] = await _loop.call(topic.stats())
+        out["zerocopy_mode"] = self.zerocopy_mode
+        if self.enable_metrics:
+            m = topic.metrics
+            out["metrics"] = {
+                "puts": m.puts,
+                "records_put": m.records_put,
+                "gets": m.gets,
+                "records_read": m.records_read,
+                "flushes": m.flushes,
+                "records_flushed": m.records_flushed,
+                "flush_seconds": m.flush_seconds,
+                "commit_seconds": m.commit_seconds,
+            }
+        return out
+
+    def __len__(self) -> int:
+        """Records stored and acknowledged (flushed or not)."""
+        if self._topic is None:
+            _loop.run(self.open()) if not _loop.on_engine_loop() else None
+        if self._topic is None:
+            raise QueueClosedError(f"queue {self.name!r} is not open; await q.open() first")
+        return self._topic.count()
+
+
+def _encode(records: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> tuple[codec.EncodedBatch, bytes]:
+    batch = codec.encode_batch(records, kinds)
+    return batch, codec.pack(batch.rows)
+
+
+def _decode(rows: list[dict[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [codec.decode_row(r, kinds) for r in rows]

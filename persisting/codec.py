@@ -1,0 +1,280 @@
+"""Records to storage rows and back, exactly.
+
+A *record* is what users put: a dict with non-empty ``str`` keys and values of these kinds::
+
+    kind      Python values                          stored as (per row, in the WAL and in a backend)
+    bool      bool                                   bool
+    int       int (-2**63 .. 2**63-1)                int
+    float     float                                  float
+    str       str                                    str
+    bytes     bytes, bytearray, memoryview           bytes          (read back as bytes)
+    nested    list, tuple, dict (nested freely)      bytes (msgpack with extension types)
+    ndarray   numpy.ndarray, numpy scalars           bytes (msgpack: dtype descr, shape, raw data)
+    (none)    None                                   None
+
+Every field keeps one kind for the life of a topic: the kind is fixed by the first value stored, and a value of
+another kind is refused (``SchemaConflictError``) rather than coerced, because coercion breaks the exact round
+trip (``1`` would come back as ``1.0``). ``None`` fits every field. Inside ``nested`` values tuples stay tuples,
+numpy arrays keep dtype and shape, and dict keys may be ``str`` or ``int``. Sets, arbitrary objects and numpy
+object arrays are refused: storing them would need pickle, and nothing read from disk or the wire is unpickled.
+
+A *row* is the storage form: the same keys, values reduced to ``None/bool/int/float/str/bytes``. Rows are what
+the write-ahead log and storage backends hold; ``decode_row`` needs the topic's kinds to turn them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from .errors import InvalidRecordError, SchemaConflictError
+
+RESERVED_PREFIX = "_persisting_"
+"""Keys with this prefix belong to the engine (global index, partition); users cannot put them."""
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+_EXT_TUPLE = 1
+_EXT_NDARRAY = 2
+_EXT_NPSCALAR = 3
+
+_SCALAR_KINDS: dict[type, str] = {
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "str",
+    bytes: "bytes",
+}
+KINDS = ("bool", "int", "float", "str", "bytes", "nested", "ndarray")
+_SUPPORTED = "bool, int, float, str, bytes, None, list, tuple, dict, numpy.ndarray or a numpy scalar"
+
+
+class _Unstorable(Exception):
+    """Raised inside msgpack's default hook; turned into InvalidRecordError with the field name."""
+
+
+def _pack_array(arr: np.ndarray) -> list[Any]:
+    if arr.dtype.hasobject:
+        raise _Unstorable(
+            "a numpy array of dtype object (it would need pickle); convert it to a numeric dtype or a list"
+        )
+    descr = np.lib.format.dtype_to_descr(arr.dtype)
+    return [descr, list(arr.shape), np.ascontiguousarray(arr).tobytes()]
+
+
+def _default(obj: Any) -> Any:
+    # strict_types=True sends tuples and subclasses here, so types round-trip exactly.
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, _packb(list(obj)))
+    if isinstance(obj, np.ndarray):
+        return msgpack.ExtType(_EXT_NDARRAY, _packb(_pack_array(obj)))
+    if isinstance(obj, np.generic):
+        return msgpack.ExtType(_EXT_NPSCALAR, _packb(_pack_array(np.asarray(obj))))
+    if isinstance(obj, dict):
+        return dict(obj)
+    if isinstance(obj, list):
+        return list(obj)
+    if isinstance(obj, bytearray | memoryview):
+        return bytes(obj)
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, str):
+        return str(obj)
+    raise _Unstorable(f"a value of type {type(obj).__qualname__}")
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+
+
+def _unpack_array(data: bytes) -> np.ndarray:
+    descr, shape, raw = msgpack.unpackb(data, use_list=True, raw=False)
+    dtype = np.lib.format.descr_to_dtype(descr if isinstance(descr, str) else _tupleize(descr))  # type: ignore[arg-type]
+    # A writable copy: records are small, and users expect to own what get() returns.
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def _tupleize(descr: Any) -> Any:
+    # Structured dtype descrs are lists of tuples; msgpack returns lists.
+    if isinstance(descr, list):
+        return [tuple(_tupleize(x) for x in item) if isinstance(item, list) else item for item in descr]
+    return descr
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_TUPLE:
+        return tuple(_unpackb(data))
+    if code == _EXT_NDARRAY:
+        return _unpack_array(data)
+    if code == _EXT_NPSCALAR:
+        return _unpack_array(data)[()]
+    raise ValueError(f"unknown msgpack extension type {code}")
+
+
+def _unpackb(data: bytes) -> Any:
+    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, use_list=True)
+
+
+def _check_nested_keys(obj: Any, field: str) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if type(k) not in (str, int):
+                raise InvalidRecordError(
+                    f"field {field!r} contains a dict key of type {type(k).__qualname__} ({k!r}); "
+                    "nested dict keys must be str or int"
+                )
+            _check_nested_keys(v, field)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            _check_nested_keys(v, field)
+
+
+def kind_of(value: Any, field: str) -> str:
+    """The kind of one top-level value (``None`` has no kind and is not passed here)."""
+    kind = _SCALAR_KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    if isinstance(value, np.ndarray | np.generic):
+        return "ndarray"
+    if isinstance(value, list | tuple | dict):
+        return "nested"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "bytes"
+    if type(value).__module__ == "torch":
+        raise InvalidRecordError(
+            f"field {field!r} holds a torch.Tensor; convert it with .numpy() for a record, "
+            "or put tensor batches with put(data, partition_id=...)"
+        )
+    raise InvalidRecordError(
+        f"field {field!r} holds a value of type {type(value).__qualname__}, which cannot be stored; "
+        f"use one of: {_SUPPORTED}"
+    )
+
+
+def encode_value(value: Any, kind: str, field: str) -> Any:
+    """The storage form of one top-level value of a known kind."""
+    if kind == "int":
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidRecordError(
+                f"field {field!r} holds the int {value}, outside the 64-bit range; store it as a str"
+            )
+        return int(value)
+    if kind in ("bool", "float", "str"):
+        if kind == "str":
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidRecordError(
+                    f"field {field!r} holds a str that is not valid UTF-8 ({exc.reason}); store it as bytes"
+                ) from exc
+        return _SCALAR_TYPES[kind](value)
+    if kind == "bytes":
+        return bytes(value)
+    if kind == "nested":
+        _check_nested_keys(value, field)
+    try:
+        return _packb(value)
+    except _Unstorable as exc:
+        raise InvalidRecordError(
+            f"field {field!r} contains {exc}, which cannot be stored; use one of: {_SUPPORTED}"
+        ) from None
+    except (OverflowError, UnicodeEncodeError, ValueError, TypeError) as exc:
+        raise InvalidRecordError(f"field {field!r} cannot be encoded: {exc}") from exc
+
+
+_SCALAR_TYPES: dict[str, type] = {"bool": bool, "float": float, "str": str}
+
+
+def decode_value(stored: Any, kind: str) -> Any:
+    if kind == "nested" or kind == "ndarray":
+        return _unpackb(stored)
+    return stored
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """Records reduced to rows, with the kind each field had in this batch."""
+
+    rows: list[dict[str, Any]]
+    kinds: dict[str, str]
+
+
+def encode_batch(records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str, str]) -> EncodedBatch:
+    """Validate and encode records. Raises before anything is stored, so a bad record leaves no trace.
+
+    ``known_kinds`` is the topic's schema; it is only read, so a conflict with it is reported here.
+    """
+    rows: list[dict[str, Any]] = []
+    kinds: dict[str, str] = {}
+    where: dict[str, int] = {}
+    for n, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise InvalidRecordError(
+                f"record {n} is a {type(record).__qualname__}; records must be dicts with str keys"
+            )
+        row: dict[str, Any] = {}
+        for key, value in record.items():
+            if type(key) is not str:
+                raise InvalidRecordError(
+                    f"record {n} has a key of type {type(key).__qualname__} ({key!r}); record keys must be str"
+                )
+            if not key or key.startswith(RESERVED_PREFIX):
+                raise InvalidRecordError(
+                    f"record {n} has the key {key!r}; keys must be non-empty and must not start "
+                    f"with {RESERVED_PREFIX!r} (reserved for the queue)"
+                )
+            if value is None:
+                row[key] = None
+                continue
+            kind = kind_of(value, key)
+            seen = kinds.get(key)
+            if seen is None:
+                stored = known_kinds.get(key)
+                if stored is not None and stored != kind:
+                    raise SchemaConflictError(key, stored, kind)
+                kinds[key] = kind
+                where[key] = n
+            elif seen != kind:
+                raise SchemaConflictError(key, f"{seen} (record {where[key]} of this batch)", kind)
+            row[key] = encode_value(value, kind, key)
+        rows.append(row)
+    return EncodedBatch(rows, kinds)
+
+
+def decode_row(row: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
+    """The record a row was made from. Internal keys are dropped."""
+    out: dict[str, Any] = {}
+    for key, stored in row.items():
+        if key.startswith(RESERVED_PREFIX):
+            continue
+        if stored is None:
+            out[key] = None
+        else:
+            out[key] = decode_value(stored, kinds[key])
+    return out
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack for the engine's own structures (WAL frames): plain types only."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)

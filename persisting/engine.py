@@ -1,0 +1,535 @@
+"""The engine: one topic's global indexes, write-ahead log, schema, buffering and flushing.
+
+This is the only place where the semantics live; ``Queue`` (embedded) and the broker both drive it. Every
+method runs on one event loop (``_loop.engine_loop()`` in embedded mode), so the state below needs no locks:
+the steps between two ``await`` are atomic.
+
+On disk, ``<storage_path>/<escaped topic name>/``::
+
+    LOCK            flock'ed by the one process that has the topic open
+    topic.json      num_buckets, bucket_column, backend (fixed at creation; a mismatch is a ConfigError)
+    schema.json     field -> kind, written before the log is trimmed (frames carry new kinds until then)
+    state.json      flushed_upto: every index below it is in the backends
+    wal/            the write-ahead log (see wal.py)
+    bucket-<i>...   one backend per bucket (LanceBackend: bucket-<i>.lance)
+
+Life of a put: validate and encode (caller's thread) -> assign indexes and write one log frame (atomic on the
+loop) -> group commit (one fdatasync for every waiting put) -> visible to readers -> acknowledged. A flush later
+moves visible rows into the backends, advances ``flushed_upto``, and drops log segments below it. Rows whose
+index is not above the largest index already in their bucket are skipped, so replaying a log whose flush had
+landed (a Lance commit can land without its writer knowing) stores nothing twice.
+
+Bucket of a row: crc32 of the canonical bytes of ``row[bucket_column]`` modulo ``num_buckets``; a row without
+that key (or with ``None``) goes to ``global_index % num_buckets``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .codec import RESERVED_PREFIX, EncodedBatch
+from .errors import (
+    ConfigError,
+    CorruptionError,
+    QueueClosedError,
+    SchemaConflictError,
+    StorageError,
+    TopicLockedError,
+)
+from .queue.backend import StorageBackend
+from .wal import WriteAheadLog, fsync_dir
+
+log = logging.getLogger(__name__)
+
+INDEX_KEY = RESERVED_PREFIX + "index"
+PARTITION_KEY = RESERVED_PREFIX + "partition"
+FORMAT_VERSION = 1
+DURABILITY_MODES = ("sync", "process")
+
+BackendFactory = Callable[..., StorageBackend]
+
+
+def topic_dirname(name: str) -> str:
+    """A folder name for a topic: injective (so topics never collide) and safe on every filesystem."""
+    out = []
+    for ch in name:
+        if ch.isascii() and (ch.isalnum() or ch in "-_"):
+            out.append(ch)
+        else:
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8")))
+    return "".join(out)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise CorruptionError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def bucket_of(value: Any, index: int, num_buckets: int) -> int:
+    if value is None:
+        return index % num_buckets
+    if isinstance(value, bytes):
+        key = value
+    elif isinstance(value, str):
+        key = value.encode("utf-8")
+    else:
+        key = repr(value).encode("ascii")  # bool, int, float: repr is stable across runs
+    return zlib.crc32(key) % num_buckets
+
+
+class IndexColumn:
+    """Sorted global indexes of one bucket, by position: a growable int64 array (8 bytes per row)."""
+
+    def __init__(self, values: list[int] | None = None) -> None:
+        self._data = np.asarray(values or [], dtype=np.int64)
+        self._n = len(self._data)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def extend(self, values: list[int]) -> None:
+        need = self._n + len(values)
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data), 1024), dtype=np.int64)
+            grown[: self._n] = self._data[: self._n]
+            self._data = grown
+        self._data[self._n : need] = values
+        self._n = need
+
+    def view(self) -> np.ndarray:
+        return self._data[: self._n]
+
+    def last(self) -> int:
+        return int(self._data[self._n - 1]) if self._n else -1
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """One put_batch waiting in memory until it is flushed."""
+
+    first: int
+    partition: str
+    rows: list[dict[str, Any]]
+    buckets: list[int]
+
+
+@dataclass(slots=True)
+class Metrics:
+    puts: int = 0
+    records_put: int = 0
+    gets: int = 0
+    records_read: int = 0
+    flushes: int = 0
+    records_flushed: int = 0
+    flush_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    started: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    num_buckets: int = 4
+    bucket_column: str = "id"
+    batch_size: int = 100
+    auto_flush_interval_sec: float = 0.0
+    durability: str = "sync"
+    backend_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not isinstance(self.num_buckets, int) or not 1 <= self.num_buckets <= 4096:
+            raise ConfigError(f"num_buckets must be an int from 1 to 4096, got {self.num_buckets!r}")
+        if not isinstance(self.bucket_column, str) or not self.bucket_column:
+            raise ConfigError(f"bucket_column must be a non-empty str, got {self.bucket_column!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        if not isinstance(self.auto_flush_interval_sec, int | float) or self.auto_flush_interval_sec < 0:
+            raise ConfigError(
+                f"auto_flush_interval_sec must be a number >= 0 (0 disables it), got {self.auto_flush_interval_sec!r}"
+            )
+        if self.durability not in DURABILITY_MODES:
+            raise ConfigError(f"durability must be one of {DURABILITY_MODES}, got {self.durability!r}")
+
+
+class Topic:
+    def __init__(self, name: str, storage_path: Path, config: TopicConfig, backend: BackendFactory) -> None:
+        self.name = name
+        self.config = config
+        self.path = storage_path / topic_dirname(name)
+        self._factory = backend
+        self.backend_name = getattr(backend, "__qualname__", type(backend).__qualname__)
+        self.kinds: dict[str, str] = {}
+        self.next_index = 0
+        self.visible_upto = 0  # every index below is acknowledged and readable
+        self.flushed_upto = 0  # every index below is in the backends
+        self.metrics = Metrics()
+        self._backends: list[StorageBackend] = []
+        self._columns: list[IndexColumn] = []
+        self._tail: list[_Chunk] = []
+        self._tail_firsts: list[int] = []
+        self._wal: WriteAheadLog | None = None
+        self._lock_fd: int | None = None
+        self._closed = False
+        self._changed = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._flush_wanted = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._flush_error: BaseException | None = None
+        self._durable_backend = True
+
+    # -- opening ------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._open_files)
+        durable = all(getattr(b, "durable", True) for b in self._backends)
+        self._durable_backend = durable
+        if not durable:
+            self.flushed_upto = 0
+        for b, backend in enumerate(self._backends):
+            indexes = await self._read_indexes(backend)
+            if None in indexes or not bool(np.all(np.diff(np.asarray(indexes, dtype=np.int64)) > 0)):
+                raise CorruptionError(
+                    f"bucket {b} of topic {self.name!r} holds rows without increasing "
+                    f"{INDEX_KEY!r} values; it was not written by this engine"
+                )
+            self._columns.append(IndexColumn(indexes))
+        wal = self._wal
+        if wal is None:
+            raise StorageError("write-ahead log not opened")
+        top = max([self.flushed_upto - 1, *(c.last() for c in self._columns)])
+        for frame in wal.replay():
+            partition, new_kinds = frame.header
+            self.kinds.update(new_kinds)
+            end = frame.first_index + len(frame.rows)
+            top = max(top, end - 1)
+            if end <= self.flushed_upto:
+                continue
+            self._add_chunk(frame.first_index, partition, frame.rows)
+        self.next_index = top + 1
+        self.visible_upto = self.next_index
+        wal.rotate(self.next_index)
+        if self._tail:
+            await self._flush_once()  # completes whatever flush a crash interrupted
+        self._flusher = asyncio.ensure_future(self._flush_loop())
+
+    def _open_files(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StorageError(f"cannot create topic folder {self.path}: {exc}") from exc
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise TopicLockedError(
+                f"topic {self.name!r} at {self.path} is open in another process (pid {holder}); "
+                "embedded mode serves one process: run persisting-broker to share a topic"
+            ) from None
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
+        meta = {
+            "format": FORMAT_VERSION,
+            "name": self.name,
+            "num_buckets": self.config.num_buckets,
+            "bucket_column": self.config.bucket_column,
+            "backend": self.backend_name,
+        }
+        stored = _read_json(self.path / "topic.json")
+        if stored is None:
+            write_json_atomic(self.path / "topic.json", meta)
+        else:
+            for key in ("num_buckets", "bucket_column", "backend"):
+                if stored.get(key) != meta[key]:
+                    raise ConfigError(
+                        f"topic {self.name!r} was created with {key}={stored.get(key)!r}, "
+                        f"this Queue asks for {key}={meta[key]!r}; pass the stored value "
+                        "(or use a new topic name)"
+                    )
+        self.kinds = dict(_read_json(self.path / "schema.json") or {})
+        state = _read_json(self.path / "state.json") or {}
+        self.flushed_upto = int(state.get("flushed_upto", 0))
+        self._wal = WriteAheadLog(self.path / "wal", sync=self.config.durability == "sync")
+        kwargs = dict(self.config.backend_kwargs)
+        self._backends = [
+            self._factory(b, str(self.path), batch_size=self.config.batch_size, **kwargs)
+            for b in range(self.config.num_buckets)
+        ]
+
+    async def _read_indexes(self, backend: StorageBackend) -> list[Any]:
+        reader = getattr(backend, "read_column", None)
+        if reader is not None:
+            return list(await reader(INDEX_KEY))
+        values: list[Any] = []
+        async for rows in backend.get_stream(backend.total_count(), 0):
+            values.extend(r.get(INDEX_KEY) for r in rows)
+        return values
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"topic {self.name!r} is closed")
+
+    def _add_chunk(self, first: int, partition: str, rows: list[dict[str, Any]]) -> None:
+        col, n = self.config.bucket_column, self.config.num_buckets
+        buckets = [bucket_of(r.get(col), first + i, n) for i, r in enumerate(rows)]
+        self._tail.append(_Chunk(first, partition, rows, buckets))
+        self._tail_firsts.append(first)
+
+    async def append(self, batch: EncodedBatch, partition: str, rows_blob: bytes) -> tuple[int, int]:
+        """Store encoded rows durably; returns (first global index, count) once acknowledged."""
+        self._check_open()
+        wal = self._wal
+        if wal is None:
+            raise QueueClosedError(f"topic {self.name!r} is not open")
+        new_kinds: dict[str, str] = {}
+        for key, kind in batch.kinds.items():
+            stored = self.kinds.get(key)
+            if stored is None:
+                new_kinds[key] = kind
+            elif stored != kind:
+                raise SchemaConflictError(key, stored, kind)
+        n = len(batch.rows)
+        if n == 0:
+            return self.next_index, 0
+        first = self.next_index
+        # From here to the commit nothing awaits: indexes, kinds and the frame land together.
+        wal.append(first, n, [partition, new_kinds], rows_blob)
+        self.kinds.update(new_kinds)
+        self.next_index = first + n
+        self._add_chunk(first, partition, batch.rows)
+        t0 = time.perf_counter()
+        await wal.commit()
+        self.metrics.commit_seconds += time.perf_counter() - t0
+        if first + n > self.visible_upto:
+            self.visible_upto = first + n
+            self._changed.set()
+            self._changed = asyncio.Event()
+        self.metrics.puts += 1
+        self.metrics.records_put += n
+        if self.visible_upto - self.flushed_upto >= self.config.batch_size:
+            self._flush_wanted.set()
+        return first, n
+
+    # -- flushing -----------------------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        interval = self.config.auto_flush_interval_sec or None
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._flush_wanted.wait(), interval)
+            self._flush_wanted.clear()
+            if self._closed:
+                return
+            try:
+                await self._flush_once()
+                await self._maintain()
+                self._flush_error = None
+            except Exception as exc:  # kept and raised to the next flush() caller
+                log.exception("background flush of topic %r failed; will retry", self.name)
+                self._flush_error = exc
+                await asyncio.sleep(1.0)
+
+    async def flush(self) -> None:
+        """Return once every record acknowledged before this call is stored in the backends."""
+        self._check_open()
+        await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        async with self._flush_lock:
+            cut = self.visible_upto
+            if cut <= self.flushed_upto:
+                return
+            wal = self._wal
+            if wal is None:
+                return
+            t0 = time.perf_counter()
+            wal.rotate(self.next_index)
+            k = bisect.bisect_left(self._tail_firsts, cut)
+            chunks = self._tail[:k]
+            per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
+            per_index: list[list[int]] = [[] for _ in self._backends]
+            for chunk in chunks:
+                for i, (row, b) in enumerate(zip(chunk.rows, chunk.buckets, strict=True)):
+                    index = chunk.first + i
+                    if index <= self._columns[b].last():
+                        continue  # already stored by a flush whose completion was not recorded
+                    out = dict(row)
+                    out[INDEX_KEY] = index
+                    out[PARTITION_KEY] = chunk.partition
+                    per_bucket[b].append(out)
+                    per_index[b].append(index)
+            for b, rows in enumerate(per_bucket):
+                if rows:
+                    await self._backends[b].put_batch(rows)
+            await asyncio.gather(*(self._backends[b].flush() for b, rows in enumerate(per_bucket) if rows))
+            # One loop step: readers see the rows either in the tail or in the backends, never neither.
+            for b, indexes in enumerate(per_index):
+                if indexes:
+                    self._columns[b].extend(indexes)
+            del self._tail[:k]
+            del self._tail_firsts[:k]
+            self.flushed_upto = cut
+            if self._durable_backend:
+                await asyncio.to_thread(self._persist_progress, wal, cut)
+            self.metrics.flushes += 1
+            self.metrics.records_flushed += sum(len(x) for x in per_index)
+            self.metrics.flush_seconds += time.perf_counter() - t0
+
+    def _persist_progress(self, wal: WriteAheadLog, cut: int) -> None:
+        # schema first: once the log is trimmed, frames no longer carry the kinds.
+        write_json_atomic(self.path / "schema.json", self.kinds)
+        write_json_atomic(self.path / "state.json", {"flushed_upto": cut})
+        wal.drop_below(cut)
+
+    async def _maintain(self) -> None:
+        for backend in self._backends:
+            maintain = getattr(backend, "maintain", None)
+            if maintain is not None:
+                await maintain()
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        return self.visible_upto
+
+    async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Rows with global index in [offset, offset+limit), in index order, and the kinds to decode them."""
+        self._check_open()
+        lo, hi = offset, min(offset + limit, self.visible_upto)
+        if lo >= hi:
+            return [], dict(self.kinds)
+        flushed = self.flushed_upto
+        kinds = dict(self.kinds)
+        # Snapshot the tail now: a flush may move it into the backends while we await them.
+        tail_rows: list[dict[str, Any]] = []
+        if hi > flushed:
+            start = max(lo, flushed)
+            k = max(0, bisect.bisect_right(self._tail_firsts, start) - 1)
+            for chunk in self._tail[k:]:
+                if chunk.first >= hi:
+                    break
+                a = max(start - chunk.first, 0)
+                b = min(hi - chunk.first, len(chunk.rows))
+                if a < b:
+                    tail_rows.extend(chunk.rows[a:b])
+        stored: list[dict[str, Any]] = []
+        if lo < flushed:
+            top = min(hi, flushed)
+            plans = []
+            for b, col in enumerate(self._columns):
+                view = col.view()
+                p0 = int(np.searchsorted(view, lo, "left"))
+                p1 = int(np.searchsorted(view, top, "left"))
+                if p1 > p0:
+                    plans.append((b, p0, p1))
+            parts = await asyncio.gather(*(self._backends[b].get(p1 - p0, p0) for b, p0, p1 in plans))
+            merged: list[tuple[int, dict[str, Any]]] = []
+            for part in parts:
+                merged.extend((row[INDEX_KEY], row) for row in part)
+            merged.sort(key=lambda pair: pair[0])
+            stored = [row for _, row in merged]
+        self.metrics.gets += 1
+        self.metrics.records_read += len(stored) + len(tail_rows)
+        return stored + tail_rows, kinds
+
+    async def wait_beyond(self, index: int, timeout: float | None) -> bool:
+        """Wait until a record with global index >= ``index`` is visible; False on timeout."""
+        while self.visible_upto <= index:
+            self._check_open()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                return self.visible_upto > index
+        return True
+
+    async def stats(self) -> dict[str, Any]:
+        buckets = []
+        for backend in self._backends:
+            buckets.append(await backend.stats())
+        wal = self._wal
+        out: dict[str, Any] = {
+            "name": self.name,
+            "path": str(self.path),
+            "total_count": self.visible_upto,
+            "next_index": self.next_index,
+            "flushed": self.flushed_upto,
+            "buffered": self.visible_upto - self.flushed_upto,
+            "num_buckets": self.config.num_buckets,
+            "bucket_column": self.config.bucket_column,
+            "durability": self.config.durability,
+            "backend": self.backend_name,
+            "fields": dict(self.kinds),
+            "wal_bytes": await asyncio.to_thread(wal.size_bytes) if wal is not None else 0,
+            "buckets": buckets,
+        }
+        if self._flush_error is not None:
+            out["last_flush_error"] = repr(self._flush_error)
+        return out
+
+    # -- closing ------------------------------------------------------------------------------------
+
+    async def close_quietly(self) -> None:
+        """Release files after a failed open, without flushing."""
+        self._closed = True
+        if self._wal is not None:
+            with contextlib.suppress(Exception):
+                await self._wal.close()
+            self._wal = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            await self._flush_once()
+        finally:
+            self._closed = True
+            self._flush_wanted.set()
+            self._changed.set()
+            if self._flusher is not None:
+                self._flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._flusher
+            for backend in self._backends:
+                aclose = getattr(backend, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if self._wal is not None:
+                await self._wal.close()
+                self._wal = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None

@@ -1,0 +1,85 @@
+"""Every exception the package raises on purpose.
+
+One root, so ``except persisting.PersistingError`` catches all of them::
+
+    PersistingError
+    ├── InvalidRecordError (TypeError)   a record the queue cannot store: bad type, bad key, reserved name
+    │   └── SchemaConflictError          a value whose type differs from the stored column of that field
+    ├── ConfigError (ValueError)         a bad argument, or one that contradicts what is stored on disk
+    ├── QueueClosedError                 a call on a queue after close()
+    ├── StorageError (OSError)           the disk, the write-ahead log or Lance failed; the cause is chained
+    │   ├── CorruptionError              stored bytes that fail their checksum or cannot be decoded
+    │   └── TopicLockedError             another process holds the topic (use a broker to share it)
+    ├── Empty (queue.Empty)              nothing to return within the timeout
+    └── Full (queue.Full)                no room within the timeout
+
+Errors from libraries (Lance, pyarrow, the OS) are translated at the boundary with ``raise ... from exc``
+so the original stays visible in the traceback.
+"""
+
+from __future__ import annotations
+
+import queue as _stdlib_queue
+
+
+class PersistingError(Exception):
+    """Root of every error raised by persisting."""
+
+
+class InvalidRecordError(PersistingError, TypeError):
+    """A record (or one of its values) cannot be stored; the message names the field and the fix."""
+
+
+class SchemaConflictError(InvalidRecordError):
+    """A value's type differs from the type already stored for that field."""
+
+    def __init__(self, field: str, stored: str, given: str) -> None:
+        self.field = field
+        self.stored = stored
+        self.given = given
+        super().__init__(
+            f"field {field!r} is stored as {stored}, but this record gives {given}; "
+            f"convert the value to {stored} (or use another field name) before putting it"
+        )
+
+
+class ConfigError(PersistingError, ValueError):
+    """A constructor argument is invalid or contradicts what is stored on disk."""
+
+
+class QueueClosedError(PersistingError):
+    """The queue was closed; open a new one."""
+
+
+class StorageError(PersistingError, OSError):
+    """Persisting to disk failed. The underlying error is chained as ``__cause__``."""
+
+
+class CorruptionError(StorageError):
+    """Stored bytes failed their checksum or could not be decoded."""
+
+
+class TopicLockedError(StorageError):
+    """Another process has this topic open in embedded mode."""
+
+
+class Empty(PersistingError, _stdlib_queue.Empty):
+    """Nothing became available within the timeout."""
+
+
+class Full(PersistingError, _stdlib_queue.Full):
+    """No room became available within the timeout."""
+
+
+__all__ = [
+    "ConfigError",
+    "CorruptionError",
+    "Empty",
+    "Full",
+    "InvalidRecordError",
+    "PersistingError",
+    "QueueClosedError",
+    "SchemaConflictError",
+    "StorageError",
+    "TopicLockedError",
+]
