@@ -97,17 +97,11 @@ def _packb(obj: Any) -> bytes:
 
 
 def _unpack_array(data: bytes) -> np.ndarray:
-    descr, shape, raw = msgpack.unpackb(data, use_list=True, raw=False)
-    dtype = np.lib.format.descr_to_dtype(descr if isinstance(descr, str) else _tupleize(descr))  # type: ignore[arg-type]
+    # _unpackb restores the tuples of a structured dtype's descr (they were packed as tuple extensions).
+    descr, shape, raw = _unpackb(data)
+    dtype = np.lib.format.descr_to_dtype(descr)
     # A writable copy: records are small, and users expect to own what get() returns.
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
-
-
-def _tupleize(descr: Any) -> Any:
-    # Structured dtype descrs are lists of tuples; msgpack returns lists.
-    if isinstance(descr, list):
-        return [tuple(_tupleize(x) for x in item) if isinstance(item, list) else item for item in descr]
-    return descr
 
 
 def _ext_hook(code: int, data: bytes) -> Any:

@@ -63,10 +63,19 @@ def shared_session() -> lance.Session:
 
 
 def column_name(key: str) -> str:
-    """The on-disk column for a row key (reversible; Lance refuses '.' and mishandles backticks)."""
+    """The on-disk column for a row key: reversible, and only characters Lance handles in names.
+
+    Lance refuses '.', breaks on backticks and control characters, and reserves names starting with '_row';
+    anything but letters, digits, '_', '-', space and printable non-ASCII is percent-escaped (as is '%').
+    """
     if not key:
         raise ConfigError("row keys must be non-empty strings")
-    name = key.replace("%", "%25").replace(".", "%2E").replace("`", "%60")
+    name = "".join(
+        ch
+        if (ch.isascii() and (ch.isalnum() or ch in "_- ")) or (not ch.isascii() and ch.isprintable())
+        else "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+        for ch in key
+    )
     if name.startswith(_LANCE_RESERVED_PREFIX):
         name = "%5F" + name[1:]
     return name
