@@ -226,7 +226,9 @@ keys = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, ma
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(st.dictionaries(keys, nested, max_size=5), min_size=1, max_size=8))
-def test_property_round_trip_of_nested_values(tmp_path_factory: pytest.TempPathFactory, records: list[dict[str, Any]]) -> None:
+def test_property_round_trip_of_nested_values(
+    tmp_path_factory: pytest.TempPathFactory, records: list[dict[str, Any]]
+) -> None:
     # One field keeps one kind: wrap every value so each field is "nested" (the property is about values).
     wrapped = [{k: [v] for k, v in r.items()} for r in records]
     store = tmp_path_factory.mktemp("prop")

@@ -1,0 +1,82 @@
+"""``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .queue_bench import run_queue_bench
+from .report import FORMATS, render
+
+PACKAGES = ("persisting", "pylance", "pyarrow", "numpy", "msgpack", "persist-queue", "tqdm")
+
+
+def _versions() -> str:
+    out = []
+    for name in PACKAGES:
+        try:
+            out.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{name} (not installed)")
+    return ", ".join(out)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = parser.add_subparsers(dest="bench", required=True)
+    q = sub.add_parser("queue", help="persisting Queue vs persist-queue: write, read, flush cost")
+    q.add_argument("--n", type=int, action="append", help="record count; repeat for several (default 10000)")
+    q.add_argument("--format", choices=FORMATS, default="console")
+    q.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    q.add_argument("--peer-limit-s", type=float, default=180.0, help="skip a peer projected slower than this")
+    q.add_argument("--flush-prefill", type=int, default=1_000_000, help="rows stored before the flush test; 0: skip")
+    q.add_argument("--flush-reps", type=int, default=20, help="timed flushes per topic")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(args_list)
+    ns = args.n or [10_000]
+    if any(n < 1 for n in ns):
+        raise SystemExit("--n must be at least 1")
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="persisting-bench-", dir=args.dir or "/tmp"))
+    try:
+        result = run_queue_bench(
+            ns,
+            base,
+            peer_limit_s=args.peer_limit_s,
+            flush_prefill=args.flush_prefill,
+            flush_reps=args.flush_reps,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    meta: dict[str, Any] = {
+        "command": shlex.join([sys.executable, "-m", "bench", *args_list]),
+        "python": f"{platform.python_implementation()} {platform.python_version()} on {platform.platform()}",
+        "cpus": os.cpu_count(),
+        "packages": _versions(),
+        "records": 'about 100 bytes: {"id": int, "text": 70 random ASCII chars, "score": float}',
+        "work dir": str(base),
+    }
+    result.meta = meta
+    print(render(result, args.format))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
