@@ -389,14 +389,14 @@ class Topic:
                     out[PARTITION_KEY] = chunk.partition
                     per_bucket[b].append(out)
                     per_index[b].append(index)
-            for b, rows in enumerate(per_bucket):
-                if rows:
-                    await self._backends[b].put_batch(rows)
-            await asyncio.gather(*(self._backends[b].flush() for b, rows in enumerate(per_bucket) if rows))
+            results = await asyncio.gather(
+                *(self._flush_bucket(b, rows, per_index[b]) for b, rows in enumerate(per_bucket) if rows),
+                return_exceptions=True,
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
             # One loop step: readers see the rows either in the tail or in the backends, never neither.
-            for b, indexes in enumerate(per_index):
-                if indexes:
-                    self._columns[b].extend(indexes)
             del self._tail[:k]
             del self._tail_firsts[:k]
             self.flushed_upto = cut
@@ -405,6 +405,27 @@ class Topic:
             self.metrics.flushes += 1
             self.metrics.records_flushed += sum(len(x) for x in per_index)
             self.metrics.flush_seconds += time.perf_counter() - t0
+
+    async def _flush_bucket(self, b: int, rows: list[dict[str, Any]], indexes: list[int]) -> None:
+        try:
+            await self._backends[b].put_batch(rows)
+            await self._backends[b].flush()
+        except Exception:
+            # The rows may or may not have landed (a Lance commit can land and still raise). Start the bucket
+            # afresh from what is on disk, so the retry stores exactly what is missing.
+            if self._durable_backend:
+                await self._reopen_bucket(b)
+            raise
+        # Reads never look at indexes at or above flushed_upto, so growing the column early is safe; it makes a
+        # retry after another bucket's failure skip the rows this bucket already holds.
+        self._columns[b].extend(indexes)
+
+    async def _reopen_bucket(self, b: int) -> None:
+        backend = await asyncio.to_thread(
+            self._factory, b, str(self.path), batch_size=self.config.batch_size, **self.config.backend_kwargs
+        )
+        self._backends[b] = backend
+        self._columns[b] = IndexColumn(await self._read_indexes(backend))
 
     def _persist_progress(self, wal: WriteAheadLog, cut: int) -> None:
         # schema first: once the log is trimmed, frames no longer carry the kinds.
