@@ -248,9 +248,9 @@ class Queue:
         return out
 
     def __len__(self) -> int:
-        """Records stored and acknowledged (flushed or not)."""
-        if self._topic is None:
-            _loop.run(self.open()) if not _loop.on_engine_loop() else None
+        """Records stored and acknowledged (flushed or not). Opens the topic first if needed (blocking)."""
+        if self._topic is None and not _loop.on_engine_loop():
+            _loop.run(self.open())
         if self._topic is None:
             raise QueueClosedError(f"queue {self.name!r} is not open; await q.open() first")
         return self._topic.count()
