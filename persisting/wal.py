@@ -162,7 +162,8 @@ class WriteAheadLog:
         except OSError as exc:
             raise StorageError(f"cannot create write-ahead log segment {path}: {exc}") from exc
         if self._current is not None:
-            if self._current.dirty:
+            if self.sync:
+                # Closed by the next sync round: one may be running with this descriptor right now.
                 self._retired.append(self._current)
             else:
                 os.close(self._current.fd)
@@ -211,7 +212,8 @@ class WriteAheadLog:
     async def _sync_round(self) -> None:
         try:
             target = self._written_seq
-            segs = [*self._retired]
+            retired = [*self._retired]
+            segs = [seg for seg in retired if seg.dirty]
             if self._current is not None and self._current.dirty:
                 segs.append(self._current)
             for seg in segs:
@@ -225,22 +227,23 @@ class WriteAheadLog:
                 self._failed = exc
                 raise StorageError(f"fdatasync of the write-ahead log failed: {exc}") from exc
             self._synced_seq = max(self._synced_seq, target)
-            for seg in segs:
-                if seg in self._retired and not seg.dirty:
-                    self._retired.remove(seg)
-                    os.close(seg.fd)
+            for seg in retired:  # nothing writes to a retired segment, and this round synced it
+                self._retired.remove(seg)
+                os.close(seg.fd)
         finally:
             self._sync_task = None
 
     def drop_below(self, flushed_upto: int) -> None:
-        """Delete segments whose every index is below ``flushed_upto`` (already stored in the backend)."""
+        """Delete segments whose every index is below ``flushed_upto`` (already stored in the backend).
+
+        Safe to run in a worker thread: it only lists and unlinks files. A segment still awaiting its
+        fdatasync may be unlinked too; its rows are already synced in Lance, and its descriptor stays valid.
+        """
         segs = self.segments()
         dropped = False
         for (_start, path), (next_start, _) in itertools.pairwise(segs):
             if next_start > flushed_upto:
                 break
-            if any(s.path == path for s in self._retired):
-                continue  # not yet synced; next time
             path.unlink()
             dropped = True
         if dropped and self.sync:
