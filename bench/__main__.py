@@ -8,6 +8,7 @@ import os
 import platform
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +30,24 @@ def _versions() -> str:
     return ", ".join(out)
 
 
+def _git_revision() -> str:
+    """The checkout's commit, with "+ local changes" when persisting/ differs from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "persisting"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + (" + local changes in persisting/" if dirty else "")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="bench", required=True)
@@ -47,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(args_list)
+    revision = _git_revision()  # before the run: the code measured is the code imported now
     ns = args.n or [10_000]
     if any(n < 1 for n in ns):
         raise SystemExit("--n must be at least 1")
@@ -70,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": f"{platform.python_implementation()} {platform.python_version()} on {platform.platform()}",
         "cpus": os.cpu_count(),
         "packages": _versions(),
+        "persisting revision": revision,
         "records": 'about 100 bytes: {"id": int, "text": 70 random ASCII chars, "score": float}',
         "work dir": str(base),
     }

@@ -200,6 +200,8 @@ class Topic:
         self._changed = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._flush_wanted = asyncio.Event()
+        self._stopping = False
+        self._stop_requested = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._flush_error: BaseException | None = None
         self._durable_backend = True
@@ -345,25 +347,27 @@ class Topic:
 
     async def _flush_loop(self) -> None:
         interval = self.config.auto_flush_interval_sec or None
-        while not self._closed:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._flush_wanted.wait(), interval)
             self._flush_wanted.clear()
-            if self._closed:
+            if self._stopping:
                 return
             try:
                 await self._flush_once()
                 await self._maintain()
                 self._flush_error = None
-            except Exception as exc:  # kept and raised to the next flush() caller
+            except Exception as exc:  # kept for stats(); the next flush() retries and raises it
                 log.exception("background flush of topic %r failed; will retry", self.name)
                 self._flush_error = exc
-                await asyncio.sleep(1.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), 1.0)
 
     async def flush(self) -> None:
         """Return once every record acknowledged before this call is stored in the backends."""
         self._check_open()
         await self._flush_once()
+        self._flush_wanted.set()  # housekeeping (compaction, cleanup) follows in the background
 
     async def _flush_once(self) -> None:
         async with self._flush_lock:
@@ -522,7 +526,7 @@ class Topic:
 
     async def close_quietly(self) -> None:
         """Release files after a failed open, without flushing."""
-        self._closed = True
+        self._closed = self._stopping = True
         if self._wal is not None:
             with contextlib.suppress(Exception):
                 await self._wal.close()
@@ -534,16 +538,18 @@ class Topic:
     async def close(self) -> None:
         if self._closed:
             return
+        # Stop the background flusher between iterations, never inside one: cancelling an await on a worker
+        # thread would leave Lance writing (a compaction, say) after the lock is released.
+        self._stopping = True
+        self._stop_requested.set()
+        self._flush_wanted.set()
         try:
+            if self._flusher is not None:
+                await asyncio.shield(self._flusher)
             await self._flush_once()
         finally:
             self._closed = True
-            self._flush_wanted.set()
             self._changed.set()
-            if self._flusher is not None:
-                self._flusher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._flusher
             for backend in self._backends:
                 aclose = getattr(backend, "aclose", None)
                 if aclose is not None:

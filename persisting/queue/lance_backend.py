@@ -11,7 +11,7 @@ Policy (all measured on a 2-core machine; see DESIGN.md):
   write-ahead log on the strength of this flush.
 - Compaction: once ``compact_min_fragments`` fragments are smaller than ``target_rows_per_fragment``, they are
   merged (row order is kept, so positions do not move).
-- Old versions are removed ``retain_seconds`` after they were superseded, at most once per
+- Old versions are removed ``retain_seconds`` (10) after they were superseded, at most once per
   ``cleanup_interval_seconds``; readers in this process never hold a version that long.
 - A zero-byte newest manifest (left by a power loss) is removed at open, which reopens the previous version.
 """
@@ -65,7 +65,8 @@ def shared_session() -> lance.Session:
 def column_name(key: str) -> str:
     """The on-disk column for a row key: reversible, and only characters Lance handles in names.
 
-    Lance refuses '.', breaks on backticks and control characters, and reserves names starting with '_row';
+    Lance refuses '.', breaks on backticks and control characters, and reserves names starting with '_row' (as does this
+    backend the name of its nulls column);
     anything but letters, digits, '_', '-', space and printable non-ASCII is percent-escaped (as is '%').
     """
     if not key:
@@ -76,7 +77,7 @@ def column_name(key: str) -> str:
         else "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
         for ch in key
     )
-    if name.startswith(_LANCE_RESERVED_PREFIX):
+    if name.startswith(_LANCE_RESERVED_PREFIX) or name == NULLS_COLUMN:
         name = "%5F" + name[1:]
     return name
 
@@ -107,8 +108,8 @@ class LanceBackend(StreamMixin):
         *,
         target_rows_per_fragment: int = 131_072,
         compact_min_fragments: int = 16,
-        retain_seconds: float = 60.0,
-        cleanup_interval_seconds: float = 30.0,
+        retain_seconds: float = 10.0,
+        cleanup_interval_seconds: float = 10.0,
         **kwargs: Any,
     ) -> None:
         self.bucket_id = bucket_id
@@ -171,7 +172,7 @@ class LanceBackend(StreamMixin):
         if offset >= stop:
             return []
         ds, stored = self._ds, self._stored
-        buffered = self._buffer[max(0, offset - stored) : stop - stored]
+        buffered = self._buffer[max(0, offset - stored) : max(0, stop - stored)]
         rows: list[dict[str, Any]] = []
         if offset < stored and ds is not None:
             positions = np.arange(offset, min(stop, stored), dtype=np.int64)
@@ -184,8 +185,8 @@ class LanceBackend(StreamMixin):
             n = len(self._buffer)
             if n == 0:
                 return
-            table = self._to_table(self._buffer[:n])
-            ds = await asyncio.to_thread(self._append, table)
+            rows, types = self._buffer[:n], dict(self._types)
+            ds = await asyncio.to_thread(self._write, rows, types)
             # Both updates in one step of the loop: a concurrent get sees either state, never a gap.
             self._ds, self._stored = ds, self._stored + n
             del self._buffer[:n]
@@ -241,15 +242,19 @@ class LanceBackend(StreamMixin):
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise StorageError(f"reading {ds.uri} failed: {exc}") from exc
 
-    def _to_table(self, rows: list[dict[str, Any]]) -> pa.Table:
+    @staticmethod
+    def _to_table(rows: list[dict[str, Any]], types: dict[str, pa.DataType]) -> pa.Table:
         arrays = {}
-        for key, t in self._types.items():
+        for key, t in types.items():
             values = [r.get(key) for r in rows]
             if any(v is not None for v in values):
                 arrays[column_name(key)] = pa.array(values, type=t)
         nulls = [[k for k, v in r.items() if v is None] or None for r in rows]
         arrays[NULLS_COLUMN] = pa.array(nulls, type=pa.list_(pa.string()))
         return pa.table(arrays)
+
+    def _write(self, rows: list[dict[str, Any]], types: dict[str, pa.DataType]) -> lance.LanceDataset:
+        return self._append(self._to_table(rows, types))
 
     def _append(self, table: pa.Table) -> lance.LanceDataset:
         try:
