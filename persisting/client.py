@@ -262,4 +262,4 @@ def _encode(records: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> t
 
 
 def _decode(rows: list[dict[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
-    return [codec.decode_row(r, kinds) for r in rows]
+    return codec.decode_rows(rows, kinds)

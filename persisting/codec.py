@@ -19,7 +19,7 @@ numpy arrays keep dtype and shape, and dict keys may be ``str`` or ``int``. Sets
 object arrays are refused: storing them would need pickle, and nothing read from disk or the wire is unpickled.
 
 A *row* is the storage form: the same keys, values reduced to ``None/bool/int/float/str/bytes``. Rows are what
-the write-ahead log and storage backends hold; ``decode_row`` needs the topic's kinds to turn them back.
+the write-ahead log and storage backends hold; ``decode_rows`` needs the topic's kinds to turn them back.
 """
 
 from __future__ import annotations
@@ -196,12 +196,6 @@ def encode_value(value: Any, kind: str, field: str) -> Any:
 _SCALAR_TYPES: dict[str, type] = {"bool": bool, "float": float, "str": str}
 
 
-def decode_value(stored: Any, kind: str) -> Any:
-    if kind == "nested" or kind == "ndarray":
-        return _unpackb(stored)
-    return stored
-
-
 @dataclass(frozen=True, slots=True)
 class EncodedBatch:
     """Records reduced to rows, with the kind each field had in this batch."""
@@ -252,16 +246,17 @@ def encode_batch(records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str,
     return EncodedBatch(rows, kinds)
 
 
-def decode_row(row: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
-    """The record a row was made from. Internal keys are dropped."""
-    out: dict[str, Any] = {}
-    for key, stored in row.items():
-        if key.startswith(RESERVED_PREFIX):
-            continue
-        if stored is None:
-            out[key] = None
-        else:
-            out[key] = decode_value(stored, kinds[key])
+def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The records the rows were made from. Internal keys are dropped."""
+    packed = {key for key, kind in kinds.items() if kind == "nested" or kind == "ndarray"}
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        # Scalars are stored as themselves: only internal keys go, only msgpack'ed kinds are decoded.
+        record = {k: v for k, v in row.items() if not k.startswith(RESERVED_PREFIX)}
+        for key in packed.intersection(record):
+            if record[key] is not None:
+                record[key] = _unpackb(record[key])
+        out.append(record)
     return out
 
 

@@ -303,43 +303,41 @@ class LanceBackend(StreamMixin):
         return found
 
     def _sync_files(self) -> None:
-        """fsync every file Lance wrote since the last call, then the folders that name them."""
+        """fsync every file Lance wrote since the last call, then the folders that gained entries."""
         current = self._existing_files()
-        for path in current - self._synced:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        new = current - self._synced
+        for path in new:
+            _fsync_path(path, os.O_RDONLY)
+        folders = {os.path.dirname(p) for p in new}
+        if not self._synced:  # the first commit also created the dataset's folders
+            folders.update((str(self.uri), str(self.uri.parent)))
+        for folder in folders:
+            _fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
         self._synced = current
-        for d in (self.uri, *(self.uri / s for s in ("data", "_versions", "_transactions"))):
-            if d.is_dir():
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        parent = os.open(self.uri.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(parent)
-        finally:
-            os.close(parent)
+
+
+def _fsync_path(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def table_to_rows(table: pa.Table) -> list[dict[str, Any]]:
     """Arrow rows back to dicts: nulls dropped unless listed as explicit None."""
-    names = [key_name(n) for n in table.column_names]
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    nulls_at = table.column_names.index(NULLS_COLUMN) if NULLS_COLUMN in table.column_names else -1
-    rows: list[dict[str, Any]] = []
-    for i in range(table.num_rows):
-        row = {
-            name: col[i]
-            for j, (name, col) in enumerate(zip(names, columns, strict=True))
-            if j != nulls_at and col[i] is not None
-        }
-        if nulls_at >= 0 and columns[nulls_at][i]:
-            for key in columns[nulls_at][i]:
-                row[key] = None
-        rows.append(row)
+    names = [key_name(n) for n in table.column_names if n != NULLS_COLUMN]
+    columns = [table.column(n).to_pylist() for n in table.column_names if n != NULLS_COLUMN]
+    rows = [
+        {name: value for name, value in zip(names, values, strict=True) if value is not None}
+        for values in zip(*columns, strict=True)
+    ]
+    if len(rows) < table.num_rows:  # no value columns at all
+        rows = [{} for _ in range(table.num_rows)]
+    if NULLS_COLUMN in table.column_names:
+        nulls = table.column(NULLS_COLUMN)
+        if nulls.null_count < len(nulls):
+            for row, keys in zip(rows, nulls.to_pylist(), strict=True):
+                for key in keys or ():
+                    row[key] = None
     return rows
