@@ -47,9 +47,9 @@ def _noop(_n: int) -> None:
     pass
 
 
-async def _persisting_cycle(records: Records, path: Path, durability: str, tick: Tick) -> Timing:
+async def _persisting_cycle(records: Records, path: Path, durability: str, batch_size: int, tick: Tick) -> Timing:
     n = len(records)
-    q = Queue("bench", path, durability=durability)
+    q = Queue("bench", path, durability=durability, batch_size=batch_size)
     await q.open()
     try:
         t0 = time.perf_counter()
@@ -72,9 +72,9 @@ async def _persisting_cycle(records: Records, path: Path, durability: str, tick:
     return Timing(n, t1 - t0, t2 - t1)
 
 
-def persisting_runner(durability: str) -> Callable[[Records, Path, Tick], Timing]:
+def persisting_runner(durability: str, batch_size: int = 100) -> Callable[[Records, Path, Tick], Timing]:
     def run(records: Records, path: Path, tick: Tick) -> Timing:
-        return asyncio.run(_persisting_cycle(records, path, durability, tick))
+        return asyncio.run(_persisting_cycle(records, path, durability, batch_size, tick))
 
     return run
 
@@ -150,6 +150,13 @@ STORES: tuple[Store, ...] = (
         'durability="process" (write(2) only), put_batch of 1,000, flush(), get pages of 10,000',
         False,
         persisting_runner("process"),
+    ),
+    Store(
+        "persisting-sync-b1000",
+        "persisting Queue",
+        'durability="sync", batch_size=1000 (a background flush per 1,000 rows instead of per 100), otherwise as above',
+        False,
+        persisting_runner("sync", 1000),
     ),
     Store(
         "sqlite-batch",
