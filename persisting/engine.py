@@ -553,7 +553,10 @@ class Topic:
             for backend in self._backends:
                 aclose = getattr(backend, "aclose", None)
                 if aclose is not None:
-                    await aclose()
+                    try:
+                        await aclose()
+                    except Exception:  # the log still holds every row; the files must be released regardless
+                        log.exception("closing a backend of topic %r failed", self.name)
             if self._wal is not None:
                 await self._wal.close()
                 self._wal = None

@@ -314,3 +314,17 @@ def test_flush_cost_does_not_rewrite_stored_data(store: Path) -> None:
             assert files_before < files_after and len(files_after - files_before) == 1
 
     run(main())
+
+
+def test_error_hierarchy() -> None:
+    import queue
+
+    import persisting
+    from persisting import errors
+
+    assert issubclass(persisting.Empty, queue.Empty) and issubclass(persisting.Full, queue.Full)
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), persisting.PersistingError)
+    assert issubclass(persisting.InvalidRecordError, TypeError)
+    assert issubclass(persisting.ConfigError, ValueError)
+    assert issubclass(persisting.StorageError, OSError)
