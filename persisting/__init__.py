@@ -2,13 +2,16 @@
 
 from .client import Queue
 from .errors import (
+    BrokerUnavailableError,
     ConfigError,
     CorruptionError,
     Empty,
     Full,
     InvalidRecordError,
     PersistingError,
+    ProtocolError,
     QueueClosedError,
+    RemoteError,
     SchemaConflictError,
     StorageError,
     TopicLockedError,
@@ -18,14 +21,17 @@ from .sync import SyncQueue
 __version__ = "0.1.0"
 
 __all__ = [
+    "BrokerUnavailableError",
     "ConfigError",
     "CorruptionError",
     "Empty",
     "Full",
     "InvalidRecordError",
     "PersistingError",
+    "ProtocolError",
     "Queue",
     "QueueClosedError",
+    "RemoteError",
     "SchemaConflictError",
     "StorageError",
     "SyncQueue",

@@ -18,6 +18,7 @@ from .engine import BackendFactory, Topic, TopicConfig
 from .errors import ConfigError, InvalidRecordError, QueueClosedError
 from .queue.lance_backend import LanceBackend
 from .queue.persisting_backend import PersistingBackend
+from .remote import RemoteTopic
 
 ZEROCOPY_MODES = ("auto", "force", "off")
 OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
@@ -93,6 +94,7 @@ class Queue:
         backend: Any = None,
         durability: str = "sync",
         backend_options: Mapping[str, Any] | None = None,
+        broker: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
@@ -113,7 +115,11 @@ class Queue:
         )
         self._config.validate()
         self._factory = _resolve_backend(backend, self.enable_metrics)
-        self._topic: Topic | None = None
+        # Broker mode: an explicit address, else PERSISTING_BROKER; the broker owns storage_path then.
+        self.broker = broker if broker is not None else (os.environ.get("PERSISTING_BROKER") or None)
+        if self.broker is not None and (backend is not None or backend_options):
+            raise ConfigError("backend and backend_options are the broker's settings in broker mode")
+        self._topic: Topic | RemoteTopic | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -126,13 +132,18 @@ class Queue:
         await self._engine()
         return self
 
-    async def _engine(self) -> Topic:
+    async def _engine(self) -> Topic | RemoteTopic:
         if self._closed:
             raise QueueClosedError(f"queue {self.name!r} is closed; open a new Queue")
         if self._topic is None:
-            self._topic = await _loop.call(
-                _acquire(self.name, self.storage_path, self._config, self._factory, id(self))
-            )
+            if self.broker is not None:
+                remote = RemoteTopic(self.name, self.broker, self._config)
+                await _loop.call(remote.open())
+                self._topic = remote
+            else:
+                self._topic = await _loop.call(
+                    _acquire(self.name, self.storage_path, self._config, self._factory, id(self))
+                )
         return self._topic
 
     async def aclose(self) -> None:
@@ -141,7 +152,7 @@ class Queue:
             return
         self._closed = True
         topic, self._topic = self._topic, None
-        if topic is not None:
+        if isinstance(topic, Topic):
             await _loop.call(_release(topic, id(self)))
 
     def close(self) -> None:
@@ -233,7 +244,7 @@ class Queue:
         topic = await self._engine()
         out: dict[str, Any] = await _loop.call(topic.stats())
         out["zerocopy_mode"] = self.zerocopy_mode
-        if self.enable_metrics:
+        if self.enable_metrics and isinstance(topic, Topic):
             m = topic.metrics
             out["metrics"] = {
                 "puts": m.puts,
@@ -251,9 +262,12 @@ class Queue:
         """Records stored and acknowledged (flushed or not). Opens the topic first if needed (blocking)."""
         if self._topic is None and not _loop.on_engine_loop():
             _loop.run(self.open())
-        if self._topic is None:
+        topic = self._topic
+        if topic is None:
             raise QueueClosedError(f"queue {self.name!r} is not open; await q.open() first")
-        return self._topic.count()
+        if isinstance(topic, RemoteTopic) and not _loop.on_engine_loop():
+            return _loop.run(topic.fetch_count())
+        return topic.count()
 
 
 def _encode(records: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> tuple[codec.EncodedBatch, bytes]:

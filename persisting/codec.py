@@ -246,6 +246,45 @@ def encode_batch(records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str,
     return EncodedBatch(rows, kinds)
 
 
+_STORAGE_TYPES: dict[str, type] = {
+    "bool": bool,
+    "int": int,
+    "float": float,
+    "str": str,
+    "bytes": bytes,
+    "nested": bytes,
+    "ndarray": bytes,
+}
+
+
+def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str, Any]]:
+    """Validate rows that arrived from outside (the broker's wire): the shapes encode_batch would produce.
+
+    A client that skipped or bypassed encoding gets a clear error here instead of a flush that fails later.
+    """
+    if not isinstance(rows, list) or len(rows) != count:
+        raise InvalidRecordError(f"expected a list of {count} rows")
+    for key, kind in kinds.items():
+        if kind not in _STORAGE_TYPES or not isinstance(key, str):
+            raise InvalidRecordError(f"unknown kind {kind!r} for field {key!r}")
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise InvalidRecordError(f"row {n} is not a map")
+        for key, value in row.items():
+            if not isinstance(key, str) or not key or key.startswith(RESERVED_PREFIX):
+                raise InvalidRecordError(f"row {n} has an invalid key {key!r}")
+            if value is None:
+                continue
+            declared = kinds.get(key)
+            if declared is None or type(value) is not _STORAGE_TYPES[declared]:
+                raise InvalidRecordError(
+                    f"row {n}: field {key!r} holds {type(value).__name__}, its declared kind is {declared!r}"
+                )
+            if declared == "int" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+                raise InvalidRecordError(f"row {n}: field {key!r} is outside the 64-bit range")
+    return rows
+
+
 def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
     """The records the rows were made from. Internal keys are dropped."""
     packed = {key for key, kind in kinds.items() if kind == "nested" or kind == "ndarray"}

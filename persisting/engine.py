@@ -34,6 +34,7 @@ import logging
 import os
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ INDEX_KEY = RESERVED_PREFIX + "index"
 PARTITION_KEY = RESERVED_PREFIX + "partition"
 FORMAT_VERSION = 1
 DURABILITY_MODES = ("sync", "process")
+IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
 
@@ -205,6 +207,7 @@ class Topic:
         self._flusher: asyncio.Task[None] | None = None
         self._flush_error: BaseException | None = None
         self._durable_backend = True
+        self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
 
     # -- opening ------------------------------------------------------------------------------------
 
@@ -227,8 +230,10 @@ class Topic:
             raise StorageError("write-ahead log not opened")
         top = max([self.flushed_upto - 1, *(c.last() for c in self._columns)])
         for frame in wal.replay():
-            partition, new_kinds = frame.header
+            partition, new_kinds, key = (*frame.header, None)[:3]
             self.kinds.update(new_kinds)
+            if key is not None:
+                self._remember(key, frame.first_index, len(frame.rows))
             end = frame.first_index + len(frame.rows)
             top = max(top, end - 1)
             if end <= self.flushed_upto:
@@ -308,9 +313,19 @@ class Topic:
         self._tail.append(_Chunk(first, partition, rows, buckets))
         self._tail_firsts.append(first)
 
-    async def append(self, batch: EncodedBatch, partition: str, rows_blob: bytes) -> tuple[int, int]:
-        """Store encoded rows durably; returns (first global index, count) once acknowledged."""
+    async def append(
+        self, batch: EncodedBatch, partition: str, rows_blob: bytes, key: str | None = None
+    ) -> tuple[int, int]:
+        """Store encoded rows durably; returns (first global index, count) once acknowledged.
+
+        ``key`` makes a retry idempotent: a batch whose key was stored already (even before a restart: the key
+        travels in its log frame) is not stored again, and the first result is returned.
+        """
         self._check_open()
+        if key is not None and key in self._recent:
+            if self._wal is not None:
+                await self._wal.commit()  # the first attempt may still be waiting for its sync
+            return self._recent[key]
         wal = self._wal
         if wal is None:
             raise QueueClosedError(f"topic {self.name!r} is not open")
@@ -326,7 +341,9 @@ class Topic:
             return self.next_index, 0
         first = self.next_index
         # From here to the commit nothing awaits: indexes, kinds and the frame land together.
-        wal.append(first, n, [partition, new_kinds], rows_blob)
+        wal.append(first, n, [partition, new_kinds, key], rows_blob)
+        if key is not None:
+            self._remember(key, first, n)
         self.kinds.update(new_kinds)
         self.next_index = first + n
         self._add_chunk(first, partition, batch.rows)
@@ -342,6 +359,11 @@ class Topic:
         if self.visible_upto - self.flushed_upto >= self.config.batch_size:
             self._flush_wanted.set()
         return first, n
+
+    def _remember(self, key: str, first: int, n: int) -> None:
+        self._recent[key] = (first, n)
+        if len(self._recent) > IDEMPOTENCY_KEYS_KEPT:
+            self._recent.popitem(last=False)
 
     # -- flushing -----------------------------------------------------------------------------------
 

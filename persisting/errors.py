@@ -10,6 +10,9 @@ One root, so ``except persisting.PersistingError`` catches all of them::
     ├── StorageError (OSError)           the disk, the write-ahead log or Lance failed; the cause is chained
     │   ├── CorruptionError              stored bytes that fail their checksum or cannot be decoded
     │   └── TopicLockedError             another process holds the topic (use a broker to share it)
+    ├── ProtocolError (ValueError)       a malformed or unsupported message between client and broker
+    ├── BrokerUnavailableError (ConnectionError)   no reply from the broker within the timeout
+    ├── RemoteError                      the broker refused a request; ``type`` names its error class
     ├── Empty (queue.Empty)              nothing to return within the timeout
     └── Full (queue.Full)                no room within the timeout
 
@@ -63,6 +66,22 @@ class TopicLockedError(StorageError):
     """Another process has this topic open in embedded mode."""
 
 
+class ProtocolError(PersistingError, ValueError):
+    """A message that does not follow persisting.protocol (wrong version, malformed, unknown operation)."""
+
+
+class BrokerUnavailableError(PersistingError, ConnectionError):
+    """The broker did not answer within the timeout (is persisting-broker running on that address?)."""
+
+
+class RemoteError(PersistingError):
+    """An error the broker raised for a request that has no local class to map to."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type = type_name
+        super().__init__(f"{type_name}: {message}")
+
+
 class Empty(PersistingError, _stdlib_queue.Empty):
     """Nothing became available within the timeout."""
 
@@ -72,13 +91,16 @@ class Full(PersistingError, _stdlib_queue.Full):
 
 
 __all__ = [
+    "BrokerUnavailableError",
     "ConfigError",
     "CorruptionError",
     "Empty",
     "Full",
     "InvalidRecordError",
     "PersistingError",
+    "ProtocolError",
     "QueueClosedError",
+    "RemoteError",
     "SchemaConflictError",
     "StorageError",
     "TopicLockedError",

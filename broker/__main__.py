@@ -1,0 +1,160 @@
+"""persisting-broker: run the broker in the foreground (``serve``, the default) or ask one for ``status``.
+
+Settings, highest precedence first: command-line flags, ``PERSISTING_*`` environment variables, the TOML file
+given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
+
+    setting             flag                 environment                   default
+    storage_path        --storage-path       PERSISTING_STORAGE_PATH       ./data
+    socket              --socket             PERSISTING_SOCKET             ipc://$XDG_RUNTIME_DIR/persisting/broker.sock
+                                                                           (or <tmp>/persisting-<uid>/broker.sock)
+    max_message_bytes   --max-message-bytes  PERSISTING_MAX_MESSAGE_BYTES  268435456
+    log_level           --log-level          PERSISTING_LOG_LEVEL          INFO
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from persisting import protocol
+from persisting.errors import PersistingError
+
+from .server import Broker
+
+log = logging.getLogger("persisting.broker")
+
+SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level")
+
+
+def default_socket() -> str:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(runtime) / "persisting" if runtime else Path(tempfile.gettempdir()) / f"persisting-{os.getuid()}"
+    return f"ipc://{folder / 'broker.sock'}"
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "storage_path": "./data",
+        "socket": default_socket(),
+        "max_message_bytes": protocol.DEFAULT_MAX_MESSAGE_BYTES,
+        "log_level": "INFO",
+    }
+    config_file = args.config or os.environ.get("PERSISTING_CONFIG")
+    if config_file:
+        with open(config_file, "rb") as f:
+            data = tomllib.load(f)
+        unknown = set(data) - set(SETTINGS)
+        if unknown:
+            raise SystemExit(f"persisting-broker: unknown settings in {config_file}: {sorted(unknown)}")
+        out.update(data)
+    for key in SETTINGS:
+        env = os.environ.get(f"PERSISTING_{key.upper()}")
+        if env:
+            out[key] = env
+        flag = getattr(args, key, None)
+        if flag is not None:
+            out[key] = flag
+    out["max_message_bytes"] = int(out["max_message_bytes"])
+    return out
+
+
+def notify_systemd(message: str) -> None:
+    """sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET (no-op outside systemd)."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(message.encode())
+
+
+def lock_storage(storage_path: Path) -> int:
+    storage_path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(storage_path / "broker.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise SystemExit(
+            f"persisting-broker: another broker (pid {holder}) already serves {storage_path}; "
+            "stop it first or use another --storage-path"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+async def serve(conf: dict[str, Any]) -> None:
+    storage_path = Path(conf["storage_path"]).absolute()
+    address = conf["socket"]
+    if address.startswith("ipc://"):
+        folder = Path(address[len("ipc://") :]).parent
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock_fd = lock_storage(storage_path)
+    broker = Broker(storage_path, address, max_message_bytes=conf["max_message_bytes"])
+    broker.bind()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.stop)
+    print(f"persisting-broker ready on {address} (storage {storage_path}, pid {os.getpid()})", flush=True)
+    notify_systemd("READY=1\nSTATUS=serving")
+    try:
+        await broker.serve()
+    finally:
+        notify_systemd("STOPPING=1")
+        os.close(lock_fd)
+    log.info("stopped cleanly")
+
+
+async def status(conf: dict[str, Any]) -> int:
+    from persisting.remote import Connection
+
+    conn = Connection(conf["socket"])
+    try:
+        hello = await conn.request("hello", {}, timeout=5)
+        topics = (await conn.request("topics", {}, timeout=5)).result
+    except PersistingError as exc:
+        print(f"persisting-broker status: {exc}", file=sys.stderr)
+        return 1
+    info = hello.result
+    print(f"broker pid {info['pid']} on {conf['socket']}, storage {info['storage_path']}")
+    print(f"{'topic':<30} {'records':>12} {'flushed':>12} {'buffered':>10} {'wal bytes':>12}")
+    for t in sorted(topics, key=lambda t: t["name"]):
+        print(f"{t['name']:<30} {t['total_count']:>12} {t['flushed']:>12} {t['buffered']:>10} {t['wal_bytes']:>12}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="persisting-broker", description=__doc__.split("\n")[0])
+    parser.add_argument("command", nargs="?", default="serve", choices=["serve", "status", "stats"])
+    parser.add_argument("--storage-path", dest="storage_path")
+    parser.add_argument("--socket", dest="socket", help="ZeroMQ address, e.g. ipc:///run/persisting/broker.sock")
+    parser.add_argument("--config", help="TOML file with the settings above")
+    parser.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
+    parser.add_argument("--log-level", dest="log_level")
+    args = parser.parse_args(argv)
+    conf = settings(args)
+    logging.basicConfig(
+        level=str(conf["log_level"]).upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if args.command == "serve":
+        asyncio.run(serve(conf))
+    else:
+        raise SystemExit(asyncio.run(status(conf)))
+
+
+if __name__ == "__main__":
+    main()

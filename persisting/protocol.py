@@ -1,0 +1,123 @@
+"""The wire protocol between clients and the broker: one module, one version, one encode/decode pair.
+
+Transport: ZeroMQ, a DEALER per client process, the broker's ROUTER. A message is a list of frames::
+
+    request   [envelope, *buffers]      envelope = msgpack {"v": PROTOCOL_VERSION, "id": int, "op": str, "args": map}
+    reply     [envelope, *buffers]      envelope = msgpack {"v": PROTOCOL_VERSION, "id": int, "ok": bool,
+                                                            "result": any, "error": {"type": str, "message": str}}
+
+Raw payloads (encoded rows) travel as extra frames, never inside the envelope. Nothing is unpickled: envelopes
+are msgpack of plain types, rows are msgpack of storage values (see codec.py). ``decode_*`` raise
+``ProtocolError`` for anything malformed; the broker answers those with an error reply and keeps serving.
+
+Operations (``args``; every topic operation carries ``topic`` and the topic's ``config`` so that a broker that
+restarted reopens the topic on the first request it gets):
+
+    hello      {}                                        -> {"broker": str, "pid": int, "storage_path": str}
+    put_batch  {topic, config, partition, kinds, count, key}   + 1 buffer (rows) -> [first, count]
+    read       {topic, config, offset, limit}            -> {"kinds": map, "count": int} + 1 buffer (rows)
+    wait       {topic, config, index, timeout}           -> bool (a record with index >= index is visible)
+    flush      {topic, config}                           -> None
+    stats      {topic, config}                           -> map
+    count      {topic, config}                           -> int
+    topics     {}                                        -> list of stats maps (the status command)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from .errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+OPS = frozenset({"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"})
+
+
+@dataclass(slots=True)
+class Request:
+    id: int
+    op: str
+    args: dict[str, Any]
+    buffers: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Reply:
+    id: int
+    ok: bool
+    result: Any = None
+    error_type: str = ""
+    error_message: str = ""
+    buffers: list[bytes] = field(default_factory=list)
+
+
+def _envelope(frame: bytes) -> dict[str, Any]:
+    try:
+        env = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise ProtocolError(f"envelope is not valid msgpack: {exc}") from exc
+    if not isinstance(env, dict):
+        raise ProtocolError(f"envelope must be a map, got {type(env).__name__}")
+    version = env.get("v")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version {version!r} is not supported (this side speaks {PROTOCOL_VERSION}); "
+            "upgrade the client and broker to the same persisting release"
+        )
+    if not isinstance(env.get("id"), int):
+        raise ProtocolError("envelope has no integer request id")
+    return env
+
+
+def encode_request(req: Request) -> list[bytes]:
+    env = {"v": PROTOCOL_VERSION, "id": req.id, "op": req.op, "args": req.args}
+    return [msgpack.packb(env, use_bin_type=True), *req.buffers]
+
+
+def decode_request(frames: list[bytes]) -> Request:
+    if not frames:
+        raise ProtocolError("empty message")
+    env = _envelope(frames[0])
+    op, args = env.get("op"), env.get("args", {})
+    if op not in OPS:
+        raise ProtocolError(f"unknown operation {op!r}; known: {sorted(OPS)}")
+    if not isinstance(args, dict):
+        raise ProtocolError("args must be a map")
+    return Request(env["id"], op, args, list(frames[1:]))
+
+
+def encode_reply(reply: Reply) -> list[bytes]:
+    env: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": reply.id, "ok": reply.ok}
+    if reply.ok:
+        env["result"] = reply.result
+    else:
+        env["error"] = {"type": reply.error_type, "message": reply.error_message}
+    return [msgpack.packb(env, use_bin_type=True), *reply.buffers]
+
+
+def decode_reply(frames: list[bytes]) -> Reply:
+    if not frames:
+        raise ProtocolError("empty reply")
+    env = _envelope(frames[0])
+    if env.get("ok") is True:
+        return Reply(env["id"], True, env.get("result"), buffers=list(frames[1:]))
+    error = env.get("error")
+    if not isinstance(error, dict):
+        raise ProtocolError("error reply without an error map")
+    return Reply(env["id"], False, None, str(error.get("type", "")), str(error.get("message", "")))
+
+
+def error_reply(request_id: int, exc: BaseException) -> Reply:
+    return Reply(request_id, False, error_type=type(exc).__name__, error_message=str(exc))
+
+
+def arg(req: Request, name: str, kind: type | tuple[type, ...]) -> Any:
+    """A required argument of the right type, or ProtocolError naming it."""
+    value = req.args.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(f"operation {req.op!r} needs argument {name!r} of type {kind}, got {value!r}")
+    return value

@@ -1,0 +1,201 @@
+"""Broker mode on the client side: a RemoteTopic with the engine's interface, over one DEALER per process.
+
+``Queue`` drives a RemoteTopic exactly as it drives an embedded ``Topic`` (append, read, wait_beyond, flush,
+stats), so the API adds nothing in broker mode. Everything here runs on the background engine loop.
+
+Retries: a request that gets no reply is re-sent with the same request id every ``RESEND_SECONDS`` until its
+timeout. A ``put_batch`` carries an idempotency key, so a re-sent (or late-delivered) put is stored once even
+across a broker restart. After the timeout the call raises ``BrokerUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import uuid
+from typing import Any
+
+import msgpack
+import zmq
+import zmq.asyncio
+
+from . import errors, protocol
+from .codec import EncodedBatch
+from .engine import TopicConfig
+from .protocol import Reply, Request
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
+RESEND_SECONDS = 2.0
+
+_connections: dict[str, Connection] = {}
+
+
+def _forget_connections() -> None:
+    _connections.clear()  # sockets do not survive fork; a child connects anew
+
+
+os.register_at_fork(after_in_child=_forget_connections)
+
+
+def connection(address: str) -> Connection:
+    conn = _connections.get(address)
+    if conn is None:
+        conn = _connections[address] = Connection(address)
+    return conn
+
+
+class Connection:
+    """One DEALER socket to one broker, shared by every RemoteTopic of this process."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._ctx = zmq.asyncio.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(address)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Reply]] = {}
+        self._receiver: asyncio.Task[None] | None = None
+        self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
+
+    def _ensure_receiver(self) -> None:
+        if self._receiver is None or self._receiver.done():
+            self._receiver = asyncio.ensure_future(self._receive())
+
+    async def _receive(self) -> None:
+        while True:
+            frames = await self._sock.recv_multipart()
+            try:
+                reply = protocol.decode_reply(frames)
+            except errors.ProtocolError as exc:
+                log.warning("ignoring a malformed reply from %s: %s", self.address, exc)
+                continue
+            fut = self._pending.get(reply.id)
+            if fut is not None and not fut.done():
+                fut.set_result(reply)
+
+    async def request(
+        self, op: str, args: dict[str, Any], buffers: list[bytes] | None = None, timeout: float | None = None
+    ) -> Reply:
+        self._ensure_receiver()
+        req = Request(next(self._ids), op, args, buffers or [])
+        frames = protocol.encode_request(req)
+        size = sum(len(f) for f in frames)
+        if size > self.max_message_bytes:
+            raise errors.InvalidRecordError(
+                f"this {op} request is {size} bytes, over the broker's limit of {self.max_message_bytes}; "
+                "split the batch (or raise the broker's max message size)"
+            )
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[req.id] = fut
+        deadline = asyncio.get_running_loop().time() + (timeout or REQUEST_TIMEOUT_SECONDS)
+        try:
+            while True:
+                await self._sock.send_multipart(frames)
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    reply = await asyncio.wait_for(asyncio.shield(fut), min(RESEND_SECONDS, left))
+                    return _raise_for(reply)
+        finally:
+            self._pending.pop(req.id, None)
+        raise errors.BrokerUnavailableError(
+            f"no reply from the broker at {self.address} to {op!r} within {timeout or REQUEST_TIMEOUT_SECONDS:.0f} s; "
+            "is persisting-broker running there?"
+        )
+
+
+_ERROR_TYPES: dict[str, type[errors.PersistingError]] = {
+    name: getattr(errors, name) for name in errors.__all__ if name not in ("SchemaConflictError", "RemoteError")
+}
+
+
+def _raise_for(reply: Reply) -> Reply:
+    if reply.ok:
+        return reply
+    cls = _ERROR_TYPES.get(reply.error_type)
+    if cls is not None and cls not in (errors.Empty, errors.Full):
+        raise cls(reply.error_message)
+    if reply.error_type == "SchemaConflictError":
+        raise errors.InvalidRecordError(reply.error_message)
+    raise errors.RemoteError(reply.error_type, reply.error_message)
+
+
+class RemoteTopic:
+    """A topic served by a broker, with the methods of ``engine.Topic`` that ``Queue`` uses."""
+
+    def __init__(self, name: str, address: str, config: TopicConfig) -> None:
+        self.name = name
+        self.address = address
+        self.config = config
+        self.kinds: dict[str, str] = {}
+        self._count = 0
+        self._conn = connection(address)
+        self._wire_config = {
+            "num_buckets": config.num_buckets,
+            "bucket_column": config.bucket_column,
+            "batch_size": config.batch_size,
+            "auto_flush_interval_sec": config.auto_flush_interval_sec,
+            "durability": config.durability,
+        }
+
+    def _args(self, **extra: Any) -> dict[str, Any]:
+        return {"topic": self.name, "config": self._wire_config, **extra}
+
+    async def open(self) -> None:
+        hello = await self._conn.request("hello", {})
+        self._conn.max_message_bytes = int(hello.result.get("max_message_bytes", protocol.DEFAULT_MAX_MESSAGE_BYTES))
+        stats = (await self._conn.request("stats", self._args())).result
+        self.kinds = dict(stats.get("fields", {}))
+        self._count = int(stats.get("total_count", 0))
+
+    async def append(
+        self, batch: EncodedBatch, partition: str, rows_blob: bytes, key: str | None = None
+    ) -> tuple[int, int]:
+        args = self._args(partition=partition, kinds=batch.kinds, count=len(batch.rows), key=key or uuid.uuid4().hex)
+        reply = await self._conn.request("put_batch", args, [rows_blob])
+        first, n = reply.result
+        self.kinds.update(batch.kinds)
+        self._count = max(self._count, first + n)
+        return int(first), int(n)
+
+    async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        reply = await self._conn.request("read", self._args(offset=offset, limit=limit))
+        if len(reply.buffers) != 1:
+            raise errors.ProtocolError("read reply without its rows buffer")
+        rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
+        self.kinds = dict(reply.result["kinds"])
+        self._count = int(reply.result["count"])
+        return rows, self.kinds
+
+    async def wait_beyond(self, index: int, timeout: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            reply = await self._conn.request(
+                "wait", self._args(index=index, timeout=left), timeout=(left or 0) + REQUEST_TIMEOUT_SECONDS
+            )
+            if reply.result or (deadline is not None and loop.time() >= deadline):
+                return bool(reply.result)
+
+    async def flush(self) -> None:
+        await self._conn.request("flush", self._args())
+
+    async def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = (await self._conn.request("stats", self._args())).result
+        result["broker"] = self.address
+        return result
+
+    def count(self) -> int:
+        return self._count
+
+    async def fetch_count(self) -> int:
+        self._count = int((await self._conn.request("count", self._args())).result)
+        return self._count
