@@ -1,4 +1,4 @@
-"""``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``"""
+"""``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``"""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import persisting
+
+from .broker_bench import run_broker_bench
+from .broker_report import render_broker
 from .queue_bench import run_queue_bench
 from .report import FORMATS, render
 
@@ -60,13 +64,80 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--flush-reps", type=int, default=20, help="timed flushes per topic")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    b = sub.add_parser(
+        "broker", help="persisting-broker: put round trip vs raw ZeroMQ; 2x2 processes vs persist-queue SQLiteAckQueue"
+    )
+    b.add_argument("--latency-n", type=int, default=2_000, help="timed sequential requests per latency series")
+    b.add_argument("--warmup", type=int, default=200, help="untimed requests per latency series first")
+    b.add_argument(
+        "--records", type=int, default=200_000, help="records through the broker per 2x2 run (multiple of 200)"
+    )
+    b.add_argument(
+        "--durability",
+        action="append",
+        choices=("sync", "process"),
+        help="2x2 runs through the broker; repeat for several (default: sync and process)",
+    )
+    b.add_argument("--pq-records", type=int, default=20_000, help="records in the persist-queue 2x2 run; 0: skip")
+    b.add_argument("--pq-limit-s", type=float, default=20.0, help="time limit of each persist-queue worker")
+    b.add_argument("--format", choices=FORMATS, default="console")
+    b.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
+
+
+def _meta(args_list: list[str], revision: str, base: Path) -> dict[str, Any]:
+    return {
+        "command": shlex.join([sys.executable, "-m", "bench", *args_list]),
+        "python": f"{platform.python_implementation()} {platform.python_version()} on {platform.platform()}",
+        "cpus": os.cpu_count(),
+        "packages": _versions(),
+        "persisting revision": revision,
+        "records": 'about 100 bytes: {"id": int, "text": 70 random ASCII chars, "score": float}',
+        "work dir": str(base),
+    }
+
+
+def _broker_main(args: argparse.Namespace, args_list: list[str], revision: str) -> int:
+    if args.latency_n < 1 or args.warmup < 0 or args.records < 0 or args.pq_records < 0:
+        raise SystemExit("--latency-n must be at least 1; --warmup, --records and --pq-records at least 0")
+    if args.records % 200:
+        raise SystemExit("--records must be a multiple of 200 (2 producers x put_batch of 100)")
+    durabilities = tuple(dict.fromkeys(args.durability or ["sync", "process"])) if args.records else ()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    # Short: the ipc socket paths live under it (a unix socket path has a limit of 107 bytes).
+    base = Path(tempfile.mkdtemp(prefix="pbb-", dir=args.dir or "/tmp"))
+    try:
+        result = run_broker_bench(
+            base,
+            latency_n=args.latency_n,
+            warmup=args.warmup,
+            records=args.records,
+            durabilities=durabilities,
+            pq_records=args.pq_records - args.pq_records % 2,
+            pq_limit_s=args.pq_limit_s,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    result.meta = _meta(args_list, revision, base)
+    result.meta["persisting imported from"] = str(Path(persisting.__file__).parent)
+    result.meta["broker"] = (
+        f"{sys.executable} -m broker --storage-path {base}/storage --socket ipc://{base}/sock/b.sock"
+    )
+    print(render_broker(result, args.format))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(args_list)
     revision = _git_revision()  # before the run: the code measured is the code imported now
+    if args.bench == "broker":
+        return _broker_main(args, args_list, revision)
     ns = args.n or [10_000]
     if any(n < 1 for n in ns):
         raise SystemExit("--n must be at least 1")
@@ -85,16 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    meta: dict[str, Any] = {
-        "command": shlex.join([sys.executable, "-m", "bench", *args_list]),
-        "python": f"{platform.python_implementation()} {platform.python_version()} on {platform.platform()}",
-        "cpus": os.cpu_count(),
-        "packages": _versions(),
-        "persisting revision": revision,
-        "records": 'about 100 bytes: {"id": int, "text": 70 random ASCII chars, "score": float}',
-        "work dir": str(base),
-    }
-    result.meta = meta
+    result.meta = _meta(args_list, revision, base)
     print(render(result, args.format))
     return 0
 

@@ -52,7 +52,7 @@ from .errors import (
     TopicLockedError,
 )
 from .queue.backend import StorageBackend
-from .wal import WriteAheadLog, fsync_dir
+from .wal import ROTATE_AT_BYTES, WriteAheadLog, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ INDEX_KEY = RESERVED_PREFIX + "index"
 PARTITION_KEY = RESERVED_PREFIX + "partition"
 FORMAT_VERSION = 1
 DURABILITY_MODES = ("sync", "process")
+# Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
+# its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
+IDEMPOTENCY_WINDOW_SECONDS = 120.0
 IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
@@ -208,6 +211,7 @@ class Topic:
         self._flush_error: BaseException | None = None
         self._durable_backend = True
         self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
+        self._kinds_written: dict[str, str] = {}
 
     # -- opening ------------------------------------------------------------------------------------
 
@@ -233,12 +237,12 @@ class Topic:
             partition, new_kinds, key = (*frame.header, None)[:3]
             self.kinds.update(new_kinds)
             if key is not None:
-                self._remember(key, frame.first_index, len(frame.rows))
-            end = frame.first_index + len(frame.rows)
+                self._remember(key, frame.first_index, frame.count)
+            end = frame.first_index + frame.count
             top = max(top, end - 1)
             if end <= self.flushed_upto:
                 continue
-            self._add_chunk(frame.first_index, partition, frame.rows)
+            self._add_chunk(frame.first_index, partition, frame.rows())
         self.next_index = top + 1
         self.visible_upto = self.next_index
         wal.rotate(self.next_index)
@@ -283,6 +287,7 @@ class Topic:
                         "(or use a new topic name)"
                     )
         self.kinds = dict(_read_json(self.path / "schema.json") or {})
+        self._kinds_written = dict(self.kinds)
         state = _read_json(self.path / "state.json") or {}
         self.flushed_upto = int(state.get("flushed_upto", 0))
         self._wal = WriteAheadLog(self.path / "wal", sync=self.config.durability == "sync")
@@ -330,12 +335,12 @@ class Topic:
         if wal is None:
             raise QueueClosedError(f"topic {self.name!r} is not open")
         new_kinds: dict[str, str] = {}
-        for key, kind in batch.kinds.items():
-            stored = self.kinds.get(key)
+        for field_name, kind in batch.kinds.items():
+            stored = self.kinds.get(field_name)
             if stored is None:
-                new_kinds[key] = kind
+                new_kinds[field_name] = kind
             elif stored != kind:
-                raise SchemaConflictError(key, stored, kind)
+                raise SchemaConflictError(field_name, stored, kind)
         n = len(batch.rows)
         if n == 0:
             return self.next_index, 0
@@ -400,7 +405,8 @@ class Topic:
             if wal is None:
                 return
             t0 = time.perf_counter()
-            wal.rotate(self.next_index)
+            if wal.current_bytes() >= ROTATE_AT_BYTES:
+                wal.rotate(self.next_index)
             k = bisect.bisect_left(self._tail_firsts, cut)
             chunks = self._tail[:k]
             per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
@@ -454,10 +460,15 @@ class Topic:
         self._columns[b] = IndexColumn(await self._read_indexes(backend))
 
     def _persist_progress(self, wal: WriteAheadLog, cut: int) -> None:
-        # schema first: once the log is trimmed, frames no longer carry the kinds.
-        write_json_atomic(self.path / "schema.json", self.kinds)
-        write_json_atomic(self.path / "state.json", {"flushed_upto": cut})
-        wal.drop_below(cut)
+        # Before any frame leaves the log: the kinds it carried go to schema.json, and state.json records what
+        # is in the backends (the start-up floor for indexes and the point replay can skip to).
+        if self.kinds != self._kinds_written:
+            write_json_atomic(self.path / "schema.json", self.kinds)
+            self._kinds_written = dict(self.kinds)
+        segments = wal.droppable(cut, IDEMPOTENCY_WINDOW_SECONDS)
+        if segments:
+            write_json_atomic(self.path / "state.json", {"flushed_upto": cut})
+            wal.drop(segments)
 
     async def _maintain(self) -> None:
         for backend in self._backends:
@@ -569,6 +580,10 @@ class Topic:
             if self._flusher is not None:
                 await asyncio.shield(self._flusher)
             await self._flush_once()
+            if self._durable_backend:  # a reopen then skips the log's flushed frames without decoding them
+                await asyncio.to_thread(
+                    write_json_atomic, self.path / "state.json", {"flushed_upto": self.flushed_upto}
+                )
         finally:
             self._closed = True
             self._changed.set()

@@ -19,8 +19,9 @@ Group commit: ``append`` only calls write(2); ``commit`` waits until one fdatasy
 before it, so a burst of concurrent puts shares one sync. In ``process`` durability mode ``commit`` returns at
 once (a write(2) survives the process being killed, not the machine losing power).
 
-The engine rotates to a new segment when it starts a flush and drops a segment once every index it holds is
-stored in the backend, so the log stays as small as the unflushed tail. Replay stops at the first torn or corrupt
+The engine rotates to a new segment when a flush starts and the current one holds ROTATE_AT_BYTES, and drops a
+segment once every index it holds is stored in the backend and it has been idle for the idempotency window, so
+the log stays small and its folder changes rarely. Replay stops at the first torn or corrupt
 frame: that frame was never acknowledged (acks follow the sync), so the segment is truncated there.
 """
 
@@ -31,6 +32,7 @@ import itertools
 import logging
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,13 +50,25 @@ _MAGIC = b"PWAL"
 _HEADER = struct.Struct("<4sIQII")
 _SUFFIX = ".log"
 MAX_FRAME_BYTES = 2**32 - 1
+ROTATE_AT_BYTES = 16 * 1024 * 1024  # a flush starts a new segment once the current one is this large
 
 
 @dataclass(slots=True)
 class Frame:
     first_index: int
-    header: Any  # the engine's per-batch data (partition, new field kinds)
-    rows: list[dict[str, Any]]
+    count: int
+    header: Any  # the engine's per-batch data (partition, new field kinds, idempotency key)
+    rows_blob: bytes
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Decoded on demand: replay reads only the header of frames that are already in Lance."""
+        try:
+            rows = msgpack.unpackb(self.rows_blob, raw=False, strict_map_key=False, use_list=True)
+        except ValueError as exc:
+            raise CorruptionError(f"write-ahead log frame of index {self.first_index} does not decode") from exc
+        if not isinstance(rows, list) or len(rows) != self.count:
+            raise CorruptionError(f"write-ahead log frame of index {self.first_index} does not hold {self.count} rows")
+        return rows
 
 
 @dataclass(slots=True)
@@ -141,16 +155,17 @@ class WriteAheadLog:
         unpacker.feed(memoryview(data)[pos + _HEADER.size : end])
         try:
             header = next(unpacker)
-            rows = next(unpacker)
         except (StopIteration, ValueError) as exc:
             raise CorruptionError(
                 f"write-ahead log frame at byte {pos} passed its checksum but does not decode"
             ) from exc
-        if len(rows) != count:
-            raise CorruptionError(f"write-ahead log frame at byte {pos} holds {len(rows)} rows, header says {count}")
-        return Frame(first, header, rows), end
+        rows_at = pos + _HEADER.size + unpacker.tell()
+        return Frame(first, count, header, bytes(memoryview(data)[rows_at:end])), end
 
     # -- writing ------------------------------------------------------------------------------------
+
+    def current_bytes(self) -> int:
+        return self._current.size if self._current is not None else 0
 
     def rotate(self, start: int) -> None:
         """Start a new segment whose first index is ``start``; the old one is closed once synced."""
@@ -233,20 +248,23 @@ class WriteAheadLog:
         finally:
             self._sync_task = None
 
-    def drop_below(self, flushed_upto: int) -> None:
-        """Delete segments whose every index is below ``flushed_upto`` (already stored in the backend).
-
-        Safe to run in a worker thread: it only lists and unlinks files. A segment still awaiting its
-        fdatasync may be unlinked too; its rows are already synced in Lance, and its descriptor stays valid.
-        """
-        segs = self.segments()
-        dropped = False
-        for (_start, path), (next_start, _) in itertools.pairwise(segs):
-            if next_start > flushed_upto:
+    def droppable(self, flushed_upto: int, keep_seconds: float = 0.0) -> list[Path]:
+        """Segments whose every index is below ``flushed_upto`` (already stored in the backend) and that were
+        last written more than ``keep_seconds`` ago (their frames' idempotency keys still count until then)."""
+        found = []
+        now = time.time()
+        for (_start, path), (next_start, _) in itertools.pairwise(self.segments()):
+            if next_start > flushed_upto or (keep_seconds and now - path.stat().st_mtime < keep_seconds):
                 break
+            found.append(path)
+        return found
+
+    def drop(self, paths: list[Path]) -> None:
+        """Delete segments chosen by ``droppable``. Safe in a worker thread: it only unlinks files. A segment
+        still awaiting its fdatasync may go too; its rows are synced in Lance and its descriptor stays valid."""
+        for path in paths:
             path.unlink()
-            dropped = True
-        if dropped and self.sync:
+        if paths and self.sync:
             fsync_dir(self.directory)
 
     def size_bytes(self) -> int:

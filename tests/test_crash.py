@@ -114,6 +114,8 @@ def _restore_log_state(saved: Path, topic_dir: Path) -> None:
     for name in ("state.json", "schema.json"):
         if (saved / name).exists():
             shutil.copy2(saved / name, topic_dir / name)
+        else:  # it did not exist yet at that moment
+            (topic_dir / name).unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("manifest_lost", [False, True], ids=["commit-landed-unrecorded", "zero-byte-manifest"])

@@ -1,0 +1,190 @@
+"""Rendering a BrokerBenchResult as a plain console table, reStructuredText, or JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .broker_bench import BrokerBenchResult, LatencySeries, Throughput
+from .report import FORMATS, plain_table, rst_table
+
+FLOOR = "zmq-raw"
+LATENCY_HEADERS = ("series", "key", "requests", "p50 us", "p99 us", "mean us", "max us", "p50 vs raw ZMQ")
+THROUGHPUT_HEADERS = (
+    "store",
+    "key",
+    "records",
+    "produced rec/s",
+    "consumed rec/s",
+    "produce s",
+    "consume s",
+    "consumed",
+    "duplicates",
+    "lost",
+    "left",
+    "order",
+    "broker CPU s",
+)
+AIM_HEADERS = ("aim", "measured", "target", "met")
+
+SYNC_P50_AIM_US = 1_000.0
+PROCESS_RATIO_AIM = 3.0
+THROUGHPUT_AIM = 50_000.0
+
+
+def latency_cells(s: LatencySeries, floor: LatencySeries | None) -> list[str]:
+    ratio = f"{s.p50_us / floor.p50_us:.2f}x" if floor is not None else "n/a"
+    return [
+        s.label,
+        s.key,
+        f"{len(s.samples_us):,}",
+        f"{s.p50_us:.1f}",
+        f"{s.p99_us:.1f}",
+        f"{s.mean_us:.1f}",
+        f"{s.max_us:.0f}",
+        ratio,
+    ]
+
+
+def throughput_cells(t: Throughput) -> list[str]:
+    return [
+        t.label,
+        t.key,
+        f"{t.target:,}",
+        f"{t.produce_rate:,.0f}",
+        f"{t.consume_rate:,.0f}",
+        f"{t.produce_s:.2f}",
+        f"{t.consume_s:.2f}",
+        f"{t.consumed:,}",
+        f"{t.duplicates:,}",
+        f"{t.lost:,}",
+        f"{t.left:,}",
+        "-" if t.order_ok is None else "ok" if t.order_ok else "BROKEN",
+        "-" if t.broker_cpu_s is None else f"{t.broker_cpu_s:.2f}",
+    ]
+
+
+def aims(result: BrokerBenchResult) -> list[list[str]]:
+    out = []
+    floor, proc, sync = result.series(FLOOR), result.series("put-process"), result.series("put-sync")
+    if floor is not None and proc is not None:
+        ratio = proc.p50_us / floor.p50_us
+        out.append(
+            [
+                'put p50, durability="process" / raw ZMQ p50',
+                f"{ratio:.2f}x ({proc.p50_us:.0f} / {floor.p50_us:.0f} us)",
+                f"<= {PROCESS_RATIO_AIM:g}x",
+                "yes" if ratio <= PROCESS_RATIO_AIM else "NO",
+            ]
+        )
+    if sync is not None:
+        out.append(
+            [
+                'put p50, durability="sync" (absolute)',
+                f"{sync.p50_us:.0f} us",
+                f"< {SYNC_P50_AIM_US:,.0f} us",
+                "yes" if sync.p50_us < SYNC_P50_AIM_US else "NO",
+            ]
+        )
+    for t in result.throughput:
+        if t.key == "persisting-sync":
+            rate = min(t.produce_rate, t.consume_rate)
+            clean = t.duplicates == 0 and t.lost == 0 and not t.errors
+            out.append(
+                [
+                    "2x2 durable (sync) records/s, min(produced, consumed)",
+                    f"{rate:,.0f}" + ("" if clean else " (with errors, see notes)"),
+                    f">= {THROUGHPUT_AIM:,.0f}",
+                    "yes" if rate >= THROUGHPUT_AIM and clean else "NO",
+                ]
+            )
+    return out
+
+
+def _settings_lines(result: BrokerBenchResult) -> list[str]:
+    lines = [f"{s.key}: {s.label}, {s.settings}" for s in result.latency]
+    lines += [f"{t.key}: {t.label}, {t.settings}" for t in result.throughput]
+    return lines
+
+
+def _notes(result: BrokerBenchResult) -> list[str]:
+    s = result.settings
+    notes = [
+        f"Latency: {s['latency_n']:,} sequential requests per series after {s['warmup']:,} warm-up requests, the "
+        "five series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
+        "p50 vs raw ZMQ = this p50 / the blocking raw echo's p50.",
+        "Throughput: produced rec/s = records acknowledged / (earliest worker start -> last producer done); "
+        "consumed rec/s = distinct records read / (earliest worker start -> last record read). lost = acknowledged "
+        "but never read (nor left in the queue); left = still in the queue after the run; order = each producer's "
+        "records read back in the order it wrote them. broker CPU s = the broker process's user+system CPU time "
+        "over the run (from /proc).",
+    ]
+    for t in result.throughput:
+        for e in t.errors:
+            notes.append(f"{t.key} ERROR: {e}")
+        for n in t.notes:
+            notes.append(f"{t.key}: {n}")
+    clean = "" if result.broker_exit == 0 else " (NOT a clean exit)"
+    notes.append(
+        f"Broker stop (SIGTERM; it flushes its topics): {result.broker_stop_s:.2f} s, exit code {result.broker_exit}"
+        f"{clean}."
+    )
+    if result.broker_log:
+        notes.append(f"Broker log lines at WARNING or above (or checks that failed): {len(result.broker_log)}")
+        notes += [f"  {line}" for line in result.broker_log[:10]]
+    notes.append(
+        f"Whole run: {result.wall_s:.1f} s wall. Timings are from one run on a shared machine: compare ratios "
+        "within it, not across runs."
+    )
+    return notes
+
+
+def render_broker(result: BrokerBenchResult, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(to_json(result), indent=2)
+    meta = [f"{k}: {v}" for k, v in result.meta.items()]
+    floor = result.series(FLOOR)
+    lat_rows = [latency_cells(s, floor) for s in result.latency]
+    tp_rows = [throughput_cells(t) for t in result.throughput]
+    aim_rows = aims(result)
+    if fmt == "console":
+        parts = [*meta, "", plain_table(LATENCY_HEADERS, lat_rows)]
+        if tp_rows:
+            parts += ["", plain_table(THROUGHPUT_HEADERS, tp_rows)]
+        if aim_rows:
+            parts += ["", plain_table(AIM_HEADERS, aim_rows)]
+        parts += ["", *_settings_lines(result), "", *_notes(result)]
+        return "\n".join(parts)
+    if fmt != "rst":
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    parts = ["Broker benchmark", "================", ""]
+    parts += [f"- {line}" for line in meta] + ["", "Round trip of one record", "------------------------", ""]
+    parts += [rst_table(LATENCY_HEADERS, lat_rows), ""]
+    if tp_rows:
+        parts += ["2 producers x 2 consumers", "-------------------------", ""]
+        parts += [rst_table(THROUGHPUT_HEADERS, tp_rows), ""]
+    if aim_rows:
+        parts += ["Aims", "----", "", rst_table(AIM_HEADERS, aim_rows), ""]
+    parts += ["Settings", "--------", ""] + [f"- {line}" for line in _settings_lines(result)] + [""]
+    parts += ["Notes", "-----", ""] + [f"- {line}" for line in _notes(result)]
+    return "\n".join(parts)
+
+
+def to_json(result: BrokerBenchResult) -> dict[str, Any]:
+    floor = result.series(FLOOR)
+    latency = []
+    for s in result.latency:
+        row = s.to_json()
+        row["p50_vs_raw_zmq"] = s.p50_us / floor.p50_us if floor is not None else None
+        latency.append(row)
+    return {
+        "meta": result.meta,
+        "settings": result.settings,
+        "wall_s": result.wall_s,
+        "latency": latency,
+        "throughput": [t.to_json() for t in result.throughput],
+        "aims": [dict(zip(AIM_HEADERS, row, strict=True)) for row in aims(result)],
+        "broker_stop_s": result.broker_stop_s,
+        "broker_exit": result.broker_exit,
+        "broker_log": result.broker_log,
+    }

@@ -1,0 +1,61 @@
+"""Start the real broker as a subprocess for tests (wait for its ready line; stop with SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class BrokerProcess:
+    storage: Path
+    address: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> float:
+        """Start and wait for the ready line; returns seconds to ready."""
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", "--storage-path", str(self.storage), "--socket", self.address],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if b"ready" not in line:
+            err = self.proc.stderr.read() if self.proc.stderr else b""
+            raise AssertionError(f"broker did not start: {line!r} {err.decode()[-2000:]}")
+        return time.monotonic() - t0
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        self.stderr = err.decode()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def ensure_dead(self) -> None:
+        """Teardown: never leave a broker running after a test, whatever happened in it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
+
+
+def make_broker(tmp_path: Path) -> BrokerProcess:
+    # ipc paths are limited to ~107 bytes: keep the socket short
+    sock_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"pb-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    sock_dir.mkdir(mode=0o700)
+    return BrokerProcess(tmp_path / "data", f"ipc://{sock_dir}/b.sock")

@@ -1,0 +1,293 @@
+"""The broker as a real subprocess: many client processes, wake-up, kill -9 recovery, bad input, status."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+from persisting import InvalidRecordError, Queue, SyncQueue
+from persisting.protocol import PROTOCOL_VERSION
+
+from .broker_fixture import BrokerProcess, make_broker
+
+WORKER = Path(__file__).with_name("broker_client_worker.py")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def unstarted(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = make_broker(tmp_path)
+    try:
+        yield b
+    finally:
+        b.ensure_dead()
+
+
+@pytest.fixture
+def broker(unstarted: BrokerProcess) -> Iterator[BrokerProcess]:
+    ready_s = unstarted.start()
+    print(f"\nbroker ready in {ready_s * 1000:.0f} ms")
+    yield unstarted
+    if unstarted.proc is not None and unstarted.proc.poll() is None:
+        assert unstarted.stop() == 0
+
+
+def _client(address: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), address, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_clean_stop_flushes_and_removes_the_socket(unstarted: BrokerProcess) -> None:
+    b = unstarted
+    b.start()
+    sock = Path(b.address[len("ipc://") :])
+    assert sock.exists() and (sock.stat().st_mode & 0o077) == 0  # the service user only
+    with SyncQueue("t", broker=b.address, batch_size=10**6) as q:
+        q.put_batch([{"id": i} for i in range(100)])
+    t0 = time.monotonic()
+    assert b.stop() == 0
+    print(f"stopped in {time.monotonic() - t0:.2f} s")
+    assert not sock.exists()
+    assert "stopped cleanly" in b.stderr
+    with SyncQueue("t", storage_path=b.storage) as q:  # embedded mode reads what the broker flushed
+        assert len(q) == 100 and q.stats()["buffered"] == 0
+
+
+def test_the_whole_api_through_the_broker(broker: BrokerProcess) -> None:
+    async def main() -> None:
+        async with Queue("api", broker=broker.address) as q:
+            await q.put({"id": 1, "score": 0.5, "tags": ["a", ("b", 2)]})
+            await q.put_batch([{"id": i, "score": float(i)} for i in range(2, 102)])
+            assert len(q) == 101
+            rows = await q.get(limit=2, offset=0)
+            assert rows == [{"id": 1, "score": 0.5, "tags": ["a", ("b", 2)]}, {"id": 2, "score": 2.0}]
+            assert sum([len(c) async for c in q.stream(limit=1000)]) == 101
+            with pytest.raises(InvalidRecordError, match="'score' is stored as float"):
+                await q.put({"id": 200, "score": 1})
+            with pytest.raises(InvalidRecordError, match="set"):
+                await q.put({"id": 201, "s": {1}})
+            await q.flush()
+            st = await q.stats()
+            assert st["total_count"] == 101 and st["flushed"] == 101 and st["broker"] == broker.address
+        with SyncQueue("api", broker=broker.address) as sq:
+            assert len(sq) == 101
+
+    asyncio.run(main())
+
+
+def test_several_producer_and_consumer_processes(broker: BrokerProcess) -> None:
+    producers = [_client(broker.address, "produce", "mp", f"p{w}", "2000", "50") for w in range(3)]
+    consumers = [_client(broker.address, "consume", "mp", "6000", "20") for _ in range(2)]
+    acked: set[str] = set()
+    for p in producers:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()[-2000:]
+        for line in out.decode().splitlines():
+            acked.update(line.split()[1:])
+    assert len(acked) == 6000
+    for c in consumers:
+        out, err = c.communicate(timeout=120)
+        assert c.returncode == 0, err.decode()[-2000:]
+        got = [line.split()[1] for line in out.decode().splitlines() if line.startswith("GOT ")]
+        assert len(got) == len(set(got)) == 6000, "a consumer saw a record twice or missed one"
+        assert set(got) == acked
+        for w in range(3):  # each producer's records stay in its order
+            ks = [int(x.split(":")[1]) for x in got if x.startswith(f"p{w}:")]
+            assert ks == sorted(ks)
+
+
+def test_stream_wakes_up_across_processes(broker: BrokerProcess) -> None:
+    latencies = []
+    with SyncQueue("wake", broker=broker.address) as q:
+        for n in range(5):
+            waiter = _client(broker.address, "wake", "wake", str(len(q)))
+            assert waiter.stdout is not None
+            assert waiter.stdout.readline().startswith(b"WAITING")
+            time.sleep(0.3)  # let it block in its long-poll
+            t0 = time.monotonic()
+            q.put({"id": n})
+            out, err = waiter.communicate(timeout=30)
+            assert waiter.returncode == 0, err.decode()[-2000:]
+            woke = float(out.decode().split()[1])
+            latencies.append(woke - t0)
+    print(f"cross-process wake-up after put returned: {[f'{x * 1000:.2f} ms' for x in latencies]}")
+    assert all(x < 5 for x in latencies)  # liveness only: the figure is measured in bench/
+
+
+def test_kill_9_of_the_broker_under_load_then_restart(unstarted: BrokerProcess, seed: int) -> None:
+    rng = random.Random(seed)
+    b = unstarted
+    b.start()
+    env = {"PERSISTING_REQUEST_TIMEOUT": "120"}  # producers ride out the broker's absence
+    producers = [_client(b.address, "produce", "k9", f"p{w}", "20000", "20", env=env) for w in range(2)]
+    kills_under_load = 0
+    for round_no in range(3):
+        time.sleep(rng.uniform(0.3, 1.5))
+        alive = sum(p.poll() is None for p in producers)
+        b.kill()
+        kills_under_load += alive > 0
+        print(f"round {round_no}: broker killed with {alive} producers running")
+        time.sleep(rng.uniform(0.0, 0.5))
+        b.start()
+    acked: set[str] = set()
+    for p in producers:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-3000:]
+        for line in out.decode().splitlines():
+            acked.update(line.split()[1:])
+    assert kills_under_load >= 1
+    assert len(acked) == 40_000  # every put eventually succeeded
+    with SyncQueue("k9", broker=b.address) as q:
+        ids = [r["id"] for chunk in q.stream() for r in chunk]
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} records stored twice"
+    assert set(ids) == acked
+    assert b.stop() == 0
+
+
+def test_kill_9_of_a_client_does_not_disturb_others(broker: BrokerProcess) -> None:
+    victim = _client(broker.address, "produce", "kc", "victim", "100000", "10")
+    time.sleep(1.0)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=30)
+    with SyncQueue("kc", broker=broker.address) as q:
+        before = len(q)
+        q.put({"id": "after"})
+        assert len(q) == before + 1
+
+
+def _raw(address: str, frames: list[bytes], expect_reply: bool = True) -> dict[str, object] | None:
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVTIMEO, 5000)
+    s.connect(address)
+    try:
+        s.send_multipart(frames)
+        if not expect_reply:
+            return None
+        reply = s.recv_multipart()
+        env = msgpack.unpackb(reply[0], raw=False)
+        assert isinstance(env, dict)
+        return env
+    finally:
+        s.close()
+
+
+def test_bad_input_gets_error_replies_and_the_broker_keeps_serving(broker: BrokerProcess, seed: int) -> None:
+    rng = random.Random(seed)
+    v = PROTOCOL_VERSION
+    cfg = {"num_buckets": 4}
+    cases: list[list[bytes]] = [
+        [b"\xc1garbage"],
+        [msgpack.packb([1, 2, 3])],
+        [msgpack.packb({"v": 999, "id": 1, "op": "hello", "args": {}})],
+        [msgpack.packb({"v": v, "id": 2, "op": "drop_tables", "args": {}})],
+        [msgpack.packb({"v": v, "id": 3, "op": "read", "args": {"topic": "f", "config": cfg}})],
+        [msgpack.packb({"v": v, "id": 4, "op": "read", "args": {"topic": "f", "config": {"num_buckets": "x"}}})],
+        [msgpack.packb({"v": v, "id": 5, "op": "put_batch", "args": {"topic": "f", "config": cfg}})],
+        [
+            msgpack.packb(
+                {
+                    "v": v,
+                    "id": 6,
+                    "op": "put_batch",
+                    "args": {
+                        "topic": "f",
+                        "config": cfg,
+                        "partition": "p",
+                        "kinds": {"a": "int"},
+                        "count": 1,
+                        "key": "k",
+                    },
+                }
+            ),
+            msgpack.packb([{"a": "not an int"}]),
+        ],
+        [
+            msgpack.packb(
+                {
+                    "v": v,
+                    "id": 7,
+                    "op": "put_batch",
+                    "args": {"topic": "f", "config": cfg, "partition": "p", "kinds": {}, "count": 1, "key": "k2"},
+                }
+            ),
+            msgpack.packb([{"_persisting_index": 5}]),
+        ],
+        [
+            msgpack.packb(
+                {"v": v, "id": 8, "op": "wait", "args": {"topic": "f", "config": cfg, "index": 0, "timeout": "soon"}}
+            )
+        ],
+    ]
+    for frames in cases:
+        env = _raw(broker.address, frames)
+        assert env is not None and env["ok"] is False, (frames, env)
+        assert env["error"]["message"]  # type: ignore[index]
+    for _ in range(200):  # random bytes, random frame counts
+        frames = [rng.randbytes(rng.randrange(0, 200)) for _ in range(rng.randrange(1, 4))]
+        _raw(broker.address, frames, expect_reply=False)
+    assert broker.proc is not None and broker.proc.poll() is None
+    with SyncQueue("f", broker=broker.address) as q:
+        q.put({"a": 1})
+        assert q.get() == [{"a": 1}]
+
+
+def test_second_broker_on_the_same_storage_is_refused(broker: BrokerProcess) -> None:
+    other = subprocess.run(
+        [sys.executable, "-m", "broker", "--storage-path", str(broker.storage), "--socket", broker.address + "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert other.returncode != 0 and "another broker" in other.stderr
+
+
+def test_status_command(broker: BrokerProcess) -> None:
+    with SyncQueue("shown", broker=broker.address) as q:
+        q.put_batch([{"id": i} for i in range(7)])
+    out = subprocess.run(
+        [sys.executable, "-m", "broker", "status", "--socket", broker.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "shown" in out.stdout and " 7 " in out.stdout
+
+
+def test_a_broker_that_is_down_gives_a_clear_error(tmp_path: Path) -> None:
+    code = (
+        "from persisting import Queue, BrokerUnavailableError\nimport asyncio\n"
+        "async def m():\n"
+        "    try:\n"
+        f"        await Queue('x', broker='ipc://{tmp_path}/nobody.sock').put({{'id': 1}})\n"
+        "    except BrokerUnavailableError as e:\n"
+        "        print('UNAVAILABLE', e)\n"
+        "asyncio.run(m())\n"
+    )
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PERSISTING_REQUEST_TIMEOUT": "1.5"},
+    )
+    assert out.stdout.startswith("UNAVAILABLE") and "persisting-broker" in out.stdout, out.stderr
+    assert time.monotonic() - t0 < 30
