@@ -69,15 +69,19 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def notify_systemd(message: str) -> None:
-    """sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET (no-op outside systemd)."""
+    """sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET (no-op outside systemd). A broken
+    notify socket is logged, never fatal: the broker serves whether or not systemd hears it."""
     address = os.environ.get("NOTIFY_SOCKET")
     if not address:
         return
     if address.startswith("@"):
         address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.connect(address)
-        sock.sendall(message.encode())
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+    except OSError as exc:
+        log.warning("could not notify systemd at %s: %s", os.environ.get("NOTIFY_SOCKET"), exc)
 
 
 def lock_storage(storage_path: Path) -> int:
@@ -107,14 +111,18 @@ async def serve(conf: dict[str, Any]) -> None:
     broker = Broker(storage_path, address, max_message_bytes=conf["max_message_bytes"])
     broker.bind()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        notify_systemd("STOPPING=1")
+        broker.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, broker.stop)
+        loop.add_signal_handler(sig, on_signal)
     print(f"persisting-broker ready on {address} (storage {storage_path}, pid {os.getpid()})", flush=True)
     notify_systemd("READY=1\nSTATUS=serving")
     try:
         await broker.serve()
     finally:
-        notify_systemd("STOPPING=1")
         os.close(lock_fd)
     log.info("stopped cleanly")
 

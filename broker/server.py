@@ -53,6 +53,7 @@ class Broker:
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self._serving: asyncio.Task[Any] | None = None
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
 
@@ -76,27 +77,28 @@ class Broker:
         self._sock = sock
 
     def stop(self) -> None:
+        """Stop taking requests; serve() then closes every topic (flushing it) and returns."""
         self._stop.set()
+        if self._serving is not None:
+            self._serving.cancel()
 
     async def serve(self) -> None:
         """Answer requests until stop(); then close every topic (flushing it) and the socket."""
         sock = self._sock
         if sock is None:
             raise RuntimeError("bind() first")
-        stopping = asyncio.ensure_future(self._stop.wait())
+        self._serving = asyncio.current_task()
         try:
             while not self._stop.is_set():
-                receiving = asyncio.ensure_future(sock.recv_multipart())
-                done, _ = await asyncio.wait({receiving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if receiving not in done:
-                    receiving.cancel()
-                    break
-                frames = receiving.result()
+                frames = await sock.recv_multipart()
                 task = asyncio.ensure_future(self._handle(frames))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+        except asyncio.CancelledError:
+            if not self._stop.is_set():
+                raise
         finally:
-            stopping.cancel()
+            self._serving = None
             await self.close()
 
     async def close(self) -> None:

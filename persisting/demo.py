@@ -1,4 +1,4 @@
-"""The demo: an embedded queue on ./data, a producer and a consumer coroutine, a reopen.
+"""The demo: an embedded queue on ./data, then a broker on the same storage with producer and consumer processes.
 
 Run with ``./dev demo`` (or ``python -m persisting.demo [--storage-path DIR] [--records N]``).
 """
@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 
 from . import Queue, SyncQueue
@@ -55,12 +60,73 @@ async def demo(storage_path: str, n_records: int) -> None:
         print(f"reopened with SyncQueue: {len(sq)} records, next global index {sq.stats()['next_index']}")
 
 
+async def produce(address: str, worker: int, n: int) -> None:
+    async with Queue("demo-broker", broker=address) as q:
+        for start in range(0, n, 100):
+            await q.put_batch([{"id": f"{worker}:{i}", "reward": i / n} for i in range(start, min(n, start + 100))])
+
+
+async def consume(address: str, offset: int, n: int) -> None:
+    seen = 0
+    async with Queue("demo-broker", broker=address) as q:
+        async for chunk in q.stream(offset=offset, wait=True, timeout=5.0):
+            seen += len(chunk)
+            if seen >= n:
+                break
+    print(f"  consumer {os.getpid()}: read {seen} records", flush=True)
+
+
+def broker_demo(storage_path: str, n_per_producer: int) -> None:
+    folder = tempfile.mkdtemp(prefix="persisting-demo-")
+    address = f"ipc://{folder}/broker.sock"
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "broker", "--storage-path", storage_path, "--socket", address, "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert broker.stdout is not None
+    t0 = time.perf_counter()
+    print(broker.stdout.readline().strip(), f"({(time.perf_counter() - t0) * 1000:.0f} ms)")
+    try:
+        with SyncQueue("demo-broker", broker=address) as q:
+            offset = len(q)
+        me = [sys.executable, "-m", "persisting.demo", "--worker"]
+        t0 = time.perf_counter()
+        consumers = [
+            subprocess.Popen([*me, "consume", address, str(offset), str(2 * n_per_producer)]) for _ in range(2)
+        ]
+        producers = [subprocess.Popen([*me, "produce", address, str(w), str(n_per_producer)]) for w in range(2)]
+        for p in producers:
+            p.wait()
+        produced_s = time.perf_counter() - t0
+        for c in consumers:
+            c.wait()
+        total = 2 * n_per_producer
+        print(
+            f"2 producer processes put {total} records durably through the broker in {produced_s:.2f} s "
+            f"({total / produced_s:,.0f} records/s); 2 consumer processes each streamed all of them "
+            f"({time.perf_counter() - t0:.2f} s end to end)"
+        )
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        code = broker.wait(timeout=120)
+        print(f"broker stopped with exit code {code} (it flushed every topic first)")
+        os.rmdir(folder)  # the broker removed its socket file
+
+
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        role, address, a, b = sys.argv[2:6]
+        asyncio.run(produce(address, int(a), int(b)) if role == "produce" else consume(address, int(a), int(b)))
+        return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--storage-path", default="./data")
     parser.add_argument("--records", type=int, default=50_000)
     args = parser.parse_args()
+    print("== embedded mode ==")
     asyncio.run(demo(args.storage_path, args.records))
+    print("== broker mode ==")
+    broker_demo(args.storage_path, args.records // 2)
 
 
 if __name__ == "__main__":
