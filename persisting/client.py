@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _loop, codec
 from .engine import BackendFactory, Topic, TopicConfig
@@ -20,6 +20,7 @@ from .queue.lance_backend import LanceBackend
 from .queue.persisting_backend import PersistingBackend
 from .remote import RemoteTopic
 
+T = TypeVar("T")
 ZEROCOPY_MODES = ("auto", "force", "off")
 OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
 
@@ -138,7 +139,7 @@ class Queue:
         if self._topic is None:
             if self.broker is not None:
                 remote = RemoteTopic(self.name, self.broker, self._config)
-                await _loop.call(remote.open())
+                await remote.open()  # broker mode runs on the caller's loop
                 self._topic = remote
             else:
                 self._topic = await _loop.call(
@@ -186,12 +187,12 @@ class Queue:
             batch, blob = await asyncio.to_thread(_encode, records, topic.kinds)
         else:
             batch, blob = _encode(records, topic.kinds)
-        await _loop.call(topic.append(batch, partition_id, blob))
+        await _on(topic, topic.append(batch, partition_id, blob))
 
     async def flush(self) -> None:
         """Move everything acknowledged so far into Lance (puts are already durable without this)."""
         topic = await self._engine()
-        await _loop.call(topic.flush())
+        await _on(topic, topic.flush())
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -205,7 +206,7 @@ class Queue:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{label} must be an int >= 0, got {v!r}")
         topic = await self._engine()
-        rows, kinds = await _loop.call(topic.read(offset, limit))
+        rows, kinds = await _on(topic, topic.read(offset, limit))
         if len(rows) > OFFLOAD_RECORDS:
             records = await asyncio.to_thread(_decode, rows, kinds)
         else:
@@ -237,12 +238,12 @@ class Queue:
             if not wait:
                 return
             topic = await self._engine()
-            if not await _loop.call(topic.wait_beyond(pos, timeout)):
+            if not await _on(topic, topic.wait_beyond(pos, timeout)):
                 return
 
     async def stats(self) -> dict[str, Any]:
         topic = await self._engine()
-        out: dict[str, Any] = await _loop.call(topic.stats())
+        out: dict[str, Any] = await _on(topic, topic.stats())
         out["zerocopy_mode"] = self.zerocopy_mode
         if self.enable_metrics and isinstance(topic, Topic):
             m = topic.metrics
@@ -268,6 +269,11 @@ class Queue:
         if isinstance(topic, RemoteTopic) and not _loop.on_engine_loop():
             return _loop.run(topic.fetch_count())
         return topic.count()
+
+
+def _on(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
+    """Where a topic's coroutine runs: an embedded engine on its loop, a broker client on the caller's."""
+    return coro if isinstance(topic, RemoteTopic) else _loop.call(coro)
 
 
 def _encode(records: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> tuple[codec.EncodedBatch, bytes]:

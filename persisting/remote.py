@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
 
-_connections: dict[str, Connection] = {}
+# One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
+# the background loop (a thread hop costs about as much as the ZeroMQ round trip itself).
+_connections: dict[tuple[int, str], tuple[asyncio.AbstractEventLoop, Connection]] = {}
 
 
 def _forget_connections() -> None:
@@ -43,10 +45,15 @@ os.register_at_fork(after_in_child=_forget_connections)
 
 
 def connection(address: str) -> Connection:
-    conn = _connections.get(address)
-    if conn is None:
-        conn = _connections[address] = Connection(address)
-    return conn
+    loop = asyncio.get_running_loop()
+    entry = _connections.get((id(loop), address))
+    if entry is None or entry[0] is not loop:
+        for key, (other, conn) in list(_connections.items()):
+            if other.is_closed():  # asyncio.run() finished: its sockets can go
+                conn.close()
+                del _connections[key]
+        entry = _connections[(id(loop), address)] = (loop, Connection(address))
+    return entry[1]
 
 
 class Connection:
@@ -62,6 +69,9 @@ class Connection:
         self._pending: dict[int, asyncio.Future[Reply]] = {}
         self._receiver: asyncio.Task[None] | None = None
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
 
     def _ensure_receiver(self) -> None:
         if self._receiver is None or self._receiver.done():
@@ -136,7 +146,6 @@ class RemoteTopic:
         self.config = config
         self.kinds: dict[str, str] = {}
         self._count = 0
-        self._conn = connection(address)
         self._wire_config = {
             "num_buckets": config.num_buckets,
             "bucket_column": config.bucket_column,
@@ -144,6 +153,10 @@ class RemoteTopic:
             "auto_flush_interval_sec": config.auto_flush_interval_sec,
             "durability": config.durability,
         }
+
+    @property
+    def _conn(self) -> Connection:
+        return connection(self.address)
 
     def _args(self, **extra: Any) -> dict[str, Any]:
         return {"topic": self.name, "config": self._wire_config, **extra}
