@@ -19,7 +19,8 @@ import zmq
 import zmq.asyncio
 
 from persisting import codec, protocol
-from persisting.engine import DURABILITY_MODES, Topic, TopicConfig
+from persisting.config import DURABILITY_MODES, TopicConfig
+from persisting.engine import Topic
 from persisting.errors import ConfigError, PersistingError, ProtocolError
 from persisting.protocol import Reply, Request, arg
 from persisting.queue.lance_backend import LanceBackend

@@ -29,20 +29,19 @@ import asyncio
 import bisect
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .codec import RESERVED_PREFIX, EncodedBatch
+from .config import Metrics, TopicConfig
 from .errors import (
     ConfigError,
     CorruptionError,
@@ -51,89 +50,21 @@ from .errors import (
     StorageError,
     TopicLockedError,
 )
+from .layout import IndexColumn, bucket_of, read_json, topic_dirname, write_json_atomic
 from .queue.backend import StorageBackend
-from .wal import ROTATE_AT_BYTES, WriteAheadLog, fsync_dir
+from .wal import ROTATE_AT_BYTES, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
 INDEX_KEY = RESERVED_PREFIX + "index"
 PARTITION_KEY = RESERVED_PREFIX + "partition"
 FORMAT_VERSION = 1
-DURABILITY_MODES = ("sync", "process")
 # Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
 # its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
 IDEMPOTENCY_WINDOW_SECONDS = 120.0
 IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
-
-
-def topic_dirname(name: str) -> str:
-    """A folder name for a topic: injective (so topics never collide) and safe on every filesystem."""
-    out = []
-    for ch in name:
-        if ch.isascii() and (ch.isalnum() or ch in "-_"):
-            out.append(ch)
-        else:
-            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8")))
-    return "".join(out)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise CorruptionError(f"{path} is not valid JSON: {exc}") from exc
-
-
-def bucket_of(value: Any, index: int, num_buckets: int) -> int:
-    if value is None:
-        return index % num_buckets
-    if isinstance(value, bytes):
-        key = value
-    elif isinstance(value, str):
-        key = value.encode("utf-8")
-    else:
-        key = repr(value).encode("ascii")  # bool, int, float: repr is stable across runs
-    return zlib.crc32(key) % num_buckets
-
-
-class IndexColumn:
-    """Sorted global indexes of one bucket, by position: a growable int64 array (8 bytes per row)."""
-
-    def __init__(self, values: list[int] | None = None) -> None:
-        self._data = np.asarray(values or [], dtype=np.int64)
-        self._n = len(self._data)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def extend(self, values: list[int]) -> None:
-        need = self._n + len(values)
-        if need > len(self._data):
-            grown = np.empty(max(need, 2 * len(self._data), 1024), dtype=np.int64)
-            grown[: self._n] = self._data[: self._n]
-            self._data = grown
-        self._data[self._n : need] = values
-        self._n = need
-
-    def view(self) -> np.ndarray:
-        return self._data[: self._n]
-
-    def last(self) -> int:
-        return int(self._data[self._n - 1]) if self._n else -1
 
 
 @dataclass(slots=True)
@@ -144,43 +75,6 @@ class _Chunk:
     partition: str
     rows: list[dict[str, Any]]
     buckets: list[int]
-
-
-@dataclass(slots=True)
-class Metrics:
-    puts: int = 0
-    records_put: int = 0
-    gets: int = 0
-    records_read: int = 0
-    flushes: int = 0
-    records_flushed: int = 0
-    flush_seconds: float = 0.0
-    commit_seconds: float = 0.0
-    started: float = field(default_factory=time.time)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
-    num_buckets: int = 4
-    bucket_column: str = "id"
-    batch_size: int = 100
-    auto_flush_interval_sec: float = 0.0
-    durability: str = "sync"
-    backend_kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        if not isinstance(self.num_buckets, int) or not 1 <= self.num_buckets <= 4096:
-            raise ConfigError(f"num_buckets must be an int from 1 to 4096, got {self.num_buckets!r}")
-        if not isinstance(self.bucket_column, str) or not self.bucket_column:
-            raise ConfigError(f"bucket_column must be a non-empty str, got {self.bucket_column!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
-        if not isinstance(self.auto_flush_interval_sec, int | float) or self.auto_flush_interval_sec < 0:
-            raise ConfigError(
-                f"auto_flush_interval_sec must be a number >= 0 (0 disables it), got {self.auto_flush_interval_sec!r}"
-            )
-        if self.durability not in DURABILITY_MODES:
-            raise ConfigError(f"durability must be one of {DURABILITY_MODES}, got {self.durability!r}")
 
 
 class Topic:
@@ -275,7 +169,7 @@ class Topic:
             "bucket_column": self.config.bucket_column,
             "backend": self.backend_name,
         }
-        stored = _read_json(self.path / "topic.json")
+        stored = read_json(self.path / "topic.json")
         if stored is None:
             write_json_atomic(self.path / "topic.json", meta)
         else:
@@ -286,9 +180,9 @@ class Topic:
                         f"this Queue asks for {key}={meta[key]!r}; pass the stored value "
                         "(or use a new topic name)"
                     )
-        self.kinds = dict(_read_json(self.path / "schema.json") or {})
+        self.kinds = dict(read_json(self.path / "schema.json") or {})
         self._kinds_written = dict(self.kinds)
-        state = _read_json(self.path / "state.json") or {}
+        state = read_json(self.path / "state.json") or {}
         self.flushed_upto = int(state.get("flushed_upto", 0))
         self._wal = WriteAheadLog(self.path / "wal", sync=self.config.durability == "sync")
         kwargs = dict(self.config.backend_kwargs)

@@ -24,7 +24,7 @@ import zmq.asyncio
 
 from . import errors, protocol
 from .codec import EncodedBatch
-from .engine import TopicConfig
+from .config import TopicConfig
 from .protocol import Reply, Request
 
 log = logging.getLogger(__name__)
