@@ -11,7 +11,6 @@ across a broker restart. After the timeout the call raises ``BrokerUnavailableEr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -101,24 +100,38 @@ class Connection:
                 f"this {op} request is {size} bytes, over the broker's limit of {self.max_message_bytes}; "
                 "split the batch (or raise the broker's max message size)"
             )
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Reply] = loop.create_future()
         self._pending[req.id] = fut
-        deadline = asyncio.get_running_loop().time() + (timeout or REQUEST_TIMEOUT_SECONDS)
+        limit = timeout or REQUEST_TIMEOUT_SECONDS
+        deadline = loop.time() + limit
+        timer: asyncio.TimerHandle | None = None
+
+        def resend() -> None:
+            # A timer, not wait_for: the common case (a reply within RESEND_SECONDS) then costs one await.
+            nonlocal timer
+            if fut.done():
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                fut.set_exception(
+                    errors.BrokerUnavailableError(
+                        f"no reply from the broker at {self.address} to {op!r} within {limit:.0f} s; "
+                        "is persisting-broker running there?"
+                    )
+                )
+                return
+            self._sock.send_multipart(frames)  # queued by ZeroMQ; delivered once the broker is back
+            timer = loop.call_later(min(RESEND_SECONDS, left), resend)
+
+        await self._sock.send_multipart(frames)
+        timer = loop.call_later(min(RESEND_SECONDS, limit), resend)
         try:
-            while True:
-                await self._sock.send_multipart(frames)
-                left = deadline - asyncio.get_running_loop().time()
-                if left <= 0:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    reply = await asyncio.wait_for(asyncio.shield(fut), min(RESEND_SECONDS, left))
-                    return _raise_for(reply)
+            return _raise_for(await fut)
         finally:
+            if timer is not None:
+                timer.cancel()
             self._pending.pop(req.id, None)
-        raise errors.BrokerUnavailableError(
-            f"no reply from the broker at {self.address} to {op!r} within {timeout or REQUEST_TIMEOUT_SECONDS:.0f} s; "
-            "is persisting-broker running there?"
-        )
 
 
 _ERROR_TYPES: dict[str, type[errors.PersistingError]] = {
