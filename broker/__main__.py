@@ -9,6 +9,7 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
                                                                            (or <tmp>/persisting-<uid>/broker.sock)
     max_message_bytes   --max-message-bytes  PERSISTING_MAX_MESSAGE_BYTES  268435456
     log_level           --log-level          PERSISTING_LOG_LEVEL          INFO
+    socket_mode         --socket-mode        PERSISTING_SOCKET_MODE        0600 (0660: the group may connect)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .server import Broker
 
 log = logging.getLogger("persisting.broker")
 
-SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level")
+SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode")
 
 
 def default_socket() -> str:
@@ -48,6 +49,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "socket": default_socket(),
         "max_message_bytes": protocol.DEFAULT_MAX_MESSAGE_BYTES,
         "log_level": "INFO",
+        "socket_mode": "0600",
     }
     config_file = args.config or os.environ.get("PERSISTING_CONFIG")
     if config_file:
@@ -65,6 +67,14 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         if flag is not None:
             out[key] = flag
     out["max_message_bytes"] = int(out["max_message_bytes"])
+    try:
+        out["socket_mode"] = int(str(out["socket_mode"]), 8)
+    except ValueError:
+        raise SystemExit(
+            f"persisting-broker: socket_mode must be octal like 0660, got {out['socket_mode']!r}"
+        ) from None
+    if out["socket_mode"] & ~0o666:
+        raise SystemExit("persisting-broker: socket_mode may only hold read/write bits (e.g. 0600 or 0660)")
     return out
 
 
@@ -108,7 +118,7 @@ async def serve(conf: dict[str, Any]) -> None:
         folder = Path(address[len("ipc://") :]).parent
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock_fd = lock_storage(storage_path)
-    broker = Broker(storage_path, address, max_message_bytes=conf["max_message_bytes"])
+    broker = Broker(storage_path, address, max_message_bytes=conf["max_message_bytes"], socket_mode=conf["socket_mode"])
     broker.bind()
     loop = asyncio.get_running_loop()
 
@@ -153,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="TOML file with the settings above")
     parser.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
     parser.add_argument("--log-level", dest="log_level")
+    parser.add_argument("--socket-mode", dest="socket_mode", help="octal mode of the ipc socket file (default 0600)")
     args = parser.parse_args(argv)
     conf = settings(args)
     logging.basicConfig(

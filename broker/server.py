@@ -45,11 +45,13 @@ class Broker:
         *,
         max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES,
         backend_options: dict[str, Any] | None = None,
+        socket_mode: int = 0o600,
     ) -> None:
         self.storage_path = storage_path
         self.address = address
         self.max_message_bytes = max_message_bytes
         self.backend_options = dict(backend_options or {})
+        self.socket_mode = socket_mode
         self._topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -67,7 +69,8 @@ class Broker:
         # ZeroMQ drops a larger message and resets that peer; clients check the limit (from hello) first.
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        old_umask = os.umask(0o077)  # the ipc socket file: the service user only
+        # The ipc socket file gets socket_mode: the service user only by default, 0660 for a group of clients.
+        old_umask = os.umask(0o777 & ~self.socket_mode)
         try:
             sock.bind(self.address)
         except zmq.ZMQError as exc:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -16,12 +16,22 @@ class BrokerProcess:
     storage: Path
     address: str
     proc: subprocess.Popen[bytes] | None = None
+    extra_args: list[str] = field(default_factory=list)
 
     def start(self, timeout: float = 20.0) -> float:
         """Start and wait for the ready line; returns seconds to ready."""
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "--storage-path", str(self.storage), "--socket", self.address],
+            [
+                sys.executable,
+                "-m",
+                "broker",
+                "--storage-path",
+                str(self.storage),
+                "--socket",
+                self.address,
+                *self.extra_args,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             bufsize=0,

@@ -56,7 +56,7 @@ def test_clean_stop_flushes_and_removes_the_socket(unstarted: BrokerProcess) -> 
     b = unstarted
     b.start()
     sock = Path(b.address[len("ipc://") :])
-    assert sock.exists() and (sock.stat().st_mode & 0o077) == 0  # the service user only
+    assert sock.exists() and (sock.stat().st_mode & 0o777) == 0o600  # the service user only
     with SyncQueue("t", broker=b.address, batch_size=10**6) as q:
         q.put_batch([{"id": i} for i in range(100)])
     t0 = time.monotonic()
@@ -246,6 +246,14 @@ def test_bad_input_gets_error_replies_and_the_broker_keeps_serving(broker: Broke
     with SyncQueue("f", broker=broker.address) as q:
         q.put({"a": 1})
         assert q.get() == [{"a": 1}]
+
+
+def test_socket_mode_lets_a_group_connect(unstarted: BrokerProcess) -> None:
+    unstarted.extra_args = ["--socket-mode", "0660"]
+    unstarted.start()
+    sock = Path(unstarted.address[len("ipc://") :])
+    assert sock.stat().st_mode & 0o777 == 0o660
+    assert unstarted.stop() == 0
 
 
 def test_second_broker_on_the_same_storage_is_refused(broker: BrokerProcess) -> None:
