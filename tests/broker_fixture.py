@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,6 +63,10 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate(timeout=30)
+        sock = Path(self.address[len("ipc://") :])
+        sock.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            sock.parent.rmdir()
 
 
 def make_broker(tmp_path: Path) -> BrokerProcess:
