@@ -548,9 +548,7 @@ def pq_producer_main(spec: dict[str, Any]) -> None:
                 q.put(rec)
                 ids.append(rec["id"])
             except Exception as exc:  # e.g. sqlite3.OperationalError: database is locked
-                info["errors"] += 1
-                if len(info["error_examples"]) < 3:
-                    info["error_examples"].append(repr(exc))
+                _note_error(info, exc)
             if n % PUT_BATCH == 0:
                 with counter.get_lock():
                     counter.value += PUT_BATCH
@@ -561,6 +559,12 @@ def pq_producer_main(spec: dict[str, Any]) -> None:
         with contextlib.suppress(Exception):
             spec["barrier"].abort()
     _write_result(spec["out"], info, np.asarray(ids, dtype=np.int64))
+
+
+def _note_error(info: dict[str, Any], exc: Exception) -> None:
+    info["errors"] += 1
+    if len(info["error_examples"]) < 3:
+        info["error_examples"].append(repr(exc))
 
 
 def pq_consumer_main(spec: dict[str, Any]) -> None:
@@ -583,9 +587,7 @@ def pq_consumer_main(spec: dict[str, Any]) -> None:
                 time.sleep(PQ_POLL_S)
                 continue
             except Exception as exc:
-                info["errors"] += 1
-                if len(info["error_examples"]) < 3:
-                    info["error_examples"].append(repr(exc))
+                _note_error(info, exc)
                 continue
             ids.append(int(item["id"]))
             info["t1"] = time.monotonic()
@@ -593,9 +595,7 @@ def pq_consumer_main(spec: dict[str, Any]) -> None:
                 if q.ack(item) is None:
                     info["ack_misses"] += 1
             except Exception as exc:
-                info["errors"] += 1
-                if len(info["error_examples"]) < 3:
-                    info["error_examples"].append(repr(exc))
+                _note_error(info, exc)
             if len(ids) % PUT_BATCH == 0:
                 with counter.get_lock():
                     counter.value += PUT_BATCH

@@ -50,7 +50,6 @@ _SCALAR_KINDS: dict[type, str] = {
     str: "str",
     bytes: "bytes",
 }
-KINDS = ("bool", "int", "float", "str", "bytes", "nested", "ndarray")
 _SUPPORTED = "bool, int, float, str, bytes, None, list, tuple, dict, numpy.ndarray or a numpy scalar"
 
 
@@ -302,7 +301,3 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
 def pack(obj: Any) -> bytes:
     """msgpack for the engine's own structures (WAL frames): plain types only."""
     return msgpack.packb(obj, use_bin_type=True)
-
-
-def unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)

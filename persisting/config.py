@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,6 @@ class Metrics:
     records_flushed: int = 0
     flush_seconds: float = 0.0
     commit_seconds: float = 0.0
-    started: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True, slots=True)

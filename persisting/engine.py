@@ -74,7 +74,6 @@ class _Chunk:
     first: int
     partition: str
     rows: list[dict[str, Any]]
-    buckets: list[int]
 
 
 class Topic:
@@ -207,9 +206,7 @@ class Topic:
             raise QueueClosedError(f"topic {self.name!r} is closed")
 
     def _add_chunk(self, first: int, partition: str, rows: list[dict[str, Any]]) -> None:
-        col, n = self.config.bucket_column, self.config.num_buckets
-        buckets = [bucket_of(r.get(col), first + i, n) for i, r in enumerate(rows)]
-        self._tail.append(_Chunk(first, partition, rows, buckets))
+        self._tail.append(_Chunk(first, partition, rows))
         self._tail_firsts.append(first)
 
     async def append(
@@ -305,9 +302,12 @@ class Topic:
             chunks = self._tail[:k]
             per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
             per_index: list[list[int]] = [[] for _ in self._backends]
+            col, n = self.config.bucket_column, self.config.num_buckets
             for chunk in chunks:
-                for i, (row, b) in enumerate(zip(chunk.rows, chunk.buckets, strict=True)):
+                # Buckets are decided here, once per row, not on the put path.
+                for i, row in enumerate(chunk.rows):
                     index = chunk.first + i
+                    b = bucket_of(row.get(col), index, n)
                     if index <= self._columns[b].last():
                         continue  # already stored by a flush whose completion was not recorded
                     out = dict(row)
