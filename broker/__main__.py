@@ -10,6 +10,11 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
     max_message_bytes   --max-message-bytes  PERSISTING_MAX_MESSAGE_BYTES  268435456
     log_level           --log-level          PERSISTING_LOG_LEVEL          INFO
     socket_mode         --socket-mode        PERSISTING_SOCKET_MODE        0600 (0660: the group may connect)
+    arena_bytes         --arena-bytes        PERSISTING_ARENA_BYTES        268435456 (the shared-memory arena,
+                                                                           reserved at start; 0: no arena)
+
+The arena file (/dev/shm/persisting-<hash of storage path>.arena) gets socket_mode too: a client that may
+connect may map it.
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from persisting import protocol
+from persisting.arena import DEFAULT_ARENA_BYTES
 from persisting.errors import PersistingError
 
 from .server import Broker
 
 log = logging.getLogger("persisting.broker")
 
-SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode")
+SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode", "arena_bytes")
 
 
 def default_socket() -> str:
@@ -50,6 +56,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_message_bytes": protocol.DEFAULT_MAX_MESSAGE_BYTES,
         "log_level": "INFO",
         "socket_mode": "0600",
+        "arena_bytes": DEFAULT_ARENA_BYTES,
     }
     config_file = args.config or os.environ.get("PERSISTING_CONFIG")
     if config_file:
@@ -67,6 +74,9 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         if flag is not None:
             out[key] = flag
     out["max_message_bytes"] = int(out["max_message_bytes"])
+    out["arena_bytes"] = int(out["arena_bytes"])
+    if out["arena_bytes"] < 0:
+        raise SystemExit("persisting-broker: arena_bytes must be >= 0 (0 runs without an arena)")
     try:
         out["socket_mode"] = int(str(out["socket_mode"]), 8)
     except ValueError:
@@ -118,7 +128,18 @@ async def serve(conf: dict[str, Any]) -> None:
         folder = Path(address[len("ipc://") :]).parent
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock_fd = lock_storage(storage_path)
-    broker = Broker(storage_path, address, max_message_bytes=conf["max_message_bytes"], socket_mode=conf["socket_mode"])
+    broker = Broker(
+        storage_path,
+        address,
+        max_message_bytes=conf["max_message_bytes"],
+        socket_mode=conf["socket_mode"],
+        arena_bytes=conf["arena_bytes"],
+    )
+    try:
+        await broker.start()  # re-adopts an arena a killed broker left, then reserves a fresh one
+    except PersistingError as exc:
+        os.close(lock_fd)
+        raise SystemExit(f"persisting-broker: {exc}") from exc
     broker.bind()
     loop = asyncio.get_running_loop()
 
@@ -152,6 +173,13 @@ async def status(conf: dict[str, Any]) -> int:
     print(f"{'topic':<30} {'records':>12} {'flushed':>12} {'buffered':>10} {'wal bytes':>12}")
     for t in sorted(topics, key=lambda t: t["name"]):
         print(f"{t['name']:<30} {t['total_count']:>12} {t['flushed']:>12} {t['buffered']:>10} {t['wal_bytes']:>12}")
+    arena = info.get("arena_stats") or {}
+    if arena:
+        print(
+            f"arena {arena['path']}: {arena['size_bytes']} bytes, {arena['free_bytes']} free, "
+            f"{arena['sealed_extents']} sealed extent(s) ({arena['unpersisted_bytes']} bytes not yet in Lance), "
+            f"{arena['holds']} consumer hold(s), {arena['leased_extents']} open lease(s)"
+        )
     return 0
 
 
@@ -164,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
     parser.add_argument("--log-level", dest="log_level")
     parser.add_argument("--socket-mode", dest="socket_mode", help="octal mode of the ipc socket file (default 0600)")
+    parser.add_argument("--arena-bytes", dest="arena_bytes", type=int, help="shared-memory arena size (0: none)")
     args = parser.parse_args(argv)
     conf = settings(args)
     logging.basicConfig(

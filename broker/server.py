@@ -25,6 +25,9 @@ from persisting.errors import ConfigError, PersistingError, ProtocolError
 from persisting.protocol import Reply, Request, arg
 from persisting.queue.lance_backend import LanceBackend
 
+from .plane import OPS as PLANE_OPS
+from .plane import TensorPlane
+
 log = logging.getLogger("persisting.broker")
 
 WAIT_SLICE_SECONDS = 30.0  # a wait longer than this is answered "not yet" and re-sent by the client
@@ -46,12 +49,15 @@ class Broker:
         max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES,
         backend_options: dict[str, Any] | None = None,
         socket_mode: int = 0o600,
+        arena_bytes: int = 0,
     ) -> None:
         self.storage_path = storage_path
         self.address = address
         self.max_message_bytes = max_message_bytes
         self.backend_options = dict(backend_options or {})
         self.socket_mode = socket_mode
+        # The arena is readable and writable by whoever may use the socket (producers write into it).
+        self.plane = TensorPlane(storage_path, arena_bytes, socket_mode) if arena_bytes else None
         self._topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -61,6 +67,11 @@ class Broker:
         self._sock: zmq.asyncio.Socket | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Before bind(): re-adopt what a killed broker left in its arena, then reserve the arena."""
+        if self.plane is not None:
+            await self.plane.start(self.backend_options)
 
     def bind(self) -> None:
         self._ctx = zmq.asyncio.Context()
@@ -117,6 +128,8 @@ class Broker:
             except Exception:
                 log.exception("closing topic %r failed (its write-ahead log keeps every acknowledged row)", name)
         self._topics.clear()
+        if self.plane is not None:
+            await self.plane.close()  # every topic is flushed: no extent is needed any more
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
@@ -159,11 +172,21 @@ class Broker:
                 "pid": os.getpid(),
                 "storage_path": str(self.storage_path),
                 "max_message_bytes": self.max_message_bytes,
+                "arena": self.plane.hello() if self.plane is not None else {},
+                "arena_stats": self.plane.stats() if self.plane is not None else {},
             }
             return Reply(req.id, True, info)
         if req.op == "topics":
             return Reply(req.id, True, [await t.stats() for t in self._topics.values()])
+        if req.op in ("lease", "release"):
+            if self.plane is None:
+                raise ConfigError("this broker runs without an arena (--arena-bytes 0)")
+            return await self.plane.handle(req, None)
         topic = await self._topic(req)
+        if req.op in PLANE_OPS:
+            if self.plane is None:
+                raise ConfigError("this broker runs without an arena (--arena-bytes 0)")
+            return await self.plane.handle(req, topic)
         if req.op == "put_batch":
             partition = arg(req, "partition", str)
             kinds = arg(req, "kinds", dict)
@@ -209,7 +232,15 @@ class Broker:
                 if topic is None:
                     if not name or "\x00" in name:
                         raise ConfigError(f"invalid topic name {name!r}")
-                    topic = Topic(name, self.storage_path, config, LanceBackend)
+                    plane = self.plane
+                    topic = Topic(
+                        name,
+                        self.storage_path,
+                        config,
+                        LanceBackend,
+                        arena_resolver=plane.resolve if plane is not None else None,
+                        on_flushed=plane.on_flushed if plane is not None else None,
+                    )
                     try:
                         await topic.open()
                     except BaseException:

@@ -13,15 +13,17 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping, Sequen
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import _loop, codec
+from . import _loop, batches, codec, tensors
 from .engine import BackendFactory, Topic, TopicConfig
 from .errors import ConfigError, InvalidRecordError, QueueClosedError
+from .meta import BatchMeta
 from .queue.lance_backend import LanceBackend
 from .queue.persisting_backend import PersistingBackend
 from .remote import RemoteTopic
 
 T = TypeVar("T")
 ZEROCOPY_MODES = ("auto", "force", "off")
+LEASE_TIMEOUT_S = 30.0  # how long a tensor put waits for arena space by default before Full
 OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
 
 _topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
@@ -122,6 +124,9 @@ class Queue:
             raise ConfigError("backend and backend_options are the broker's settings in broker mode")
         self._topic: Topic | RemoteTopic | None = None
         self._closed = False
+        self._moved = dict.fromkeys(
+            ("put_zero_copy_bytes", "put_copied_bytes", "get_zero_copy_bytes", "get_copied_bytes"), 0
+        )
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, storage_path={str(self.storage_path)!r})"
@@ -168,13 +173,63 @@ class Queue:
 
     # -- writing ------------------------------------------------------------------------------------
 
-    async def put(self, record: Mapping[str, Any], partition_id: str = "default") -> None:
-        """Store one record; returns once it is durable (see ``durability``)."""
+    async def put(
+        self, data: Any, partition_id: str | None = None, *, timeout: float | None = None
+    ) -> BatchMeta | None:
+        """Store one record, or a tensor batch; returns once it is acknowledged (see ``durability``).
+
+        ``put(record)``: one dict record, returns None. ``put(data, partition_id=...)`` (or a TensorDict): a
+        batch, a mapping of numpy arrays / torch tensors sharing the leading dimension (lists of per-sample
+        values may ride along); each sample becomes one row; returns its ``BatchMeta``. In broker mode the
+        batch goes through the shared-memory arena (see ``zerocopy_mode``); a full arena makes this wait up
+        to ``timeout`` seconds (default 30) and then raise ``Full``.
+        """
+        if partition_id is not None or tensors.is_tensor_dict(data):
+            return await self._put_tensors(data, partition_id or "default", timeout)
+        record = data
         if not isinstance(record, Mapping):
             raise InvalidRecordError(
                 f"put() takes a dict record, got {type(record).__qualname__}; use put_batch() for a list of records"
             )
-        await self.put_batch([record], partition_id=partition_id)
+        await self.put_batch([record])
+        return None
+
+    async def _put_tensors(self, data: Any, partition: str, timeout: float | None) -> BatchMeta:
+        if not isinstance(partition, str) or not partition:
+            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
+        columns, other, n = tensors.split(data)
+        topic = await self._engine()
+        if n == 0:
+            return BatchMeta()
+        payload = sum(col.array.nbytes for col in columns.values())
+        if isinstance(topic, RemoteTopic) and self.zerocopy_mode != "off" and columns:
+            if await topic.has_arena():
+                plain = batches.other_rows(other, n, topic.kinds)
+                try:
+                    first, n = await topic.put_tensors(
+                        columns,
+                        plain,
+                        codec.pack(plain.rows),
+                        n,
+                        partition,
+                        LEASE_TIMEOUT_S if timeout is None else timeout,
+                    )
+                    self._moved["put_zero_copy_bytes"] += payload
+                    return batches.batch_meta(first, n, partition, columns, other)
+                except ConfigError as exc:
+                    if self.zerocopy_mode == "force" or "larger than the arena" not in str(exc):
+                        raise
+            elif self.zerocopy_mode == "force":
+                raise ConfigError("zerocopy_mode='force': the broker runs without an arena (--arena-bytes)")
+        elif self.zerocopy_mode == "force":
+            raise ConfigError(
+                "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
+            )
+        batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
+        blob = await asyncio.to_thread(codec.pack, batch.rows)
+        first, n = await _on(topic, topic.append(batch, partition, blob))
+        self._moved["put_copied_bytes"] += payload
+        return batches.batch_meta(first, n, partition, columns, other)
 
     async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> None:
         """Store records atomically (all or none) and in order; one log frame and one sync for the batch."""
@@ -188,6 +243,79 @@ class Queue:
         else:
             batch, blob = _encode(records, topic.kinds)
         await _on(topic, topic.append(batch, partition_id, blob))
+
+    # -- samples ------------------------------------------------------------------------------------
+
+    async def get_meta(
+        self,
+        fields: Sequence[str] | None = None,
+        batch_size: int = 1,
+        task_name: str = "default",
+        partition_id: str = "default",
+        sampler: Any = None,
+    ) -> BatchMeta:
+        """Hand the next ``batch_size`` samples of ``partition_id`` to ``task_name`` (each sample goes to a task
+        once: consume-on-fetch). Fewer, or none, when fewer are there yet; the meta names them for get_data."""
+        if sampler is not None:
+            raise ConfigError("samplers are not supported yet; pass sampler=None (samples come in index order)")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
+            raise ConfigError(f"batch_size must be an int >= 0, got {batch_size!r}")
+        for label, v in (("task_name", task_name), ("partition_id", partition_id)):
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{label} must be a non-empty str, got {v!r}")
+        wanted = None if fields is None else [str(f) for f in fields]
+        topic = await self._engine()
+        if wanted is not None:
+            unknown = [f for f in wanted if f not in topic.kinds]
+            if unknown and isinstance(topic, RemoteTopic):
+                await topic.stats_refresh()
+                unknown = [f for f in wanted if f not in topic.kinds]
+            if unknown:
+                raise ConfigError(f"no field named {unknown} in topic {self.name!r}; its fields: {sorted(topic.kinds)}")
+        if isinstance(topic, RemoteTopic):
+            indexes, descs = await topic.take(partition_id, task_name, batch_size)
+        else:
+            indexes, descs = await _loop.call(_take_local(topic, partition_id, task_name, batch_size))
+        return batches.meta_from(indexes, partition_id, descs, wanted)
+
+    async def get_data(
+        self, batch_meta: BatchMeta, partition_id: str | None = None, device: Any = None
+    ) -> dict[str, Any]:
+        """The samples of ``batch_meta``: per field, one array/tensor stacked along the batch dimension (views on
+        shared memory in broker mode), a list when sample shapes differ, a list of values for other fields."""
+        if not isinstance(batch_meta, BatchMeta):
+            raise ConfigError(f"get_data takes the BatchMeta from get_meta or put, got {type(batch_meta).__qualname__}")
+        if partition_id is not None and any(s.partition_id != partition_id for s in batch_meta.samples):
+            raise ConfigError(f"this BatchMeta holds samples of {batch_meta.partition_ids}, not {partition_id!r}")
+        indexes = batch_meta.global_indexes
+        fields = batches.wanted_fields(batch_meta)
+        if not indexes:
+            return {}
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            data, zero, copied = await topic.get_data(indexes, fields, self.zerocopy_mode, device)
+            self._moved["get_zero_copy_bytes"] += zero
+            self._moved["get_copied_bytes"] += copied
+            return data
+        if self.zerocopy_mode == "force":
+            raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
+        rows, kinds = await _loop.call(topic.rows_at(indexes))
+        data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
+        self._moved["get_copied_bytes"] += sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
+        return data
+
+    async def get_batch(
+        self,
+        fields: Sequence[str] | None = None,
+        batch_size: int = 1,
+        task_name: str = "default",
+        partition_id: str = "default",
+        sampler: Any = None,
+        device: Any = None,
+    ) -> tuple[dict[str, Any], BatchMeta]:
+        """``get_meta`` then ``get_data``: (data, meta)."""
+        meta = await self.get_meta(fields, batch_size, task_name, partition_id, sampler)
+        return await self.get_data(meta, device=device), meta
 
     async def flush(self) -> None:
         """Move everything acknowledged so far into Lance (puts are already durable without this)."""
@@ -245,6 +373,7 @@ class Queue:
         topic = await self._engine()
         out: dict[str, Any] = await _on(topic, topic.stats())
         out["zerocopy_mode"] = self.zerocopy_mode
+        out["zerocopy"] = dict(self._moved)  # bytes of tensor payload moved by this Queue, by path
         if self.enable_metrics and isinstance(topic, Topic):
             m = topic.metrics
             out["metrics"] = {
@@ -274,6 +403,11 @@ class Queue:
 def _on(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
     """Where a topic's coroutine runs: an embedded engine on its loop, a broker client on the caller's."""
     return coro if isinstance(topic, RemoteTopic) else _loop.call(coro)
+
+
+async def _take_local(topic: Topic, partition: str, task: str, n: int) -> tuple[list[int], list[dict[str, Any]]]:
+    indexes = await topic.take(partition, task, n)
+    return indexes, await topic.describe(indexes)
 
 
 def _encode(records: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> tuple[codec.EncodedBatch, bytes]:

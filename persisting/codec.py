@@ -10,6 +10,7 @@ A *record* is what users put: a dict with non-empty ``str`` keys and values of t
     bytes     bytes, bytearray, memoryview           bytes          (read back as bytes)
     nested    list, tuple, dict (nested freely)      bytes (msgpack with extension types)
     ndarray   numpy.ndarray, numpy scalars           bytes (msgpack: dtype descr, shape, raw data)
+    tensor    torch.Tensor (any device; bfloat16)    bytes (msgpack: torch dtype name, shape, raw data)
     (none)    None                                   None
 
 Every field keeps one kind for the life of a topic: the kind is fixed by the first value stored, and a value of
@@ -31,7 +32,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from .errors import InvalidRecordError, SchemaConflictError
+from . import tensors
+from .errors import CorruptionError, InvalidRecordError, SchemaConflictError
 
 RESERVED_PREFIX = "_persisting_"
 """Keys with this prefix belong to the engine (global index, partition); users cannot put them."""
@@ -50,7 +52,7 @@ _SCALAR_KINDS: dict[type, str] = {
     str: "str",
     bytes: "bytes",
 }
-_SUPPORTED = "bool, int, float, str, bytes, None, list, tuple, dict, numpy.ndarray or a numpy scalar"
+_SUPPORTED = "bool, int, float, str, bytes, None, list, tuple, dict, numpy.ndarray, a numpy scalar or torch.Tensor"
 
 
 class _Unstorable(Exception):
@@ -150,11 +152,8 @@ def kind_of(value: Any, field: str) -> str:
         return "str"
     if isinstance(value, bytes | bytearray | memoryview):
         return "bytes"
-    if type(value).__module__ == "torch":
-        raise InvalidRecordError(
-            f"field {field!r} holds a torch.Tensor; convert it with .numpy() for a record, "
-            "or put tensor batches with put(data, partition_id=...)"
-        )
+    if tensors.is_torch(value):
+        return "tensor"
     raise InvalidRecordError(
         f"field {field!r} holds a value of type {type(value).__qualname__}, which cannot be stored; "
         f"use one of: {_SUPPORTED}"
@@ -182,6 +181,9 @@ def encode_value(value: Any, kind: str, field: str) -> Any:
         return bytes(value)
     if kind == "nested":
         _check_nested_keys(value, field)
+    if kind == "tensor":
+        dtype_name, host = tensors._torch_to_host(value)
+        return encode_sample("tensor", dtype_name, host)
     try:
         return _packb(value)
     except _Unstorable as exc:
@@ -253,6 +255,7 @@ _STORAGE_TYPES: dict[str, type] = {
     "bytes": bytes,
     "nested": bytes,
     "ndarray": bytes,
+    "tensor": bytes,
 }
 
 
@@ -287,6 +290,7 @@ def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str
 def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
     """The records the rows were made from. Internal keys are dropped."""
     packed = {key for key, kind in kinds.items() if kind == "nested" or kind == "ndarray"}
+    torch_fields = {key for key, kind in kinds.items() if kind == "tensor"}
     out: list[dict[str, Any]] = []
     for row in rows:
         # Scalars are stored as themselves: only internal keys go, only msgpack'ed kinds are decoded.
@@ -294,8 +298,36 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
         for key in packed.intersection(record):
             if record[key] is not None:
                 record[key] = _unpackb(record[key])
+        for key in torch_fields.intersection(record):
+            if record[key] is not None:
+                dtype_name, host = decode_sample("tensor", record[key])
+                record[key] = tensors.to_user(host, "tensor", dtype_name)
         out.append(record)
     return out
+
+
+def encode_sample(kind: str, dtype_name: str, sample: np.ndarray) -> bytes:
+    """The stored value of one sample of a tensor field (``sample`` holds the storage dtype's bytes)."""
+    if kind == "ndarray":
+        return _packb(sample)
+    return msgpack.packb([dtype_name, list(sample.shape), sample.tobytes()], use_bin_type=True)
+
+
+def decode_sample(kind: str, value: bytes) -> tuple[str, np.ndarray]:
+    """(dtype name, host array in the storage dtype) of a stored tensor-field value; raises on bad bytes."""
+    try:
+        if kind == "ndarray":
+            arr = _unpackb(value)
+            if not isinstance(arr, np.ndarray):
+                raise ValueError("not an array")
+            return arr.dtype.str, arr
+        dtype_name, shape, raw = msgpack.unpackb(value, raw=False, use_list=True)
+        dtype = tensors.storage_dtype("tensor", dtype_name)
+        return dtype_name, np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    except InvalidRecordError:
+        raise
+    except Exception as exc:
+        raise CorruptionError(f"a stored {kind} value cannot be decoded: {exc}") from exc
 
 
 def pack(obj: Any) -> bytes:

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec import RESERVED_PREFIX, EncodedBatch
+from .codec import RESERVED_PREFIX, EncodedBatch, decode_sample, encode_sample
 from .config import Metrics, TopicConfig
 from .errors import (
     ConfigError,
@@ -52,6 +52,7 @@ from .errors import (
 )
 from .layout import IndexColumn, bucket_of, read_json, topic_dirname, write_json_atomic
 from .queue.backend import StorageBackend
+from .tensors import Column, storage_dtype
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -65,20 +66,74 @@ IDEMPOTENCY_WINDOW_SECONDS = 120.0
 IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
+# (arena generation, offset, nbytes) -> a view of those bytes in that arena, or None when that arena is gone.
+ArenaResolver = Callable[[bytes, int, int], np.ndarray | None]
 
 
 @dataclass(slots=True)
+class ArenaPayload:
+    """The tensor fields of a batch that lives in the broker's arena: views, not copies.
+
+    ``ref`` is what the log frame stores instead of the bytes (the arena generation, offsets, dtypes, shapes);
+    ``columns`` are the views the tail serves until a flush writes them to the backends.
+    """
+
+    extent_id: int
+    ref: dict[str, Any]
+    columns: dict[str, Column]
+    used: bool = False  # set once rows of the tail point at it
+
+
 class _Chunk:
     """One put_batch waiting in memory until it is flushed."""
 
-    first: int
-    partition: str
-    rows: list[dict[str, Any]]
+    __slots__ = ("_rows", "arena", "count", "first", "other", "partition")
+
+    def __init__(
+        self, first: int, partition: str, rows: list[dict[str, Any]], arena: ArenaPayload | None = None
+    ) -> None:
+        self.first = first
+        self.partition = partition
+        self.count = len(rows)
+        self.arena = arena
+        # An arena batch keeps its non-tensor rows apart; its full rows are made only when needed (a flush).
+        self._rows: list[dict[str, Any]] | None = None if arena is not None else rows
+        self.other = rows
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Storage rows; for an arena batch its tensor samples are encoded (copied) here, on first use."""
+        if self._rows is None:
+            self._rows = _materialize(self.other, self.arena)
+        return self._rows
+
+
+def _materialize(other: list[dict[str, Any]], arena: ArenaPayload | None) -> list[dict[str, Any]]:
+    rows = [dict(r) for r in other]
+    if arena is not None:
+        for name, col in arena.columns.items():
+            for i, row in enumerate(rows):
+                row[name] = encode_sample(col.kind, col.dtype_name, col.array[i])
+    return rows
 
 
 class Topic:
-    def __init__(self, name: str, storage_path: Path, config: TopicConfig, backend: BackendFactory) -> None:
+    def __init__(
+        self,
+        name: str,
+        storage_path: Path,
+        config: TopicConfig,
+        backend: BackendFactory,
+        *,
+        arena_resolver: ArenaResolver | None = None,
+        on_flushed: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.name = name
+        self._arena_resolver = arena_resolver
+        self._on_flushed = on_flushed
+        # partition -> its global indexes in order (built on first use); (partition, task) -> position handed out
+        self._partitions: dict[str, list[int]] | None = None
+        self._cursors: dict[tuple[str, str], int] = {}
         self.config = config
         self.path = storage_path / topic_dirname(name)
         self._factory = backend
@@ -127,7 +182,7 @@ class Topic:
             raise StorageError("write-ahead log not opened")
         top = max([self.flushed_upto - 1, *(c.last() for c in self._columns)])
         for frame in wal.replay():
-            partition, new_kinds, key = (*frame.header, None)[:3]
+            partition, new_kinds, key, ref = (*frame.header, None, None)[:4]
             self.kinds.update(new_kinds)
             if key is not None:
                 self._remember(key, frame.first_index, frame.count)
@@ -135,7 +190,10 @@ class Topic:
             top = max(top, end - 1)
             if end <= self.flushed_upto:
                 continue
-            self._add_chunk(frame.first_index, partition, frame.rows())
+            rows = frame.rows()
+            if ref is not None:
+                rows = self._readopt(ref, rows, frame.first_index)
+            self._add_chunk(frame.first_index, partition, rows)
         self.next_index = top + 1
         self.visible_upto = self.next_index
         wal.rotate(self.next_index)
@@ -191,12 +249,16 @@ class Topic:
         ]
 
     async def _read_indexes(self, backend: StorageBackend) -> list[Any]:
+        return await self._read_column(backend, INDEX_KEY)
+
+    @staticmethod
+    async def _read_column(backend: StorageBackend, key: str) -> list[Any]:
         reader = getattr(backend, "read_column", None)
         if reader is not None:
-            return list(await reader(INDEX_KEY))
+            return list(await reader(key))
         values: list[Any] = []
         async for rows in backend.get_stream(backend.total_count(), 0):
-            values.extend(r.get(INDEX_KEY) for r in rows)
+            values.extend(r.get(key) for r in rows)
         return values
 
     # -- writing ------------------------------------------------------------------------------------
@@ -205,12 +267,47 @@ class Topic:
         if self._closed:
             raise QueueClosedError(f"topic {self.name!r} is closed")
 
-    def _add_chunk(self, first: int, partition: str, rows: list[dict[str, Any]]) -> None:
-        self._tail.append(_Chunk(first, partition, rows))
+    def _add_chunk(
+        self, first: int, partition: str, rows: list[dict[str, Any]], arena: ArenaPayload | None = None
+    ) -> None:
+        self._tail.append(_Chunk(first, partition, rows, arena))
+        if arena is not None:
+            arena.used = True
         self._tail_firsts.append(first)
+        if self._partitions is not None and rows:
+            self._partitions.setdefault(partition, []).extend(range(first, first + len(rows)))
+
+    def _readopt(self, ref: Any, rows: list[dict[str, Any]], first: int) -> list[dict[str, Any]]:
+        """Rows of a logged arena batch, with its payload copied from the arena a killed broker left behind."""
+        try:
+            generation, base, fields = bytes(ref["gen"]), int(ref["offset"]), ref["fields"]
+            n = len(rows)
+            columns: dict[str, Column] = {}
+            for name, kind, dtype_name, shape, offset, nbytes in fields:
+                view = None if self._arena_resolver is None else self._arena_resolver(generation, base + offset, nbytes)
+                if view is None:
+                    log.error(
+                        "topic %r: the tensor payload of rows %d..%d (field %r) was in a shared-memory arena that "
+                        "is gone (the machine restarted before it was flushed); those fields read back as None",
+                        self.name,
+                        first,
+                        first + n - 1,
+                        name,
+                    )
+                    continue
+                arr = view.view(storage_dtype(kind, dtype_name)).reshape((n, *shape))
+                columns[name] = Column(kind, dtype_name, arr)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptionError(f"topic {self.name!r}: a log frame's arena reference is malformed: {exc}") from exc
+        return _materialize(rows, ArenaPayload(0, ref, columns))
 
     async def append(
-        self, batch: EncodedBatch, partition: str, rows_blob: bytes, key: str | None = None
+        self,
+        batch: EncodedBatch,
+        partition: str,
+        rows_blob: bytes,
+        key: str | None = None,
+        arena: ArenaPayload | None = None,
     ) -> tuple[int, int]:
         """Store encoded rows durably; returns (first global index, count) once acknowledged.
 
@@ -237,12 +334,13 @@ class Topic:
             return self.next_index, 0
         first = self.next_index
         # From here to the commit nothing awaits: indexes, kinds and the frame land together.
-        wal.append(first, n, [partition, new_kinds, key], rows_blob)
+        header = [partition, new_kinds, key] if arena is None else [partition, new_kinds, key, arena.ref]
+        wal.append(first, n, header, rows_blob)
         if key is not None:
             self._remember(key, first, n)
         self.kinds.update(new_kinds)
         self.next_index = first + n
-        self._add_chunk(first, partition, batch.rows)
+        self._add_chunk(first, partition, batch.rows, arena)
         t0 = time.perf_counter()
         await wal.commit()
         self.metrics.commit_seconds += time.perf_counter() - t0
@@ -328,6 +426,8 @@ class Topic:
             self.flushed_upto = cut
             if self._durable_backend:
                 await asyncio.to_thread(self._persist_progress, wal, cut)
+            if self._on_flushed is not None:
+                self._on_flushed(self.name, cut)
             self.metrics.flushes += 1
             self.metrics.records_flushed += sum(len(x) for x in per_index)
             self.metrics.flush_seconds += time.perf_counter() - t0
@@ -448,6 +548,127 @@ class Topic:
         if self._flush_error is not None:
             out["last_flush_error"] = repr(self._flush_error)
         return out
+
+    # -- samples: partitions, consume-on-fetch, tensor fields -------------------------------------------
+
+    async def _partition_index(self) -> dict[str, list[int]]:
+        if self._partitions is None:
+            # Under the flush lock, the backends and the tail hold disjoint rows and none moves between them.
+            async with self._flush_lock:
+                if self._partitions is None:
+                    found: dict[str, list[int]] = {}
+                    for backend in self._backends:
+                        parts = await self._read_column(backend, PARTITION_KEY)
+                        indexes = await self._read_column(backend, INDEX_KEY)
+                        for partition, index in zip(parts, indexes, strict=True):
+                            found.setdefault(str(partition), []).append(int(index))
+                    for indexes in found.values():
+                        indexes.sort()
+                    for chunk in self._tail:
+                        found.setdefault(chunk.partition, []).extend(range(chunk.first, chunk.first + chunk.count))
+                    self._partitions = found
+        return self._partitions
+
+    async def take(self, partition: str, task: str, batch_size: int) -> list[int]:
+        """Consume-on-fetch: the next ``batch_size`` (or fewer) visible samples of ``partition`` not yet handed
+        to ``task``, in index order. Each sample goes to a task once (in memory until consumption is durable)."""
+        self._check_open()
+        indexes = (await self._partition_index()).get(partition, [])
+        start = self._cursors.get((partition, task), 0)
+        stop = min(start + batch_size, bisect.bisect_left(indexes, self.visible_upto, lo=start))
+        self._cursors[(partition, task)] = stop
+        return indexes[start:stop]
+
+    def tail_chunk(self, index: int) -> _Chunk | None:
+        if index < self.flushed_upto or index >= self.visible_upto:
+            return None
+        k = bisect.bisect_right(self._tail_firsts, index) - 1
+        if k < 0:
+            return None
+        chunk = self._tail[k]
+        return chunk if chunk.first <= index < chunk.first + chunk.count else None
+
+    def arena_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
+        """Where the tensor fields of ``indexes`` lie in the arena, if all of them do (else None).
+
+        One entry per run of consecutive samples in one extent: (extent id, [[field, kind, dtype, shape,
+        offset of the run's first sample, samples in the run, bytes per sample], ...]). Nothing awaits here, so
+        the answer stays true until the caller's next await (a hold taken before it keeps it true after).
+        """
+        runs: list[tuple[int, list[list[Any]]]] = []
+        prev: tuple[_Chunk, int] | None = None
+        for index in indexes:
+            chunk = self.tail_chunk(index)
+            if chunk is None or chunk.arena is None:
+                return None
+            i = index - chunk.first
+            if prev is not None and prev[0] is chunk and prev[1] == i - 1:
+                for entry in runs[-1][1]:
+                    entry[5] += 1
+            else:
+                entry_fields: list[list[Any]] = []
+                for name in fields:
+                    col = chunk.arena.columns.get(name)
+                    if col is None:
+                        return None
+                    per = col.array.strides[0] if col.array.ndim else 0
+                    addr = col.array.__array_interface__["data"][0] + i * per
+                    entry_fields.append([name, col.kind, col.dtype_name, list(col.sample_shape), addr, 1, per])
+                runs.append((chunk.arena.extent_id, entry_fields))
+            prev = (chunk, i)
+        return runs
+
+    async def rows_at(self, indexes: list[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once."""
+        out: dict[int, dict[str, Any]] = {}
+        kinds = dict(self.kinds)
+        ordered = sorted(set(indexes))
+        k = 0
+        while k < len(ordered):
+            j = k
+            while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+                j += 1
+            rows, kinds = await self.read(ordered[k], j - k + 1)
+            for n, row in enumerate(rows):
+                out[ordered[k] + n] = row
+            k = j + 1
+        missing = [i for i in indexes if i not in out]
+        if missing:
+            raise ConfigError(f"topic {self.name!r} has no samples at global indexes {missing[:10]}")
+        return [out[i] for i in indexes], kinds
+
+    async def describe(self, indexes: list[int]) -> list[dict[str, list[Any]]]:
+        """Per sample: field -> [kind, dtype, per-sample shape] (tensor fields) or [kind, "", []]."""
+        out: list[dict[str, list[Any]] | None] = [None] * len(indexes)
+        need: list[int] = []
+        for n, index in enumerate(indexes):
+            chunk = self.tail_chunk(index)
+            if chunk is not None and chunk.arena is not None:
+                desc = {
+                    name: [col.kind, col.dtype_name, list(col.sample_shape)]
+                    for name, col in chunk.arena.columns.items()
+                }
+                for name, value in chunk.other[index - chunk.first].items():
+                    if value is not None:
+                        desc[name] = [self.kinds.get(name, ""), "", []]
+                out[n] = desc
+            else:
+                need.append(n)
+        if need:
+            rows, kinds = await self.rows_at([indexes[n] for n in need])
+            for n, row in zip(need, rows, strict=True):
+                desc = {}
+                for name, value in row.items():
+                    if name.startswith(RESERVED_PREFIX) or value is None:
+                        continue
+                    kind = kinds.get(name, "")
+                    if kind in ("ndarray", "tensor"):
+                        dtype_name, arr = decode_sample(kind, value)
+                        desc[name] = [kind, dtype_name, list(arr.shape)]
+                    else:
+                        desc[name] = [kind, "", []]
+                out[n] = desc
+        return [d or {} for d in out]
 
     # -- closing ------------------------------------------------------------------------------------
 

@@ -21,6 +21,19 @@ restarted reopens the topic on the first request it gets):
     stats      {topic, config}                           -> map
     count      {topic, config}                           -> int
     topics     {}                                        -> list of stats maps (the status command)
+
+The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling process, from /proc):
+
+    lease        {nbytes, timeout, peer}                 -> [extent id, arena offset, extent bytes]   (or Full)
+    put_tensors  {topic, config, partition, key, count, kinds, extent, peer,
+                  fields: [[name, kind, dtype, sample shape, offset in extent, nbytes], ...]}
+                                                          + 1 buffer (the non-tensor rows) -> [first, count]
+    take         {topic, config, partition, task, batch_size}   -> [indexes, per-sample field descriptions]
+    describe     {topic, config, indexes}                -> per-sample field descriptions
+    get_data     {topic, config, indexes, fields, zerocopy, peer}
+                 -> {"hold": id, "runs": [[[field, kind, dtype, shape, offset, samples, bytes per sample]]]}
+                    (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy)
+    release      {hold, peer}                            -> bool
 """
 
 from __future__ import annotations
@@ -32,9 +45,12 @@ import msgpack
 
 from .errors import ProtocolError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: the tensor plane operations
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-OPS = frozenset({"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"})
+OPS = frozenset(
+    {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
+    | {"lease", "put_tensors", "take", "describe", "get_data", "release"}
+)
 
 
 @dataclass(slots=True)

@@ -11,20 +11,25 @@ across a broker restart. After the timeout the call raises ``BrokerUnavailableEr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import msgpack
+import numpy as np
 import zmq
 import zmq.asyncio
 
-from . import errors, protocol
+from . import batches, errors, protocol
+from .arena import Arena
 from .codec import EncodedBatch
 from .config import TopicConfig
 from .protocol import Reply, Request
+from .tensors import Column
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +164,7 @@ class RemoteTopic:
         self.config = config
         self.kinds: dict[str, str] = {}
         self._count = 0
+        self._arena_info: dict[str, Any] | None = None
         self._wire_config = {
             "num_buckets": config.num_buckets,
             "bucket_column": config.bucket_column,
@@ -176,6 +182,7 @@ class RemoteTopic:
 
     async def open(self) -> None:
         hello = await self._conn.request("hello", {})
+        self._arena_info = dict(hello.result.get("arena") or {})
         self._conn.max_message_bytes = int(hello.result.get("max_message_bytes", protocol.DEFAULT_MAX_MESSAGE_BYTES))
         stats = (await self._conn.request("stats", self._args())).result
         self.kinds = dict(stats.get("fields", {}))
@@ -225,3 +232,120 @@ class RemoteTopic:
     async def fetch_count(self) -> int:
         self._count = int((await self._conn.request("count", self._args())).result)
         return self._count
+
+    # -- the tensor plane ---------------------------------------------------------------------------
+
+    async def _arena(self, generation: bytes | None = None) -> Arena | None:
+        """This process's mapping of the broker's arena (made once; again after the broker restarted)."""
+        info = self._arena_info
+        if info is None or (generation is not None and info.get("generation") != generation):
+            hello = await self._conn.request("hello", {})
+            info = self._arena_info = dict(hello.result.get("arena") or {})
+        if not info:
+            return None
+        return attach_arena(Path(info["path"]), bytes(info["generation"]))
+
+    async def stats_refresh(self) -> None:
+        stats = (await self._conn.request("stats", self._args())).result
+        self.kinds = dict(stats.get("fields", {}))
+
+    async def has_arena(self) -> bool:
+        return await self._arena() is not None
+
+    async def put_tensors(
+        self, columns: dict[str, Column], other: EncodedBatch, other_blob: bytes, n: int, partition: str, timeout: float
+    ) -> tuple[int, int]:
+        arena = await self._arena()
+        if arena is None:
+            raise errors.ConfigError("the broker runs without an arena")
+        places, total = batches.layout(columns)
+        reply = await self._conn.request("lease", {"nbytes": max(total, 1), "timeout": timeout, "peer": peer_id()})
+        extent, base, _size, generation = reply.result
+        if generation != arena.generation:
+            arena = await self._arena(bytes(generation))
+            if arena is None:
+                raise errors.ConfigError("the broker runs without an arena")
+        for _name, col, offset, nbytes in places:
+            # The one copy a tensor gets: straight into the broker's shared memory.
+            arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
+        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
+        args = self._args(
+            partition=partition,
+            kinds=other.kinds,
+            count=n,
+            key=uuid.uuid4().hex,
+            extent=extent,
+            fields=fields,
+            peer=peer_id(),
+        )
+        first, count = (await self._conn.request("put_tensors", args, [other_blob])).result
+        self.kinds.update(other.kinds)
+        self.kinds.update({name: col.kind for name, col in columns.items()})
+        self._count = max(self._count, first + count)
+        return int(first), int(count)
+
+    async def take(self, partition: str, task: str, batch_size: int) -> tuple[list[int], list[dict[str, Any]]]:
+        args = self._args(partition=partition, task=task, batch_size=batch_size)
+        indexes, descs = (await self._conn.request("take", args)).result
+        return list(indexes), list(descs)
+
+    async def get_data(
+        self, indexes: list[int], fields: list[str], mode: str, device: Any
+    ) -> tuple[dict[str, Any], int, int]:
+        """(data, bytes handed over as views, bytes copied)."""
+        args = self._args(indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id())
+        reply = await self._conn.request("get_data", args)
+        if len(reply.buffers) != 1:
+            raise errors.ProtocolError("get_data reply without its rows buffer")
+        rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
+        result = reply.result
+        if "hold" not in result:
+            data = batches.from_rows(rows, result["kinds"], fields, device)
+            return data, 0, len(reply.buffers[0])
+        loop = asyncio.get_running_loop()
+        conn, hold = self._conn, result["hold"]
+
+        def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
+            def send() -> None:
+                task = asyncio.ensure_future(conn.request("release", {"hold": hold, "peer": peer_id()}))
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+            with contextlib.suppress(RuntimeError):  # loop closed: the broker reaps the hold when we exit
+                loop.call_soon_threadsafe(send)
+
+        try:
+            arena = await self._arena(bytes(result["generation"]))
+            if arena is None:
+                raise errors.ConfigError("the broker runs without an arena")
+            tensor_fields = [f for f in fields if f not in result["kinds"]]
+            data, zero, copied = batches.from_runs(arena, result["runs"], tensor_fields, mode, device, release)
+        except BaseException:
+            release()
+            raise
+        if result["kinds"]:
+            data.update(batches.from_rows(rows, result["kinds"], list(result["kinds"]), device))
+        return {f: data[f] for f in fields if f in data}, zero, copied
+
+
+_arenas: dict[tuple[str, bytes], Arena] = {}
+_peer: tuple[int, tuple[int, int]] | None = None
+
+
+def attach_arena(path: Path, generation: bytes) -> Arena:
+    """Map an arena once per process and keep it (views stay valid as long as they live)."""
+    key = (str(path), generation)
+    arena = _arenas.get(key)
+    if arena is None:
+        arena = _arenas[key] = Arena.attach(path, expect_generation=generation)
+    return arena
+
+
+def peer_id() -> list[int]:
+    """[pid, start time]: how the broker tells this process from a later one that reuses its pid."""
+    global _peer
+    pid = os.getpid()
+    if _peer is None or _peer[0] != pid:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            started = int(f.read().rsplit(b")", 1)[-1].split()[19])
+        _peer = (pid, (pid, started))
+    return list(_peer[1])

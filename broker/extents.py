@@ -1,0 +1,198 @@
+"""The broker's book of arena extents: who leased what, what is sealed, who holds views, what can be reused.
+
+States and transitions are drawn in ``persisting/arena.py``. Everything here runs on the broker's loop.
+
+Peers are processes on this node, named by ``(pid, start time)`` from ``/proc``: a pid alone can be reused by a
+new process after the old one died, the pair cannot. ``reap()`` (called periodically) frees the leases and drops
+the holds of peers that no longer exist, so a producer killed mid-write or a consumer killed holding views
+never pins arena space.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+
+from persisting.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, align_up
+from persisting.errors import ConfigError, Full, ProtocolError
+
+Peer = tuple[int, int]  # (pid, start time in clock ticks since boot)
+
+
+def peer_alive(peer: Peer) -> bool:
+    pid, started = peer
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # The command name (field 2) may hold spaces or parentheses: split after its closing parenthesis.
+    fields = stat.rsplit(b")", 1)[-1].split()
+    return len(fields) > 19 and int(fields[19]) == started
+
+
+@dataclass(slots=True)
+class Extent:
+    id: int
+    offset: int
+    nbytes: int
+    owner: Peer
+    sealed: bool = False
+    persisted: bool = False
+    topic: str = ""
+    last_index: int = -1
+    holds: dict[int, Peer] = field(default_factory=dict)  # hold id -> holder
+
+
+class Extents:
+    """First-fit allocation over the arena's data area, with coalescing frees."""
+
+    def __init__(self, size_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self._free: list[tuple[int, int]] = [(HEADER_BYTES, size_bytes - HEADER_BYTES)]  # sorted (offset, nbytes)
+        self.extents: dict[int, Extent] = {}
+        self._ids = itertools.count(1)
+        self._hold_ids = itertools.count(1)
+        self._holds: dict[int, tuple[Peer, list[int]]] = {}  # hold id -> (holder, extent ids)
+        self._freed = asyncio.Event()
+        self.free_bytes = size_bytes - HEADER_BYTES
+
+    # -- leasing ------------------------------------------------------------------------------------
+
+    def _take(self, nbytes: int) -> int | None:
+        for i, (off, size) in enumerate(self._free):
+            if size >= nbytes:
+                if size == nbytes:
+                    del self._free[i]
+                else:
+                    self._free[i] = (off + nbytes, size - nbytes)
+                self.free_bytes -= nbytes
+                return off
+        return None
+
+    def _give(self, off: int, nbytes: int) -> None:
+        i = bisect.bisect_left(self._free, (off, 0))
+        # Coalesce with the neighbours so that large leases keep fitting after many small ones came and went.
+        if i < len(self._free) and off + nbytes == self._free[i][0]:
+            nbytes += self._free[i][1]
+            del self._free[i]
+        if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == off:
+            off, nbytes = self._free[i - 1][0], self._free[i - 1][1] + nbytes
+            del self._free[i - 1]
+            i -= 1
+        self._free.insert(i, (off, nbytes))
+        self._freed.set()
+        self._freed = asyncio.Event()
+
+    async def lease(self, nbytes: int, owner: Peer, timeout: float) -> Extent:
+        """An extent of at least ``nbytes`` for ``owner``; waits for space up to ``timeout``, then ``Full``."""
+        if nbytes <= 0:
+            raise ProtocolError(f"lease size must be > 0, got {nbytes}")
+        size = align_up(nbytes, EXTENT_ALIGN_BYTES)
+        if size > self.size_bytes - HEADER_BYTES:
+            raise ConfigError(
+                f"a batch of {nbytes} bytes is larger than the arena's data area "
+                f"({self.size_bytes - HEADER_BYTES} bytes); split the batch or start the broker with a larger "
+                "--arena-bytes (zerocopy_mode='auto' sends such a batch over the socket instead)"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            off = self._take(size)
+            if off is not None:
+                ext = Extent(next(self._ids), off, size, owner)
+                self.extents[ext.id] = ext
+                return ext
+            left = deadline - loop.time()
+            if left <= 0:
+                raise Full(
+                    f"the arena has no free {size} bytes ({self.free_bytes} free in pieces, "
+                    f"{self.size_bytes} in all) within {timeout:g} s: consumers hold views or Lance is behind"
+                )
+            self.reap()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), min(left, 0.5))
+
+    def leased(self, extent_id: int, owner: Peer) -> Extent:
+        ext = self.extents.get(extent_id)
+        if ext is None or ext.sealed or ext.owner != owner:
+            raise ProtocolError(f"extent {extent_id} is not leased by this process")
+        return ext
+
+    def seal(self, ext: Extent, topic: str, last_index: int) -> None:
+        ext.sealed, ext.topic, ext.last_index = True, topic, last_index
+
+    def abandon(self, ext: Extent) -> None:
+        """A lease that will not be sealed (failed put, dead producer): its space is free again."""
+        self._drop(ext)
+
+    # -- persistence and holds ----------------------------------------------------------------------
+
+    def persisted(self, topic: str, flushed_upto: int) -> None:
+        """Every row of ``topic`` below ``flushed_upto`` is in Lance: its extents no longer need the arena."""
+        for ext in list(self.extents.values()):
+            if ext.sealed and not ext.persisted and ext.topic == topic and ext.last_index < flushed_upto:
+                ext.persisted = True
+                if not ext.holds:
+                    self._drop(ext)
+
+    def hold(self, extent_ids: list[int], holder: Peer) -> int:
+        hold_id = next(self._hold_ids)
+        for eid in extent_ids:
+            self.extents[eid].holds[hold_id] = holder
+        self._holds[hold_id] = (holder, list(extent_ids))
+        return hold_id
+
+    def release(self, hold_id: int, holder: Peer | None = None) -> bool:
+        entry = self._holds.get(hold_id)
+        if entry is None or (holder is not None and entry[0] != holder):
+            return False
+        del self._holds[hold_id]
+        for eid in entry[1]:
+            ext = self.extents.get(eid)
+            if ext is None:
+                continue
+            ext.holds.pop(hold_id, None)
+            if ext.persisted and not ext.holds:
+                self._drop(ext)
+        return True
+
+    def _drop(self, ext: Extent) -> None:
+        if self.extents.pop(ext.id, None) is not None:
+            self.free_bytes += ext.nbytes
+            self._give(ext.offset, ext.nbytes)
+
+    def reap(self) -> int:
+        """Free the leases and holds of peers that died; returns how many leases and holds went."""
+        alive: dict[Peer, bool] = {}
+
+        def is_alive(peer: Peer) -> bool:
+            if peer not in alive:
+                alive[peer] = peer_alive(peer)
+            return alive[peer]
+
+        gone = 0
+        for hold_id, (holder, _) in list(self._holds.items()):
+            if not is_alive(holder):
+                self.release(hold_id)
+                gone += 1
+        for ext in list(self.extents.values()):
+            if not ext.sealed and not is_alive(ext.owner):
+                self._drop(ext)
+                gone += 1
+        return gone
+
+    def stats(self) -> dict[str, int]:
+        sealed = [e for e in self.extents.values() if e.sealed]
+        return {
+            "size_bytes": self.size_bytes,
+            "free_bytes": self.free_bytes,
+            "leased_extents": sum(1 for e in self.extents.values() if not e.sealed),
+            "sealed_extents": len(sealed),
+            "unpersisted_bytes": sum(e.nbytes for e in sealed if not e.persisted),
+            "held_extents": sum(1 for e in sealed if e.holds),
+            "holds": len(self._holds),
+        }

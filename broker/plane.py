@@ -1,0 +1,258 @@
+"""The tensor plane of the broker: the arena, its extents, and the requests that move tensor batches.
+
+A producer leases an extent, writes its batch there itself (the only copy a tensor gets), and sends
+``put_tensors`` with the layout; the broker checks the layout against the lease, logs a reference (not the
+bytes) and makes the samples visible. A consumer's ``get_data`` gets offsets into the arena plus a hold that
+keeps those extents from reuse until it releases them (or dies). The background flush writes the payload to
+Lance; an extent is reused once its rows are flushed and nobody holds it.
+
+Broker restarts: the arena file outlives a killed broker (it is in /dev/shm). At start-up, a file left behind
+is attached read-only, every topic is opened (its log replay copies the payloads that frames point to from that
+file, and flushes them to Lance), then the file is unlinked and a fresh arena is created. So an acknowledged
+tensor batch survives kill -9 of any process; only a machine restart before its flush loses its payload
+(logged; the rows keep their indexes with those fields None). ``flush()`` makes it durable on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from persisting import arena as arena_mod
+from persisting import codec, tensors
+from persisting.arena import FIELD_ALIGN_BYTES, Arena
+from persisting.config import TopicConfig
+from persisting.engine import ArenaPayload, Topic
+from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError
+from persisting.layout import read_json
+from persisting.protocol import Reply, Request, arg
+from persisting.queue.lance_backend import LanceBackend
+
+from .extents import Extents, Peer
+
+log = logging.getLogger("persisting.broker")
+
+OPS = frozenset({"lease", "put_tensors", "take", "describe", "get_data", "release"})
+REAP_INTERVAL_SECONDS = 1.0
+MAX_LEASE_WAIT_SECONDS = 60.0
+
+
+def _peer(req: Request) -> Peer:
+    raw = req.args.get("peer")
+    if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
+        raise ProtocolError(f"{req.op} needs peer = [pid, start time]")
+    return (raw[0], raw[1])
+
+
+def _int_list(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(x) is int and x >= 0 for x in value):
+        raise ProtocolError(f"{what} must be a list of ints >= 0")
+    return value
+
+
+class TensorPlane:
+    def __init__(self, storage_path: Path, size_bytes: int, mode: int = 0o600) -> None:
+        self.storage_path = storage_path
+        self.size_bytes = size_bytes
+        self.mode = mode
+        self.path = arena_mod.default_path(storage_path)
+        self.arena: Arena | None = None
+        self.extents: Extents | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._previous: Arena | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self, backend_options: dict[str, Any]) -> None:
+        if self.path.exists():
+            await self._recover(backend_options)
+        self.arena = Arena.create(self.path, self.size_bytes, self.mode)
+        self.extents = Extents(self.arena.size_bytes)
+        self._reaper = asyncio.ensure_future(self._reap_loop())
+        log.info("arena %s: %d bytes", self.path, self.arena.size_bytes)
+
+    async def _recover(self, backend_options: dict[str, Any]) -> None:
+        try:
+            self._previous = Arena.attach(self.path, writable=False)
+        except PersistingError as exc:
+            log.error("removing an unusable arena file left at %s: %s", self.path, exc)
+            self.path.unlink(missing_ok=True)
+            return
+        log.warning("an arena file was left by a broker that did not stop cleanly; re-adopting its payloads")
+        for meta_file in sorted(self.storage_path.glob("*/topic.json")):
+            meta = read_json(meta_file) or {}
+            name = meta.get("name")
+            if not isinstance(name, str):
+                continue
+            config = TopicConfig(
+                num_buckets=int(meta.get("num_buckets", 4)),
+                bucket_column=str(meta.get("bucket_column", "id")),
+                backend_kwargs=dict(backend_options),
+            )
+            topic = Topic(name, self.storage_path, config, LanceBackend, arena_resolver=self.resolve)
+            try:
+                await topic.open()  # replays (copying arena payloads) and flushes what the log held
+                await topic.close()
+            except Exception:
+                await topic.close_quietly()
+                raise
+        previous, self._previous = self._previous, None
+        previous.close()
+        self.path.unlink(missing_ok=True)
+
+    def resolve(self, generation: bytes, offset: int, nbytes: int) -> np.ndarray | None:
+        """Bytes a log frame points to, from the arena file of that generation if it is still there."""
+        for candidate in (self._previous, self.arena):
+            if candidate is not None and candidate.generation == generation:
+                return candidate.view(offset, nbytes)
+        return None
+
+    def on_flushed(self, topic: str, flushed_upto: int) -> None:
+        if self.extents is not None:
+            self.extents.persisted(topic, flushed_upto)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_INTERVAL_SECONDS)
+            if self.extents is not None:
+                gone = self.extents.reap()
+                if gone:
+                    log.info("released %d lease(s)/hold(s) of processes that exited", gone)
+
+    async def close(self) -> None:
+        """After every topic is closed (flushed): drop the arena file."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reaper
+            self._reaper = None
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
+
+    def hello(self) -> dict[str, Any]:
+        if self.arena is None:
+            return {}
+        return {"path": str(self.path), "size_bytes": self.arena.size_bytes, "generation": self.arena.generation}
+
+    def stats(self) -> dict[str, Any]:
+        return {} if self.extents is None else {"path": str(self.path), **self.extents.stats()}
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    async def handle(self, req: Request, topic: Topic | None) -> Reply:
+        arena, extents = self.arena, self.extents
+        if arena is None or extents is None:
+            raise ConfigError("this broker runs without an arena")
+        if req.op == "lease":
+            nbytes = arg(req, "nbytes", int)
+            timeout = req.args.get("timeout")
+            if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
+                raise ProtocolError("lease timeout must be a number >= 0")
+            ext = await extents.lease(nbytes, _peer(req), min(float(timeout), MAX_LEASE_WAIT_SECONDS))
+            return Reply(req.id, True, [ext.id, ext.offset, ext.nbytes, arena.generation])
+        if req.op == "release":
+            return Reply(req.id, True, extents.release(arg(req, "hold", int), _peer(req)))
+        if topic is None:
+            raise ProtocolError(f"{req.op} needs a topic")
+        if req.op == "put_tensors":
+            return Reply(req.id, True, await self._put(req, topic, arena, extents))
+        if req.op == "take":
+            partition, task = arg(req, "partition", str), arg(req, "task", str)
+            batch_size = arg(req, "batch_size", int)
+            if batch_size < 0:
+                raise ConfigError(f"batch_size must be >= 0, got {batch_size}")
+            indexes = await topic.take(partition, task, batch_size)
+            return Reply(req.id, True, [indexes, await topic.describe(indexes)])
+        if req.op == "describe":
+            return Reply(req.id, True, await topic.describe(_int_list(req.args.get("indexes"), "indexes")))
+        if req.op == "get_data":
+            return await self._get(req, topic, arena, extents)
+        raise ProtocolError(f"unknown operation {req.op!r}")
+
+    async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> list[int]:
+        peer = _peer(req)
+        ext = extents.leased(arg(req, "extent", int), peer)
+        try:
+            count, partition = arg(req, "count", int), arg(req, "partition", str)
+            kinds, key, fields = arg(req, "kinds", dict), req.args.get("key"), arg(req, "fields", list)
+            if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)) or count < 0:
+                raise ProtocolError("put_tensors needs one rows buffer, a str key (or none) and a count >= 0")
+            try:
+                other = codec.msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
+            except Exception as exc:
+                raise ProtocolError(f"put_tensors rows are not valid msgpack: {exc}") from exc
+            rows = codec.check_rows(other, kinds, count)
+            columns: dict[str, tensors.Column] = {}
+            ref_fields = []
+            for entry in fields:
+                if not (isinstance(entry, list) and len(entry) == 6):
+                    raise ProtocolError("each put_tensors field is [name, kind, dtype, shape, offset, nbytes]")
+                name, kind, dtype_name, shape, offset, nbytes = entry
+                if not isinstance(name, str) or not name or name.startswith(codec.RESERVED_PREFIX) or name in kinds:
+                    raise InvalidRecordError(f"invalid or repeated tensor field name {name!r}")
+                dtype = tensors.storage_dtype(kind, dtype_name)
+                shape = _int_list(shape, f"shape of field {name!r}")
+                want = count * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if type(offset) is not int or offset % FIELD_ALIGN_BYTES or nbytes != want:
+                    raise ProtocolError(f"field {name!r}: {nbytes!r} bytes at {offset!r} do not fit {count}x{shape}")
+                if offset < 0 or offset + nbytes > ext.nbytes:
+                    raise ProtocolError(f"field {name!r} lies outside its extent ({ext.nbytes} bytes)")
+                view = arena.view(ext.offset + offset, nbytes).view(dtype).reshape((count, *shape))
+                columns[name] = tensors.Column(kind, dtype_name, view)
+                ref_fields.append([name, kind, dtype_name, shape, offset, nbytes])
+            all_kinds = {**kinds, **{name: col.kind for name, col in columns.items()}}
+            ref = {"gen": arena.generation, "offset": ext.offset, "fields": ref_fields}
+            payload = ArenaPayload(ext.id, ref, columns)
+            # Sealed before the await: the reaper must not free it if the producer dies while we log it.
+            extents.seal(ext, topic.name, 2**62)
+            first, n = await topic.append(
+                codec.EncodedBatch(rows, all_kinds), partition, req.buffers[0], key, arena=payload
+            )
+        except BaseException:
+            extents.abandon(ext)
+            raise
+        if not payload.used:
+            # A retried put (its key was stored by the first attempt) or an empty batch: no row points here.
+            extents.abandon(ext)
+        else:
+            extents.seal(ext, topic.name, first + n - 1)
+            extents.persisted(topic.name, topic.flushed_upto)
+        return [first, n]
+
+    async def _get(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> Reply:
+        indexes = _int_list(req.args.get("indexes"), "indexes")
+        fields = req.args.get("fields")
+        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+            raise ProtocolError("get_data fields must be a list of str")
+        if req.args.get("zerocopy", True) and indexes:
+            tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor")]
+            runs = topic.arena_runs(indexes, tensor_fields)
+            if runs is not None:
+                for _eid, entries in runs:
+                    for entry in entries:
+                        entry[4] = arena.offset_of(entry[4])
+                # The non-tensor fields of arena batches sit beside the views in the tail: no payload copy.
+                plain = [f for f in fields if f not in tensor_fields]
+                others = []
+                for index in indexes:
+                    chunk = topic.tail_chunk(index)
+                    row = chunk.other[index - chunk.first] if chunk is not None else {}
+                    others.append({k: v for k, v in row.items() if k in plain})
+                hold = extents.hold([eid for eid, _ in runs], _peer(req))
+                result = {
+                    "hold": hold,
+                    "generation": arena.generation,
+                    "runs": [entries for _, entries in runs],
+                    "kinds": {f: topic.kinds[f] for f in plain if f in topic.kinds},
+                }
+                return Reply(req.id, True, result, buffers=[codec.pack(others)])
+        rows, kinds = await topic.rows_at(indexes)
+        keep = set(fields)
+        rows = [{k: v for k, v in row.items() if k in keep} for row in rows]
+        return Reply(req.id, True, {"kinds": kinds}, buffers=[codec.pack(rows)])
