@@ -16,15 +16,18 @@ from .errors import (
     StorageError,
     TopicLockedError,
 )
+from .meta import BatchMeta, FieldMeta, SampleMeta
 from .sync import SyncQueue
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchMeta",
     "BrokerUnavailableError",
     "ConfigError",
     "CorruptionError",
     "Empty",
+    "FieldMeta",
     "Full",
     "InvalidRecordError",
     "PersistingError",
@@ -32,6 +35,7 @@ __all__ = [
     "Queue",
     "QueueClosedError",
     "RemoteError",
+    "SampleMeta",
     "SchemaConflictError",
     "StorageError",
     "SyncQueue",

@@ -308,6 +308,7 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
 
 def encode_sample(kind: str, dtype_name: str, sample: np.ndarray) -> bytes:
     """The stored value of one sample of a tensor field (``sample`` holds the storage dtype's bytes)."""
+    sample = np.asarray(sample)  # a sample of a 1-d batch is a numpy scalar: keep it an array (0-d)
     if kind == "ndarray":
         return _packb(sample)
     return msgpack.packb([dtype_name, list(sample.shape), sample.tobytes()], use_bin_type=True)

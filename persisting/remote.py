@@ -148,7 +148,7 @@ def _raise_for(reply: Reply) -> Reply:
     if reply.ok:
         return reply
     cls = _ERROR_TYPES.get(reply.error_type)
-    if cls is not None and cls not in (errors.Empty, errors.Full):
+    if cls is not None:
         raise cls(reply.error_message)
     if reply.error_type == "SchemaConflictError":
         raise errors.InvalidRecordError(reply.error_message)

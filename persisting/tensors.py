@@ -96,7 +96,8 @@ def _torch_to_host(t: Any) -> tuple[str, np.ndarray]:
         import torch
 
         t = t.view(torch.int16)
-    return name, np.ascontiguousarray(t.numpy())
+    arr = t.numpy()
+    return name, arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
 def split(data: Any) -> tuple[dict[str, Column], dict[str, list[Any]], int]:
@@ -116,9 +117,11 @@ def split(data: Any) -> tuple[dict[str, Column], dict[str, list[Any]], int]:
         if is_torch(value):
             dtype_name, arr = _torch_to_host(value)
             col = Column("tensor", dtype_name, arr)
-        elif isinstance(value, np.ndarray):
+        elif isinstance(value, np.ndarray | np.generic):
+            value = np.asarray(value)
             storage_dtype("ndarray", value.dtype.str)  # refuses object/structured dtypes with a clear message
-            col = Column("ndarray", value.dtype.str, np.ascontiguousarray(value))
+            # ascontiguousarray would turn a 0-d array into 1-d: keep ndim so a 0-d field is refused below.
+            col = Column("ndarray", value.dtype.str, value if value.flags.c_contiguous else np.ascontiguousarray(value))
         elif isinstance(value, list | tuple):
             values[name] = value
             length = len(value)

@@ -1,0 +1,281 @@
+"""The tensor plane through a real broker: zero-copy views in shared memory, reclaim, backpressure, and
+processes (producer, consumer, broker) killed with SIGKILL at awkward moments."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue
+from persisting.arena import Arena, default_path
+from persisting.remote import connection, peer_id
+
+from .broker_fixture import BrokerProcess, make_broker
+
+WORKER = Path(__file__).with_name("arena_worker.py")
+ARENA_BYTES = 8 * 1024 * 1024
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def unstarted(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = make_broker(tmp_path)
+    b.extra_args = ["--arena-bytes", str(ARENA_BYTES)]
+    try:
+        yield b
+    finally:
+        b.ensure_dead()
+        default_path(b.storage).unlink(missing_ok=True)  # only after a failed test: a clean stop removes it
+
+
+@pytest.fixture
+def broker(unstarted: BrokerProcess) -> Iterator[BrokerProcess]:
+    unstarted.start()
+    yield unstarted
+    if unstarted.proc is not None and unstarted.proc.poll() is None:
+        assert unstarted.stop() == 0
+    assert not default_path(unstarted.storage).exists(), "a clean stop must remove the arena file"
+
+
+def _worker(address: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, str(WORKER), address, *args], stdout=subprocess.PIPE)
+
+
+async def _arena_stats(address: str) -> dict[str, Any]:
+    stats: dict[str, Any] = (await connection(address).request("hello", {})).result["arena_stats"]
+    return stats
+
+
+async def _until(address: str, check: Any, timeout: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = await _arena_stats(address)
+        if check(stats) or time.monotonic() > deadline:
+            return stats
+        await asyncio.sleep(0.1)
+
+
+def _in_shared_mapping(address: int) -> bool:
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[5].startswith("/dev/shm/persisting-"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= address < hi:
+                return True
+    return False
+
+
+def test_zero_copy_views_live_in_the_shared_mapping(broker: BrokerProcess, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 50_000, size=(16, 64))
+    lp = torch.randn(16, 32, dtype=torch.bfloat16)
+
+    async def go() -> None:
+        async with Queue("z", broker=broker.address) as q:
+            meta = await q.put({"ids": ids, "lp": lp, "tag": [f"t{i}" for i in range(16)]}, partition_id="p")
+            assert meta.global_indexes == list(range(16))
+            got = await q.get_meta(["ids", "lp", "tag"], 16, "train", "p")
+            data = await q.get_data(got)
+            np.testing.assert_array_equal(data["ids"], ids)
+            assert torch.equal(data["lp"], lp) and data["lp"].dtype == torch.bfloat16
+            assert data["tag"] == [f"t{i}" for i in range(16)]
+            assert _in_shared_mapping(data["ids"].ctypes.data)  # a view on the arena, not a copy
+            assert _in_shared_mapping(data["lp"].data_ptr())
+            assert not data["ids"].flags.writeable
+            moved = (await q.stats())["zerocopy"]
+            assert moved["put_zero_copy_bytes"] == ids.nbytes + lp.numel() * 2 and moved["put_copied_bytes"] == 0
+            assert moved["get_zero_copy_bytes"] == ids.nbytes + lp.numel() * 2 and moved["get_copied_bytes"] == 0
+
+            # zerocopy_mode="off": the same data, copied, in writable arrays outside the mapping
+            async with Queue("z", broker=broker.address, zerocopy_mode="off") as off:
+                copy = await off.get_data(got)
+                assert not _in_shared_mapping(copy["ids"].ctypes.data) and copy["ids"].flags.writeable
+                np.testing.assert_array_equal(copy["ids"], ids)
+                assert (await off.stats())["zerocopy"]["get_copied_bytes"] > 0
+
+    asyncio.run(go())
+
+
+def test_extents_are_reclaimed_once_flushed_and_released(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("r", broker=broker.address) as q:
+            full = (await _arena_stats(broker.address))["free_bytes"]
+            await q.put({"x": np.ones((8, 1024), np.float32)}, partition_id="p")
+            data = await q.get_data(await q.get_meta(["x"], 8, "t", "p"))
+            await q.flush()
+            stats = await _arena_stats(broker.address)
+            assert stats["held_extents"] == 1 and stats["free_bytes"] < full  # persisted, but a consumer holds it
+            assert float(data["x"].sum()) == 8 * 1024
+            del data
+            gc.collect()
+            stats = await _until(broker.address, lambda s: s["free_bytes"] == full)
+            assert stats["free_bytes"] == full and stats["holds"] == 0 and stats["sealed_extents"] == 0
+            # after leaving the arena, the data is read back from Lance
+            again = await q.get_data(await q.get_meta(["x"], 8, "other-task", "p"))
+            assert float(again["x"].sum()) == 8 * 1024 and again["x"].flags.writeable
+
+    asyncio.run(go())
+
+
+def test_full_arena_is_backpressure_then_room_after_release(broker: BrokerProcess) -> None:
+    chunk = np.zeros((3, 1024 * 1024), np.uint8)  # 3 MiB; the arena holds 8 MiB
+
+    async def go() -> None:
+        async with Queue("bp", broker=broker.address, batch_size=10**6) as q:
+            await q.put({"x": chunk}, partition_id="p")
+            await q.put({"x": chunk}, partition_id="p")
+            t0 = time.monotonic()
+            with pytest.raises(Full, match="no free"):
+                await q.put({"x": chunk}, partition_id="p", timeout=0.5)
+            assert time.monotonic() - t0 >= 0.4  # it waited before giving up
+            blocked = asyncio.ensure_future(q.put({"x": chunk}, partition_id="p", timeout=20))
+            await asyncio.sleep(0.3)
+            assert not blocked.done()
+            await q.flush()  # rows reach Lance: their extents are free again, the waiting put proceeds
+            meta = await asyncio.wait_for(blocked, 20)
+            assert meta.global_indexes[0] == 6
+            assert len(q) == 9
+
+    asyncio.run(go())
+
+
+def test_a_batch_larger_than_the_arena(broker: BrokerProcess) -> None:
+    big = np.arange(2 * ARENA_BYTES // 8, dtype=np.int64).reshape(2, -1)
+
+    async def go() -> None:
+        async with Queue("big", broker=broker.address, zerocopy_mode="force") as q:
+            with pytest.raises(ConfigError, match="larger than the arena"):
+                await q.put({"x": big}, partition_id="p")
+        async with Queue("big", broker=broker.address) as q:  # auto: over the socket instead
+            meta = await q.put({"x": big}, partition_id="p")
+            assert (await q.stats())["zerocopy"]["put_copied_bytes"] == big.nbytes
+            data = await q.get_data(meta)
+            np.testing.assert_array_equal(data["x"], big)
+
+    asyncio.run(go())
+
+
+def test_producer_killed_mid_write_frees_its_lease(broker: BrokerProcess) -> None:
+    proc = _worker(broker.address, "lease", "k", str(2 * 1024 * 1024))
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"LEASED")
+
+    async def go() -> None:
+        stats = await _arena_stats(broker.address)
+        assert stats["leased_extents"] == 1
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        stats = await _until(broker.address, lambda s: s["leased_extents"] == 0)
+        assert stats["leased_extents"] == 0 and stats["free_bytes"] == stats["size_bytes"] - 4096
+        async with Queue("k", broker=broker.address) as q:
+            assert len(q) == 0  # nothing from the dead producer became visible
+
+    asyncio.run(go())
+
+
+def test_consumer_killed_holding_views_releases_them(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("h", broker=broker.address) as q:
+            await q.put({"x": np.ones((4, 4096), np.float32)}, partition_id="p")
+            proc = _worker(broker.address, "hold", "h", "4")
+            assert proc.stdout is not None
+            line = await asyncio.to_thread(proc.stdout.readline)
+            assert line.startswith(b"HOLDING 4")
+            await q.flush()
+            assert (await _arena_stats(broker.address))["held_extents"] == 1
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            stats = await _until(broker.address, lambda s: s["holds"] == 0 and s["sealed_extents"] == 0)
+            assert stats["holds"] == 0 and stats["sealed_extents"] == 0
+
+    asyncio.run(go())
+
+
+def test_broker_killed_then_restarted_keeps_acknowledged_batches(unstarted: BrokerProcess, seed: int) -> None:
+    rnd = random.Random(seed)
+    acked: list[tuple[int, int]] = []  # (global index of the batch's first sample, batch number)
+    for round_ in range(2):
+        unstarted.start()
+        proc = _worker(unstarted.address, "produce", "crash", f"{round_ * 10_000}:400")
+        assert proc.stdout is not None
+        time.sleep(rnd.uniform(0.5, 2.0))
+        unstarted.kill()
+        proc.kill()  # what it printed before is what was acknowledged
+        out, _ = proc.communicate(timeout=60)
+        acked += [(int(w[1]), int(w[2])) for w in (ln.split() for ln in out.decode().splitlines()) if w[0] == "ACK"]
+        assert default_path(unstarted.storage).exists()  # the killed broker's arena is left for re-adoption
+    unstarted.start()
+    try:
+
+        async def check() -> None:
+            async with Queue("crash", broker=unstarted.address) as q:
+                n = len(q)
+                meta = await q.get_meta(["x"], n, "check", "p")
+                x = (await q.get_data(meta))["x"]
+                assert x.shape == (n, 256) and (x == x[:, :1]).all()
+                firsts = x[:, 0].tolist()
+                assert len(firsts) == len(set(firsts))  # no sample stored twice
+                where = dict(zip(meta.global_indexes, range(n), strict=True))
+                for index, b in acked:  # every acknowledged batch is there, at its index, with its bytes
+                    k = where[index]
+                    assert firsts[k : k + 4] == [b * 4 + j for j in range(4)]
+
+        asyncio.run(check())
+    finally:
+        assert unstarted.stop() == 0
+    print(f"acknowledged batches: {len(acked)}")
+    assert acked
+    assert not default_path(unstarted.storage).exists()
+
+
+def test_bad_layouts_are_refused_and_views_are_checked(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("bad", broker=broker.address) as q:
+            await q.open()
+            conn = connection(broker.address)
+            ext, off, size, _gen = (
+                await conn.request("lease", {"nbytes": 4096, "timeout": 1, "peer": peer_id()})
+            ).result
+            args = {
+                "topic": "bad",
+                "config": {},
+                "partition": "p",
+                "kinds": {},
+                "count": 1,
+                "key": None,
+                "extent": ext,
+                "peer": peer_id(),
+                "fields": [["x", "ndarray", "<f4", [2048], 0, 8192]],  # beyond the 4096-byte extent
+            }
+            with pytest.raises(ProtocolError, match="outside its extent"):
+                await conn.request("put_tensors", args, [b"\x91\x80"])
+            args["fields"] = [["x", "ndarray", "|O", [1], 0, 8]]
+            ext2 = (await conn.request("lease", {"nbytes": 4096, "timeout": 1, "peer": peer_id()})).result[0]
+            args["extent"] = ext2
+            with pytest.raises(InvalidRecordError, match="cannot go in a tensor batch"):
+                await conn.request("put_tensors", args, [b"\x91\x80"])
+            with pytest.raises(ProtocolError, match="not leased"):
+                await conn.request("put_tensors", args, [b"\x91\x80"])  # a failed put gave its extent back
+            assert len(q) == 0
+            stats = await _arena_stats(broker.address)
+            assert stats["leased_extents"] == 0
+            arena = Arena.attach(default_path(broker.storage))
+            with pytest.raises(ProtocolError, match="outside the data area"):
+                arena.view(arena.size_bytes - 8, 16)
+            with pytest.raises(ProtocolError, match="outside the data area"):
+                arena.view(0, 16)  # the header is not payload
+            arena.close()
+            assert off >= 4096 and size == 4096
+
+    asyncio.run(go())
