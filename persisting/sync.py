@@ -13,7 +13,7 @@ from typing import Any
 from . import _loop
 from .client import Queue
 
-_BLOCKING = ("open", "put", "put_batch", "flush", "get", "stats", "aclose")
+_BLOCKING = ("open", "put", "put_batch", "flush", "get", "get_meta", "get_data", "get_batch", "stats", "aclose")
 
 
 def _blocking(name: str) -> Callable[..., Any]:
@@ -35,6 +35,9 @@ class SyncQueue:
     put_batch = _blocking("put_batch")
     flush = _blocking("flush")
     get = _blocking("get")
+    get_meta = _blocking("get_meta")
+    get_data = _blocking("get_data")
+    get_batch = _blocking("get_batch")
     stats = _blocking("stats")
     close = _blocking("aclose")
 

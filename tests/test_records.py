@@ -196,10 +196,15 @@ def test_put_batch_needs_a_list_of_dicts(store: Path, bad: Any) -> None:
         q.put([{"id": 1}])  # type: ignore[arg-type]
 
 
-def test_torch_tensor_in_a_record_is_explained(store: Path) -> None:
+def test_torch_tensor_in_a_record_round_trips_as_torch(store: Path) -> None:
     torch = pytest.importorskip("torch")
-    with SyncQueue("t", storage_path=store) as q, pytest.raises(InvalidRecordError, match=r"\.numpy\(\)"):
-        q.put({"id": 1, "t": torch.zeros(2)})
+    t = torch.randn(3, 2).to(torch.bfloat16)
+    with SyncQueue("t", storage_path=store) as q:
+        q.put({"id": 1, "t": t})
+        with pytest.raises(InvalidRecordError, match="'t'"):
+            q.put({"id": 2, "t": t.float().numpy()})  # numpy where the field holds torch
+        got = q.get()[0]["t"]
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16 and torch.equal(got, t)
 
 
 scalars = st.one_of(

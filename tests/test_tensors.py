@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from persisting import BatchMeta, ConfigError, InvalidRecordError, Queue
+from persisting import BatchMeta, ConfigError, InvalidRecordError, Queue, SyncQueue
 
 NUMPY_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
 TORCH_DTYPES = [torch.bool, torch.int8, torch.int64, torch.uint8, torch.float16, torch.bfloat16, torch.float32]
@@ -171,3 +171,11 @@ def test_batch_meta_dict_round_trip(store: Path) -> None:
     meta = _run(go())
     again = BatchMeta.from_dict(meta.to_dict())
     assert again == meta and again.global_indexes == [0, 1, 2]
+
+
+def test_sync_twin_has_the_tensor_calls(store: Path) -> None:
+    with SyncQueue("t", store) as q:
+        meta = q.put({"x": np.arange(6).reshape(3, 2)}, partition_id="p")
+        data, got = q.get_batch(["x"], 3, "t", "p")
+        assert got.global_indexes == meta.global_indexes
+        np.testing.assert_array_equal(data["x"], np.arange(6).reshape(3, 2))
