@@ -255,7 +255,10 @@ class Queue:
         sampler: Any = None,
     ) -> BatchMeta:
         """Hand the next ``batch_size`` samples of ``partition_id`` to ``task_name`` (each sample goes to a task
-        once: consume-on-fetch). Fewer, or none, when fewer are there yet; the meta names them for get_data."""
+        once: consume-on-fetch). Fewer, or none, when fewer are there yet; the meta names them for get_data.
+
+        A field that no sample has yet is not an error (a consumer may start before its producer); get_data gives
+        ``None`` for a field a sample lacks. Waiting for fields to be produced comes with per-field readiness."""
         if sampler is not None:
             raise ConfigError("samplers are not supported yet; pass sampler=None (samples come in index order)")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
@@ -265,13 +268,6 @@ class Queue:
                 raise ConfigError(f"{label} must be a non-empty str, got {v!r}")
         wanted = None if fields is None else [str(f) for f in fields]
         topic = await self._engine()
-        if wanted is not None:
-            unknown = [f for f in wanted if f not in topic.kinds]
-            if unknown and isinstance(topic, RemoteTopic):
-                await topic.stats_refresh()
-                unknown = [f for f in wanted if f not in topic.kinds]
-            if unknown:
-                raise ConfigError(f"no field named {unknown} in topic {self.name!r}; its fields: {sorted(topic.kinds)}")
         if isinstance(topic, RemoteTopic):
             indexes, descs = await topic.take(partition_id, task_name, batch_size)
         else:

@@ -245,10 +245,6 @@ class RemoteTopic:
             return None
         return attach_arena(Path(info["path"]), bytes(info["generation"]))
 
-    async def stats_refresh(self) -> None:
-        stats = (await self._conn.request("stats", self._args())).result
-        self.kinds = dict(stats.get("fields", {}))
-
     async def has_arena(self) -> bool:
         return await self._arena() is not None
 
