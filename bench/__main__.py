@@ -1,4 +1,5 @@
-"""``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``"""
+"""``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
+``python -m bench arena``"""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from typing import Any
 
 import persisting
 
+from .arena_bench import run_arena_bench
+from .arena_bench import render_arena
 from .broker_bench import run_broker_bench
 from .broker_report import render_broker
 from .queue_bench import run_queue_bench
@@ -84,6 +87,26 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    a = sub.add_parser(
+        "arena",
+        help="tensor batches producer -> consumer through the broker's shared-memory arena vs memcpy and "
+        "torch.multiprocessing.Queue",
+    )
+    a.add_argument("--small-batches", type=int, default=256, help="6 MiB batches per stream run (default: 1.5 GiB)")
+    a.add_argument("--large-batches", type=int, default=24, help="64 MiB batches per stream run (default: 1.5 GiB)")
+    a.add_argument("--paced-batches", type=int, default=16, help="batches per paced (idle pipe) latency run; 0: skip")
+    a.add_argument("--arena-bytes", type=int, default=2 * 1024**3, help="the broker's arena (default 2 GiB)")
+    a.add_argument(
+        "--beyond-batches", type=int, default=128, help="6 MiB batches through a small arena (see next); 0: skip"
+    )
+    a.add_argument(
+        "--beyond-arena-bytes", type=int, default=256 * 1024**2, help="arena of the beyond run (default 256 MiB)"
+    )
+    a.add_argument("--no-torch", action="store_true", help="skip the torch.multiprocessing.Queue reference")
+    a.add_argument("--format", choices=FORMATS, default="console")
+    a.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 
@@ -132,12 +155,60 @@ def _broker_main(args: argparse.Namespace, args_list: list[str], revision: str) 
     return 0
 
 
+def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -> int:
+    counts = (args.small_batches, args.large_batches, args.paced_batches, args.beyond_batches)
+    if any(n < 0 for n in counts) or args.arena_bytes < 1 or args.beyond_arena_bytes < 1:
+        raise SystemExit("batch counts must be at least 0, arena sizes at least 1")
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="pab-", dir=args.dir or "/tmp"))  # short: ipc socket paths live under it
+    try:
+        result = run_arena_bench(
+            base,
+            small_batches=args.small_batches,
+            large_batches=args.large_batches,
+            paced_batches=args.paced_batches,
+            arena_bytes=args.arena_bytes,
+            beyond_batches=args.beyond_batches,
+            beyond_arena_bytes=args.beyond_arena_bytes,
+            torch_ref=not args.no_torch,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    meta = _meta(args_list, revision, base)
+    meta["packages"] += ", " + ", ".join(
+        f"{n} {importlib.metadata.version(n)}" for n in ("torch", "pyzmq") if _installed(n)
+    )
+    meta["records"] = "tensor batches: 256 x (int64[1024] + float32[4096]) (6 MiB) and 64 x float32[262144] (64 MiB)"
+    meta["seed"] = args.seed
+    meta["persisting imported from"] = str(Path(persisting.__file__).parent)
+    meta["broker"] = (
+        f"{sys.executable} -m broker --storage-path {base}/<case>/storage --socket ipc://{base}/<case>/s/b.sock "
+        f"--arena-bytes N --log-level WARNING (one broker per persisting case)"
+    )
+    result.meta = meta
+    print(render_arena(result, args.format))
+    return 0
+
+
+def _installed(name: str) -> bool:
+    try:
+        importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(args_list)
     revision = _git_revision()  # before the run: the code measured is the code imported now
     if args.bench == "broker":
         return _broker_main(args, args_list, revision)
+    if args.bench == "arena":
+        return _arena_main(args, args_list, revision)
     ns = args.n or [10_000]
     if any(n < 1 for n in ns):
         raise SystemExit("--n must be at least 1")

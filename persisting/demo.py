@@ -119,7 +119,8 @@ async def consume_tensors(address: str, batches: int) -> None:
     np.copyto(dst, src)
     memcpy_s = time.perf_counter() - t1
     print(
-        f"  consumer {os.getpid()}: {batches} tensor batches, {nbytes / 2**20:.0f} MiB after the first in {elapsed:.2f} s, "
+        f"  consumer {os.getpid()}: {batches} tensor batches; {nbytes / 2**20:.0f} MiB after the first "
+        f"in {elapsed:.2f} s, "
         f"{nbytes / elapsed / 1e9:.2f} GB/s; a memcpy of the same bytes here: {nbytes / memcpy_s / 1e9:.2f} GB/s; "
         f"{moved['get_zero_copy_bytes'] / 2**20:.0f} MiB handed over as views, "
         f"{moved['get_copied_bytes'] / 2**20:.0f} MiB copied",
