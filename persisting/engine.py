@@ -398,6 +398,10 @@ class Topic:
                 wal.rotate(self.next_index)
             k = bisect.bisect_left(self._tail_firsts, cut)
             chunks = self._tail[:k]
+            arena_chunks = [c for c in chunks if c.arena is not None]
+            if arena_chunks:
+                # Encoding tensor samples copies megabytes: off the loop, so hand-overs go on meanwhile.
+                await asyncio.to_thread(lambda: [c.rows for c in arena_chunks])
             per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
             per_index: list[list[int]] = [[] for _ in self._backends]
             col, n = self.config.bucket_column, self.config.num_buckets
