@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from broker.__main__ import SETTINGS
+from persisting.arena import default_path
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "systemd" / "persisting-broker.service"
@@ -213,14 +214,16 @@ def test_exec_start_reaches_ready_and_stops_cleanly(tmp_path: Path, short_dir: P
             assert sock_file.exists(), "READY=1 before the ipc socket exists"
             assert "persisting-broker ready on" in out_path.read_text()
 
-            # ExecStartPost= lines, as systemd runs them after READY=1 (the socket's permissions for the group).
+            # ExecStartPost= lines, as systemd runs them after READY=1 (if a drop-in adds any).
             for post in unit_values("ExecStartPost"):
                 cmd = [a.replace("/run/persisting/broker.sock", str(sock_file)) for a in command_line(post)]
                 subprocess.run(cmd, check=True, timeout=10)
-            if unit_values("ExecStartPost"):
-                mode = stat.S_IMODE(sock_file.stat().st_mode)
-                assert mode & 0o060 == 0o060, f"socket mode {mode:o}: the group cannot connect"
-                assert mode & 0o007 == 0, f"socket mode {mode:o}: open to everybody"
+            # The group of client users may connect and map the arena; nobody else may.
+            arena = default_path(storage)
+            for path in (sock_file, arena):
+                mode = stat.S_IMODE(path.stat().st_mode)
+                assert mode & 0o060 == 0o060, f"{path.name} mode {mode:o}: the group cannot use it"
+                assert mode & 0o007 == 0, f"{path.name} mode {mode:o}: open to everybody"
 
             proc.send_signal(signal.SIGTERM)
             returncode = proc.wait(timeout=STOP_TIMEOUT)
