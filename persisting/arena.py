@@ -99,7 +99,8 @@ class Arena:
                 "make the arena smaller (--arena-bytes) or /dev/shm larger"
             ) from exc
         generation = uuid.uuid4().bytes
-        mm = mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+        # No MAP_POPULATE here: the broker touches payload only when it flushes; clients populate their mapping.
+        mm = mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED)
         mm[: _HEADER.size] = _HEADER.pack(MAGIC, VERSION, HEADER_BYTES, size_bytes, generation)
         return cls(path, fd, mm, size_bytes, generation, owner=True)
 
