@@ -78,9 +78,9 @@ def wanted_fields(meta: BatchMeta) -> list[str]:
     return list(fields) if fields else meta.field_names
 
 
-def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list[str], device: Any) -> dict[str, Any]:
+def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list[str], device: Any) -> Batch:
     """The copy path: stored rows to the user's kinds, stacked per field when shapes agree."""
-    out: dict[str, Any] = {}
+    out = Batch()
     for name in fields:
         kind = kinds.get(name)
         values = [row.get(name) for row in rows]
@@ -99,6 +99,25 @@ def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list
         else:
             out[name] = [r[name] for r in codec.decode_rows([{name: v} for v in values], kinds)]
     return out
+
+
+class Batch(dict[str, Any]):
+    """What ``get_data`` returns: field -> array, tensor or list. ``release()`` (or leaving a ``with`` block) gives
+    arena views back to the broker at once instead of when they are garbage-collected; arrays of a released
+    batch must not be used any more (their memory may be reused by later puts). A no-op for copied data."""
+
+    _hold: _Hold | None = None
+
+    def release(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.release_now()
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class _Hold:
@@ -123,17 +142,24 @@ class _Hold:
         if release is not None:
             release()
 
+    def release_now(self) -> None:
+        with self._lock:
+            release, self._release = self._release, None
+        if release is not None:
+            release()
+
 
 def from_runs(
     arena: Arena, runs: list[list[list[Any]]], fields: list[str], mode: str, device: Any, release: Callable[[], None]
-) -> tuple[dict[str, Any], int, int]:
+) -> tuple[Batch, int, int]:
     """The arena path: views of the broker's arena (read-only), one per field when the samples are one run.
 
     Returns (data, bytes handed over without a copy, bytes copied). Samples from several puts lie in several
     extents: ``mode="force"`` refuses that, ``"auto"`` concatenates them (a copy) when their shapes agree.
     """
     hold = _Hold(release)
-    out: dict[str, Any] = {}
+    out = Batch()
+    out._hold = hold
     zero = copied = 0
     per_field: dict[str, list[tuple[list[Any], np.ndarray]]] = {name: [] for name in fields}
     for run in runs:

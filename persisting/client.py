@@ -276,7 +276,7 @@ class Queue:
 
     async def get_data(
         self, batch_meta: BatchMeta, partition_id: str | None = None, device: Any = None
-    ) -> dict[str, Any]:
+    ) -> batches.Batch:
         """The samples of ``batch_meta``: per field, one array/tensor stacked along the batch dimension (views on
         shared memory in broker mode), a list when sample shapes differ, a list of values for other fields."""
         if not isinstance(batch_meta, BatchMeta):
@@ -286,7 +286,7 @@ class Queue:
         indexes = batch_meta.global_indexes
         fields = batches.wanted_fields(batch_meta)
         if not indexes:
-            return {}
+            return batches.Batch()
         topic = await self._engine()
         if isinstance(topic, RemoteTopic):
             data, zero, copied = await topic.get_data(indexes, fields, self.zerocopy_mode, device)
@@ -308,7 +308,7 @@ class Queue:
         partition_id: str = "default",
         sampler: Any = None,
         device: Any = None,
-    ) -> tuple[dict[str, Any], BatchMeta]:
+    ) -> tuple[batches.Batch, BatchMeta]:
         """``get_meta`` then ``get_data``: (data, meta)."""
         meta = await self.get_meta(fields, batch_size, task_name, partition_id, sampler)
         return await self.get_data(meta, device=device), meta

@@ -287,7 +287,7 @@ class RemoteTopic:
 
     async def get_data(
         self, indexes: list[int], fields: list[str], mode: str, device: Any
-    ) -> tuple[dict[str, Any], int, int]:
+    ) -> tuple[batches.Batch, int, int]:
         """(data, bytes handed over as views, bytes copied)."""
         args = self._args(indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id())
         reply = await self._conn.request("get_data", args)
@@ -320,7 +320,9 @@ class RemoteTopic:
             raise
         if result["kinds"]:
             data.update(batches.from_rows(rows, result["kinds"], list(result["kinds"]), device))
-        return {f: data[f] for f in fields if f in data}, zero, copied
+        ordered = batches.Batch((f, data[f]) for f in fields if f in data)
+        ordered._hold, data._hold = data._hold, None
+        return ordered, zero, copied
 
 
 _arenas: dict[tuple[str, bytes], Arena] = {}

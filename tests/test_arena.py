@@ -129,6 +129,47 @@ def test_extents_are_reclaimed_once_flushed_and_released(broker: BrokerProcess) 
     asyncio.run(go())
 
 
+def test_explicit_release_gives_extents_back_at_once(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("rel", broker=broker.address) as q:
+            await q.put({"x": np.ones((4, 512), np.float32)}, partition_id="p")
+            with await q.get_data(await q.get_meta(["x"], 4, "t", "p")) as batch:
+                await q.flush()  # in Lance now: only the hold keeps the extent
+                assert (await _arena_stats(broker.address))["holds"] == 1
+                keep = batch["x"]  # still referenced after the block: only the explicit release frees it
+            stats = await _until(broker.address, lambda s: s["holds"] == 0)
+            assert stats["holds"] == 0 and stats["sealed_extents"] == 0
+            assert keep.shape == (4, 512)
+
+    asyncio.run(go())
+
+
+def test_every_dtype_through_the_arena(broker: BrokerProcess, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    data: dict[str, Any] = {
+        f"np_{d}": (rng.standard_normal((5, 3, 2)) * 100).astype(d)
+        for d in ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+    }
+    data["bf16"] = torch.randn(5, 7).to(torch.bfloat16)
+    data["t_i64"] = torch.arange(5)  # 0-d samples
+    data["strided"] = np.arange(50, dtype=np.int32).reshape(5, 10)[:, ::3]
+
+    async def go() -> None:
+        async with Queue("dt", broker=broker.address) as q:
+            meta = await q.put(data, partition_id="p")
+            got = await q.get_data(await q.get_meta(list(data), 5, "t", "p"))
+            assert (await q.stats())["zerocopy"]["get_copied_bytes"] == 0
+            for name, value in data.items():
+                if isinstance(value, torch.Tensor):
+                    assert got[name].dtype == value.dtype and torch.equal(got[name], value), name
+                else:
+                    assert got[name].dtype == value.dtype, name
+                    np.testing.assert_array_equal(got[name], value)
+            assert meta.samples[0].fields["t_i64"].shape == ()
+
+    asyncio.run(go())
+
+
 def test_full_arena_is_backpressure_then_room_after_release(broker: BrokerProcess) -> None:
     chunk = np.zeros((3, 1024 * 1024), np.uint8)  # 3 MiB; the arena holds 8 MiB
 
