@@ -11,6 +11,7 @@ across a broker restart. After the timeout the call raises ``BrokerUnavailableEr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -19,7 +20,6 @@ from typing import Any
 
 import msgpack
 import zmq
-import zmq.asyncio
 
 from . import errors, protocol
 from .codec import EncodedBatch
@@ -56,29 +56,53 @@ def connection(address: str) -> Connection:
 
 
 class Connection:
-    """One DEALER socket to one broker, shared by every RemoteTopic of this process."""
+    """One DEALER socket to one broker, shared by every RemoteTopic of this process on one event loop.
+
+    A plain ZeroMQ socket, read with NOBLOCK from a loop reader callback: zmq.asyncio costs a future per send
+    and per recv, which on a busy machine was as much CPU as the rest of a request.
+    """
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._ctx = zmq.asyncio.Context.instance()
+        # pyzmq makes a fresh instance in a forked child.
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.connect(address)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Reply]] = {}
-        self._receiver: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_pending = False
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
 
     def close(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._sock.fileno())
+        self._loop = None
         self._sock.close(linger=0)
 
-    def _ensure_receiver(self) -> None:
-        if self._receiver is None or self._receiver.done():
-            self._receiver = asyncio.ensure_future(self._receive())
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is None:
+            self._loop = loop
+            loop.add_reader(self._sock.fileno(), self._drain)
 
-    async def _receive(self) -> None:
+    def _kick(self) -> None:
+        # ZeroMQ's FD is edge-triggered: a send may consume the edge of a reply that is already waiting.
+        if not self._drain_pending and self._loop is not None:
+            self._drain_pending = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_pending = False
         while True:
-            frames = await self._sock.recv_multipart()
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:  # the socket was closed under us
+                log.debug("receiving from %s stopped: %s", self.address, exc)
+                return
             try:
                 reply = protocol.decode_reply(frames)
             except errors.ProtocolError as exc:
@@ -88,10 +112,16 @@ class Connection:
             if fut is not None and not fut.done():
                 fut.set_result(reply)
 
+    def _send(self, frames: list[bytes]) -> None:
+        # zmq.Again: the queue to the broker is full (it is down or stalled); the resend timer tries again.
+        with contextlib.suppress(zmq.Again):
+            self._sock.send_multipart(frames, zmq.NOBLOCK)
+        if int(self._sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            self._kick()
+
     async def request(
         self, op: str, args: dict[str, Any], buffers: list[bytes] | None = None, timeout: float | None = None
     ) -> Reply:
-        self._ensure_receiver()
         req = Request(next(self._ids), op, args, buffers or [])
         frames = protocol.encode_request(req)
         size = sum(len(f) for f in frames)
@@ -101,6 +131,7 @@ class Connection:
                 "split the batch (or raise the broker's max message size)"
             )
         loop = asyncio.get_running_loop()
+        self._watch(loop)
         fut: asyncio.Future[Reply] = loop.create_future()
         self._pending[req.id] = fut
         limit = timeout or REQUEST_TIMEOUT_SECONDS
@@ -121,10 +152,10 @@ class Connection:
                     )
                 )
                 return
-            self._sock.send_multipart(frames)  # queued by ZeroMQ; delivered once the broker is back
+            self._send(frames)  # queued by ZeroMQ; delivered once the broker is back
             timer = loop.call_later(min(RESEND_SECONDS, left), resend)
 
-        await self._sock.send_multipart(frames)
+        self._send(frames)
         timer = loop.call_later(min(RESEND_SECONDS, limit), resend)
         try:
             return _raise_for(await fut)

@@ -129,6 +129,27 @@ def test_stream_wakes_up_across_processes(broker: BrokerProcess) -> None:
     assert all(x < 5 for x in latencies)  # liveness only: the figure is measured in bench/
 
 
+def test_many_requests_in_flight_on_one_connection(broker: BrokerProcess) -> None:
+    # Replies arrive while others are sent: every one must be picked up (ZeroMQ's socket FD is edge-triggered),
+    # and long-polls waiting in the broker must not hold up the puts that wake them.
+    async def main() -> None:
+        async with Queue("flight", broker=broker.address, durability="process") as q:
+            waiters = [asyncio.ensure_future(q.get(limit=1, offset=0)) for _ in range(20)]
+
+            async def one_batch(offset: int) -> list[dict[str, object]]:
+                return [r async for rows in q.stream(limit=10, offset=offset, wait=True, timeout=30) for r in rows]
+
+            streams = [asyncio.ensure_future(one_batch(k * 10)) for k in range(30)]
+            await asyncio.sleep(0.2)  # the streams are now long-polling in the broker
+            await asyncio.gather(*(q.put_batch([{"id": k * 10 + j} for j in range(10)]) for k in range(30)))
+            pages = await asyncio.wait_for(asyncio.gather(*streams), 30)
+            assert sorted(r["id"] for page in pages for r in page) == list(range(300))  # each batch got 10 indexes
+            assert all(len(rows) <= 1 for rows in await asyncio.gather(*waiters))
+            assert len(await q.get(limit=1000)) == 300
+
+    asyncio.run(main())
+
+
 def test_kill_9_of_the_broker_under_load_then_restart(unstarted: BrokerProcess, seed: int) -> None:
     rng = random.Random(seed)
     b = unstarted
