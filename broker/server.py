@@ -234,14 +234,23 @@ class Broker:
             first, n = await topic.append(batch, partition, req.buffers[0], key)
             return Reply(req.id, True, [first, n])
         if req.op == "read":
-            rows, kinds = await topic.read(arg(req, "offset", int), arg(req, "limit", int))
-            result = {"kinds": kinds, "count": topic.count()}
+            offset, limit = arg(req, "offset", int), arg(req, "limit", int)
+            wait = _timeout(req, "wait")
+            rows, kinds = await topic.read(offset, limit)
+            # A read with "wait" is a long-poll: a consumer at the end of the data gets its next page in one
+            # round trip instead of read, wait, read. "waited" tells the client this broker honoured it.
+            if (
+                not rows
+                and wait is not None
+                and limit > 0
+                and await topic.wait_beyond(offset, min(wait, WAIT_SLICE_SECONDS))
+            ):
+                rows, kinds = await topic.read(offset, limit)
+            result = {"kinds": kinds, "count": topic.count(), "waited": wait is not None}
             return Reply(req.id, True, result, buffers=[codec.pack(rows)])
         if req.op == "wait":
-            timeout = req.args.get("timeout")
-            if timeout is not None and not isinstance(timeout, int | float):
-                raise ProtocolError("wait timeout must be a number or nil")
-            limit = WAIT_SLICE_SECONDS if timeout is None else min(float(timeout), WAIT_SLICE_SECONDS)
+            timeout = _timeout(req, "timeout")
+            limit = WAIT_SLICE_SECONDS if timeout is None else min(timeout, WAIT_SLICE_SECONDS)
             return Reply(req.id, True, await topic.wait_beyond(arg(req, "index", int), limit))
         if req.op == "flush":
             await topic.flush()
@@ -279,6 +288,16 @@ class Broker:
                     f"this client asks for {getattr(config, key)!r}"
                 )
         return topic
+
+
+def _timeout(req: Request, name: str) -> float | None:
+    """An optional number of seconds (nil: absent); negative counts as zero."""
+    value = req.args.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ProtocolError(f"{req.op} {name} must be a number or nil")
+    return max(0.0, float(value))
 
 
 def _topic_config(raw: dict[str, Any], backend_options: dict[str, Any]) -> TopicConfig:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
+WAIT_SLICE_SECONDS = 30.0  # the longest one long-poll request asks the broker to hold (the broker's cap too)
 
 # One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
 # the background loop (a thread hop costs about as much as the ZeroMQ round trip itself).
@@ -120,8 +121,15 @@ class Connection:
             self._kick()
 
     async def request(
-        self, op: str, args: dict[str, Any], buffers: list[bytes] | None = None, timeout: float | None = None
+        self,
+        op: str,
+        args: dict[str, Any],
+        buffers: list[bytes] | None = None,
+        timeout: float | None = None,
+        hold: float = 0.0,
     ) -> Reply:
+        """Send one request and await its reply. ``hold``: seconds the broker may keep it (a long-poll) before
+        answering; the first re-send waits that much longer, so a waiting long-poll is not sent twice."""
         req = Request(next(self._ids), op, args, buffers or [])
         frames = protocol.encode_request(req)
         size = sum(len(f) for f in frames)
@@ -156,7 +164,7 @@ class Connection:
             timer = loop.call_later(min(RESEND_SECONDS, left), resend)
 
         self._send(frames)
-        timer = loop.call_later(min(RESEND_SECONDS, limit), resend)
+        timer = loop.call_later(min(hold + RESEND_SECONDS, limit), resend)
         try:
             return _raise_for(await fut)
         finally:
@@ -223,21 +231,47 @@ class RemoteTopic:
         return int(first), int(n)
 
     async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        reply = await self._conn.request("read", self._args(offset=offset, limit=limit))
+        rows, _waited = await self._read(self._args(offset=offset, limit=limit))
+        return rows, self.kinds
+
+    async def read_waiting(
+        self, offset: int, limit: int, timeout: float | None
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Like read, but at the end of the data wait up to ``timeout`` seconds (None: for ever) for rows at
+        ``offset``: a long-poll in the broker, so a consumer that keeps up pays one round trip per page."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
+            args = self._args(offset=offset, limit=limit, wait=left)
+            rows, waited = await self._read(args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
+            if rows or (deadline is not None and loop.time() >= deadline):
+                return rows, self.kinds
+            # A broker from before read took "wait" answered at once: wait the old way.
+            if not waited and not await self.wait_beyond(
+                offset, None if deadline is None else max(0.0, deadline - loop.time())
+            ):
+                return [], self.kinds
+
+    async def _read(
+        self, args: dict[str, Any], timeout: float | None = None, hold: float = 0.0
+    ) -> tuple[list[dict[str, Any]], bool]:
+        reply = await self._conn.request("read", args, timeout=timeout, hold=hold)
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("read reply without its rows buffer")
         rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
         self.kinds = dict(reply.result["kinds"])
         self._count = int(reply.result["count"])
-        return rows, self.kinds
+        return rows, bool(reply.result.get("waited"))
 
     async def wait_beyond(self, index: int, timeout: float | None) -> bool:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - loop.time())
+            hold = WAIT_SLICE_SECONDS if left is None else min(left, WAIT_SLICE_SECONDS)
             reply = await self._conn.request(
-                "wait", self._args(index=index, timeout=left), timeout=(left or 0) + REQUEST_TIMEOUT_SECONDS
+                "wait", self._args(index=index, timeout=left), timeout=hold + REQUEST_TIMEOUT_SECONDS, hold=hold
             )
             if reply.result or (deadline is not None and loop.time() >= deadline):
                 return bool(reply.result)
