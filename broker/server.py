@@ -1,6 +1,9 @@
 """The broker: a ZeroMQ ROUTER in front of the same engine that embedded mode runs in-process.
 
-Every request is handled in its own task on one event loop, so a long-poll ``wait`` never blocks a ``put``.
+One event loop. The socket is a plain (blocking-capable) ZeroMQ socket read with NOBLOCK from a loop reader
+callback, not zmq.asyncio: that layer costs a future per recv and per send, which was most of the broker's CPU.
+A request runs inline until it first has to wait (a group commit, a Lance read, a long-poll ``wait``); only then
+does it become a task, so a long-poll never blocks a ``put`` while the common cheap requests cost no task.
 Engine state lives on this loop only (the engine's own rule); Lance I/O goes to worker threads as in embedded
 mode. A malformed request gets an error reply and a log line; the broker keeps serving.
 """
@@ -11,12 +14,12 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import zmq
-import zmq.asyncio
 
 from persisting import codec, protocol
 from persisting.config import DURABILITY_MODES, TopicConfig
@@ -31,6 +34,7 @@ from .plane import TensorPlane
 log = logging.getLogger("persisting.broker")
 
 WAIT_SLICE_SECONDS = 30.0  # a wait longer than this is answered "not yet" and re-sent by the client
+DRAIN_BATCH = 64  # messages taken per reader callback before other callbacks (fsync completions) get a turn
 _CONFIG_KEYS: dict[str, type | tuple[type, ...]] = {
     "num_buckets": int,
     "bucket_column": str,
@@ -62,9 +66,11 @@ class Broker:
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
-        self._serving: asyncio.Task[Any] | None = None
-        self._ctx: zmq.asyncio.Context | None = None
-        self._sock: zmq.asyncio.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_pending = False
+        self._draining = False
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._sock: zmq.Socket[bytes] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -74,7 +80,7 @@ class Broker:
             await self.plane.start(self.backend_options)
 
     def bind(self) -> None:
-        self._ctx = zmq.asyncio.Context()
+        self._ctx = zmq.Context()
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         # ZeroMQ drops a larger message and resets that peer; clients check the limit (from hello) first.
@@ -94,27 +100,77 @@ class Broker:
     def stop(self) -> None:
         """Stop taking requests; serve() then closes every topic (flushing it) and returns."""
         self._stop.set()
-        if self._serving is not None:
-            self._serving.cancel()
 
     async def serve(self) -> None:
         """Answer requests until stop(); then close every topic (flushing it) and the socket."""
         sock = self._sock
         if sock is None:
             raise RuntimeError("bind() first")
-        self._serving = asyncio.current_task()
+        loop = self._loop = asyncio.get_running_loop()
+        fd = sock.fileno()
+        loop.add_reader(fd, self._drain)
+        self._kick()  # messages that arrived before the reader was added raise no new edge
         try:
-            while not self._stop.is_set():
-                frames = await sock.recv_multipart()
-                task = asyncio.ensure_future(self._handle(frames))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-        except asyncio.CancelledError:
-            if not self._stop.is_set():
-                raise
+            await self._stop.wait()
         finally:
-            self._serving = None
+            loop.remove_reader(fd)
             await self.close()
+
+    def _kick(self) -> None:
+        """Schedule one drain. ZeroMQ's FD is edge-triggered: after our own send or recv it may not fire again
+        for a message that is already waiting, so whoever may have consumed an edge calls this."""
+        if not self._drain_pending and self._loop is not None:
+            self._drain_pending = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_pending = False
+        sock = self._sock
+        if sock is None or self._stop.is_set():
+            return
+        self._draining = True
+        try:
+            for _ in range(DRAIN_BATCH):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                except zmq.ZMQError as exc:
+                    log.warning("receiving from the socket failed: %s", exc)
+                    return
+                self._start(frames)
+            self._kick()  # more may be queued; continue after the loop's other callbacks
+        finally:
+            self._draining = False
+
+    def _start(self, frames: list[bytes]) -> None:
+        # The request's first step runs here, inline: most requests (hello, count, a read of buffered rows, a
+        # put with durability="process") finish without ever suspending and need no task. One that suspends
+        # continues as a task from where it stopped (what Python 3.12's eager tasks do).
+        coro = self._handle(frames)
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return
+        except Exception:
+            log.exception("a request failed outside its error handling")
+            return
+        task = asyncio.ensure_future(_finish(_Resumed(coro, first)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _send(self, frames: list[bytes]) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            # A ROUTER never blocks: a reply to a peer that is gone (or over its high-water mark) is dropped,
+            # and that client re-sends its request.
+            sock.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.warning("could not send a reply: %s", exc)
+        if not self._draining and int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            self._kick()
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -162,8 +218,7 @@ class Broker:
         except Exception as exc:
             log.exception("request %d failed", request_id)
             reply = protocol.error_reply(request_id, exc)
-        if self._sock is not None:
-            await self._sock.send_multipart([identity, *protocol.encode_reply(reply)])
+        self._send([identity, *protocol.encode_reply(reply)])
 
     async def _dispatch(self, req: Request) -> Reply:
         if req.op == "hello":
@@ -202,14 +257,23 @@ class Broker:
             first, n = await topic.append(batch, partition, req.buffers[0], key)
             return Reply(req.id, True, [first, n])
         if req.op == "read":
-            rows, kinds = await topic.read(arg(req, "offset", int), arg(req, "limit", int))
-            result = {"kinds": kinds, "count": topic.count()}
+            offset, limit = arg(req, "offset", int), arg(req, "limit", int)
+            wait = _timeout(req, "wait")
+            rows, kinds = await topic.read(offset, limit)
+            # A read with "wait" is a long-poll: a consumer at the end of the data gets its next page in one
+            # round trip instead of read, wait, read. "waited" tells the client this broker honoured it.
+            if (
+                not rows
+                and wait is not None
+                and limit > 0
+                and await topic.wait_beyond(offset, min(wait, WAIT_SLICE_SECONDS))
+            ):
+                rows, kinds = await topic.read(offset, limit)
+            result = {"kinds": kinds, "count": topic.count(), "waited": wait is not None}
             return Reply(req.id, True, result, buffers=[codec.pack(rows)])
         if req.op == "wait":
-            timeout = req.args.get("timeout")
-            if timeout is not None and not isinstance(timeout, int | float):
-                raise ProtocolError("wait timeout must be a number or nil")
-            limit = WAIT_SLICE_SECONDS if timeout is None else min(float(timeout), WAIT_SLICE_SECONDS)
+            timeout = _timeout(req, "timeout")
+            limit = WAIT_SLICE_SECONDS if timeout is None else min(timeout, WAIT_SLICE_SECONDS)
             return Reply(req.id, True, await topic.wait_beyond(arg(req, "index", int), limit))
         if req.op == "flush":
             await topic.flush()
@@ -257,6 +321,16 @@ class Broker:
         return topic
 
 
+def _timeout(req: Request, name: str) -> float | None:
+    """An optional number of seconds (nil: absent); negative counts as zero."""
+    value = req.args.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ProtocolError(f"{req.op} {name} must be a number or nil")
+    return max(0.0, float(value))
+
+
 def _topic_config(raw: dict[str, Any], backend_options: dict[str, Any]) -> TopicConfig:
     values: dict[str, Any] = {}
     for key, kind in _CONFIG_KEYS.items():
@@ -269,6 +343,40 @@ def _topic_config(raw: dict[str, Any], backend_options: dict[str, Any]) -> Topic
     config = TopicConfig(**values, backend_kwargs=backend_options)
     config.validate()
     return config
+
+
+class _Resumed:
+    """An awaitable that carries on a coroutine whose first step already ran and yielded ``first``."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, value = self._coro, self._first
+        self._first = None
+        while True:
+            try:
+                sent = yield value  # the Task driving us sees exactly what the coroutine yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation (or anything thrown in) goes on into the coroutine
+                try:
+                    value = coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration:
+                    return
+
+
+async def _finish(resumed: _Resumed) -> None:
+    await resumed
 
 
 def _guess_id(body: list[bytes]) -> int:

@@ -325,12 +325,17 @@ class Queue:
         rows, _next = await self._read(limit, offset)
         return rows
 
-    async def _read(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    async def _read(
+        self, limit: int, offset: int, *, wait: bool = False, timeout: float | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
         for label, v in (("limit", limit), ("offset", offset)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{label} must be an int >= 0, got {v!r}")
         topic = await self._engine()
-        rows, kinds = await _on(topic, topic.read(offset, limit))
+        if wait and isinstance(topic, RemoteTopic):
+            rows, kinds = await topic.read_waiting(offset, limit, timeout)
+        else:
+            rows, kinds = await _on(topic, topic.read(offset, limit))
         if len(rows) > OFFLOAD_RECORDS:
             records = await asyncio.to_thread(_decode, rows, kinds)
         else:
@@ -351,15 +356,17 @@ class Queue:
         """
         pos = offset
         remaining = limit
+        # Through a broker the read itself waits (one round trip per page); embedded, read then wait_beyond.
+        long_poll = wait and isinstance(await self._engine(), RemoteTopic)
         while remaining is None or remaining > 0:
             want = self.batch_size if remaining is None else min(self.batch_size, remaining)
-            records, pos = await self._read(want, pos)
+            records, pos = await self._read(want, pos, wait=long_poll, timeout=timeout)
             if records:
                 if remaining is not None:
                     remaining -= len(records)
                 yield records
                 continue
-            if not wait:
+            if not wait or long_poll:
                 return
             topic = await self._engine()
             if not await _on(topic, topic.wait_beyond(pos, timeout)):

@@ -259,6 +259,10 @@ _STORAGE_TYPES: dict[str, type] = {
 }
 
 
+class _NoneOnly:
+    """The expected type of a field seen only as None in this batch: any other value takes the slow path."""
+
+
 def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str, Any]]:
     """Validate rows that arrived from outside (the broker's wire): the shapes encode_batch would produce.
 
@@ -266,25 +270,49 @@ def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str
     """
     if not isinstance(rows, list) or len(rows) != count:
         raise InvalidRecordError(f"expected a list of {count} rows")
+    # The storage type per key, decided once per batch; only valid keys get one, so an invalid key (or a
+    # value of the wrong type) falls to _check_row, which finds the problem and words the error.
+    expected: dict[str, Any] = {}  # Any: mypy would narrow a value checked against a type to object
     for key, kind in kinds.items():
-        if kind not in _STORAGE_TYPES or not isinstance(key, str):
+        if not isinstance(kind, str) or kind not in _STORAGE_TYPES or not isinstance(key, str):
             raise InvalidRecordError(f"unknown kind {kind!r} for field {key!r}")
+        if key and not key.startswith(RESERVED_PREFIX):
+            expected[key] = _STORAGE_TYPES[kind]
     for n, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise InvalidRecordError(f"row {n} is not a map")
-        for key, value in row.items():
-            if not isinstance(key, str) or not key or key.startswith(RESERVED_PREFIX):
-                raise InvalidRecordError(f"row {n} has an invalid key {key!r}")
-            if value is None:
+        if type(row) is dict:
+            for key, value in row.items():
+                want = expected.get(key)
+                if want is None:
+                    break
+                if value is None:
+                    continue
+                if type(value) is not want or (want is int and not INT64_MIN <= value <= INT64_MAX):
+                    break
+            else:
                 continue
-            declared = kinds.get(key)
-            if declared is None or type(value) is not _STORAGE_TYPES[declared]:
-                raise InvalidRecordError(
-                    f"row {n}: field {key!r} holds {type(value).__name__}, its declared kind is {declared!r}"
-                )
-            if declared == "int" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-                raise InvalidRecordError(f"row {n}: field {key!r} is outside the 64-bit range")
+        _check_row(n, row, kinds)
+        # The row is valid after all: a valid key that held None and has no kind now passes the fast path.
+        for key, value in row.items():
+            if value is None:
+                expected.setdefault(key, _NoneOnly)
     return rows
+
+
+def _check_row(n: int, row: Any, kinds: Mapping[str, str]) -> None:
+    if not isinstance(row, dict):
+        raise InvalidRecordError(f"row {n} is not a map")
+    for key, value in row.items():
+        if not isinstance(key, str) or not key or key.startswith(RESERVED_PREFIX):
+            raise InvalidRecordError(f"row {n} has an invalid key {key!r}")
+        if value is None:
+            continue
+        declared = kinds.get(key)
+        if declared is None or type(value) is not _STORAGE_TYPES[declared]:
+            raise InvalidRecordError(
+                f"row {n}: field {key!r} holds {type(value).__name__}, its declared kind is {declared!r}"
+            )
+        if declared == "int" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidRecordError(f"row {n}: field {key!r} is outside the 64-bit range")
 
 
 def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:

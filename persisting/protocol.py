@@ -15,7 +15,13 @@ restarted reopens the topic on the first request it gets):
 
     hello      {}                                        -> {"broker": str, "pid": int, "storage_path": str}
     put_batch  {topic, config, partition, kinds, count, key}   + 1 buffer (rows) -> [first, count]
-    read       {topic, config, offset, limit}            -> {"kinds": map, "count": int} + 1 buffer (rows)
+    read       {topic, config, offset, limit[, wait]}    -> {"kinds": map, "count": int, "waited": bool}
+                                                            + 1 buffer (rows); with ``wait`` (seconds) a read
+                                                            that finds nothing at ``offset`` is answered once
+                                                            rows exist there or the time passes (the broker
+                                                            caps it at 30 s). Brokers before this answered at
+                                                            once and without "waited"; clients then fall back
+                                                            to ``wait``.
     wait       {topic, config, index, timeout}           -> bool (a record with index >= index is visible)
     flush      {topic, config}                           -> None
     stats      {topic, config}                           -> map

@@ -22,7 +22,6 @@ from typing import Any
 import msgpack
 import numpy as np
 import zmq
-import zmq.asyncio
 
 from . import batches, errors, protocol
 from .arena import Arena
@@ -35,6 +34,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
+WAIT_SLICE_SECONDS = 30.0  # the longest one long-poll request asks the broker to hold (the broker's cap too)
 
 # One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
 # the background loop (a thread hop costs about as much as the ZeroMQ round trip itself).
@@ -61,29 +61,53 @@ def connection(address: str) -> Connection:
 
 
 class Connection:
-    """One DEALER socket to one broker, shared by every RemoteTopic of this process."""
+    """One DEALER socket to one broker, shared by every RemoteTopic of this process on one event loop.
+
+    A plain ZeroMQ socket, read with NOBLOCK from a loop reader callback: zmq.asyncio costs a future per send
+    and per recv, which on a busy machine was as much CPU as the rest of a request.
+    """
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._ctx = zmq.asyncio.Context.instance()
+        # pyzmq makes a fresh instance in a forked child.
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.connect(address)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Reply]] = {}
-        self._receiver: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_pending = False
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
 
     def close(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._sock.fileno())
+        self._loop = None
         self._sock.close(linger=0)
 
-    def _ensure_receiver(self) -> None:
-        if self._receiver is None or self._receiver.done():
-            self._receiver = asyncio.ensure_future(self._receive())
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is None:
+            self._loop = loop
+            loop.add_reader(self._sock.fileno(), self._drain)
 
-    async def _receive(self) -> None:
+    def _kick(self) -> None:
+        # ZeroMQ's FD is edge-triggered: a send may consume the edge of a reply that is already waiting.
+        if not self._drain_pending and self._loop is not None:
+            self._drain_pending = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_pending = False
         while True:
-            frames = await self._sock.recv_multipart()
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:  # the socket was closed under us
+                log.debug("receiving from %s stopped: %s", self.address, exc)
+                return
             try:
                 reply = protocol.decode_reply(frames)
             except errors.ProtocolError as exc:
@@ -93,10 +117,23 @@ class Connection:
             if fut is not None and not fut.done():
                 fut.set_result(reply)
 
+    def _send(self, frames: list[bytes]) -> None:
+        # zmq.Again: the queue to the broker is full (it is down or stalled); the resend timer tries again.
+        with contextlib.suppress(zmq.Again):
+            self._sock.send_multipart(frames, zmq.NOBLOCK)
+        if int(self._sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            self._kick()
+
     async def request(
-        self, op: str, args: dict[str, Any], buffers: list[bytes] | None = None, timeout: float | None = None
+        self,
+        op: str,
+        args: dict[str, Any],
+        buffers: list[bytes] | None = None,
+        timeout: float | None = None,
+        hold: float = 0.0,
     ) -> Reply:
-        self._ensure_receiver()
+        """Send one request and await its reply. ``hold``: seconds the broker may keep it (a long-poll) before
+        answering; the first re-send waits that much longer, so a waiting long-poll is not sent twice."""
         req = Request(next(self._ids), op, args, buffers or [])
         frames = protocol.encode_request(req)
         size = sum(len(f) for f in frames)
@@ -106,6 +143,7 @@ class Connection:
                 "split the batch (or raise the broker's max message size)"
             )
         loop = asyncio.get_running_loop()
+        self._watch(loop)
         fut: asyncio.Future[Reply] = loop.create_future()
         self._pending[req.id] = fut
         limit = timeout or REQUEST_TIMEOUT_SECONDS
@@ -126,11 +164,11 @@ class Connection:
                     )
                 )
                 return
-            self._sock.send_multipart(frames)  # queued by ZeroMQ; delivered once the broker is back
+            self._send(frames)  # queued by ZeroMQ; delivered once the broker is back
             timer = loop.call_later(min(RESEND_SECONDS, left), resend)
 
-        await self._sock.send_multipart(frames)
-        timer = loop.call_later(min(RESEND_SECONDS, limit), resend)
+        self._send(frames)
+        timer = loop.call_later(min(hold + RESEND_SECONDS, limit), resend)
         try:
             return _raise_for(await fut)
         finally:
@@ -199,21 +237,47 @@ class RemoteTopic:
         return int(first), int(n)
 
     async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        reply = await self._conn.request("read", self._args(offset=offset, limit=limit))
+        rows, _waited = await self._read(self._args(offset=offset, limit=limit))
+        return rows, self.kinds
+
+    async def read_waiting(
+        self, offset: int, limit: int, timeout: float | None
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Like read, but at the end of the data wait up to ``timeout`` seconds (None: for ever) for rows at
+        ``offset``: a long-poll in the broker, so a consumer that keeps up pays one round trip per page."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
+            args = self._args(offset=offset, limit=limit, wait=left)
+            rows, waited = await self._read(args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
+            if rows or (deadline is not None and loop.time() >= deadline):
+                return rows, self.kinds
+            # A broker from before read took "wait" answered at once: wait the old way.
+            if not waited and not await self.wait_beyond(
+                offset, None if deadline is None else max(0.0, deadline - loop.time())
+            ):
+                return [], self.kinds
+
+    async def _read(
+        self, args: dict[str, Any], timeout: float | None = None, hold: float = 0.0
+    ) -> tuple[list[dict[str, Any]], bool]:
+        reply = await self._conn.request("read", args, timeout=timeout, hold=hold)
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("read reply without its rows buffer")
         rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
         self.kinds = dict(reply.result["kinds"])
         self._count = int(reply.result["count"])
-        return rows, self.kinds
+        return rows, bool(reply.result.get("waited"))
 
     async def wait_beyond(self, index: int, timeout: float | None) -> bool:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - loop.time())
+            hold = WAIT_SLICE_SECONDS if left is None else min(left, WAIT_SLICE_SECONDS)
             reply = await self._conn.request(
-                "wait", self._args(index=index, timeout=left), timeout=(left or 0) + REQUEST_TIMEOUT_SECONDS
+                "wait", self._args(index=index, timeout=left), timeout=hold + REQUEST_TIMEOUT_SECONDS, hold=hold
             )
             if reply.result or (deadline is not None and loop.time() >= deadline):
                 return bool(reply.result)

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +130,27 @@ def test_stream_wakes_up_across_processes(broker: BrokerProcess) -> None:
     assert all(x < 5 for x in latencies)  # liveness only: the figure is measured in bench/
 
 
+def test_many_requests_in_flight_on_one_connection(broker: BrokerProcess) -> None:
+    # Replies arrive while others are sent: every one must be picked up (ZeroMQ's socket FD is edge-triggered),
+    # and long-polls waiting in the broker must not hold up the puts that wake them.
+    async def main() -> None:
+        async with Queue("flight", broker=broker.address, durability="process") as q:
+            waiters = [asyncio.ensure_future(q.get(limit=1, offset=0)) for _ in range(20)]
+
+            async def one_batch(offset: int) -> list[dict[str, object]]:
+                return [r async for rows in q.stream(limit=10, offset=offset, wait=True, timeout=30) for r in rows]
+
+            streams = [asyncio.ensure_future(one_batch(k * 10)) for k in range(30)]
+            await asyncio.sleep(0.2)  # the streams are now long-polling in the broker
+            await asyncio.gather(*(q.put_batch([{"id": k * 10 + j} for j in range(10)]) for k in range(30)))
+            pages = await asyncio.wait_for(asyncio.gather(*streams), 30)
+            assert sorted(r["id"] for page in pages for r in page) == list(range(300))  # each batch got 10 indexes
+            assert all(len(rows) <= 1 for rows in await asyncio.gather(*waiters))
+            assert len(await q.get(limit=1000)) == 300
+
+    asyncio.run(main())
+
+
 def test_kill_9_of_the_broker_under_load_then_restart(unstarted: BrokerProcess, seed: int) -> None:
     rng = random.Random(seed)
     b = unstarted
@@ -234,6 +256,16 @@ def test_bad_input_gets_error_replies_and_the_broker_keeps_serving(broker: Broke
                 {"v": v, "id": 8, "op": "wait", "args": {"topic": "f", "config": cfg, "index": 0, "timeout": "soon"}}
             )
         ],
+        [
+            msgpack.packb(
+                {
+                    "v": v,
+                    "id": 9,
+                    "op": "read",
+                    "args": {"topic": "f", "config": cfg, "offset": 0, "limit": 1, "wait": "soon"},
+                }
+            )
+        ],
     ]
     for frames in cases:
         env = _raw(broker.address, frames)
@@ -246,6 +278,93 @@ def test_bad_input_gets_error_replies_and_the_broker_keeps_serving(broker: Broke
     with SyncQueue("f", broker=broker.address) as q:
         q.put({"a": 1})
         assert q.get() == [{"a": 1}]
+
+
+def _read_request(request_id: int, offset: int, wait: float | None) -> list[bytes]:
+    args = {"topic": "lp", "config": {}, "offset": offset, "limit": 10, "wait": wait}
+    return [msgpack.packb({"v": PROTOCOL_VERSION, "id": request_id, "op": "read", "args": args})]
+
+
+def test_a_read_with_wait_is_a_long_poll(broker: BrokerProcess) -> None:
+    with SyncQueue("lp", broker=broker.address) as q:
+        q.put({"id": 0})
+        t0 = time.monotonic()
+        env = _raw(broker.address, _read_request(1, 0, 5.0))  # rows there: answered at once
+        assert env is not None and env["ok"] and env["result"]["waited"] is True  # type: ignore[index]
+        assert time.monotonic() - t0 < 2.5
+        t0 = time.monotonic()
+        env = _raw(broker.address, _read_request(2, 1, 0.4))  # nothing at offset 1: answered when the time passes
+        assert env is not None and env["ok"] and env["result"]["count"] == 1  # type: ignore[index]
+        assert time.monotonic() - t0 >= 0.35
+
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        try:
+            s.connect(broker.address)
+            s.send_multipart(_read_request(3, 1, 20.0))
+            assert not s.poll(300)  # held by the broker...
+            q.put_batch([{"id": 1}, {"id": 2}])  # ...while other requests (this put) are served
+            assert s.poll(10_000)
+            frames = s.recv_multipart()
+            env = msgpack.unpackb(frames[0], raw=False)
+            assert env["id"] == 3 and [r["id"] for r in msgpack.unpackb(frames[1], raw=False)] == [1, 2]
+        finally:
+            s.close()
+            ctx.term()
+        # Queue.stream in broker mode rides on it, and still stops once its timeout passes with nothing new.
+        t0 = time.monotonic()
+        assert [r["id"] for rows in q.stream(offset=1, wait=True, timeout=0.5) for r in rows] == [1, 2]
+        assert 0.4 < time.monotonic() - t0 < 5
+
+
+def test_stream_falls_back_to_wait_with_a_broker_whose_read_does_not_wait(tmp_path: Path) -> None:
+    # A stand-in for a broker from before read took "wait": it answers reads at once, without "waited".
+    address = f"ipc://{tmp_path}/old.sock"
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind(address)
+    ops: list[str] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        visible = 0
+        while not stop.is_set():
+            if not router.poll(50):
+                continue
+            identity, envelope, *_ = router.recv_multipart()
+            req = msgpack.unpackb(envelope, raw=False)
+            ops.append(req["op"])
+            buffers: list[bytes] = []
+            if req["op"] == "stats":
+                result: object = {"fields": {"id": "int"}, "total_count": visible}
+            elif req["op"] == "wait":
+                visible = 1  # the record "arrives" while the client waits
+                result = True
+            elif req["op"] == "read":
+                rows = [{"id": 7}] if req["args"]["offset"] < visible else []
+                result, buffers = {"kinds": {"id": "int"}, "count": visible}, [msgpack.packb(rows)]
+            else:
+                result = {}
+            reply = {"v": PROTOCOL_VERSION, "id": req["id"], "ok": True, "result": result}
+            router.send_multipart([identity, msgpack.packb(reply), *buffers])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+
+        async def main() -> list[list[dict[str, object]]]:
+            async with Queue("old", broker=address) as q:
+                return [rows async for rows in q.stream(limit=1, wait=True, timeout=10)]
+
+        assert asyncio.run(main()) == [[{"id": 7}]]
+        assert ops[-3:] == ["read", "wait", "read"]
+    finally:
+        stop.set()
+        thread.join(5)
+        router.close()
+        ctx.term()
 
 
 def test_socket_mode_lets_a_group_connect(unstarted: BrokerProcess) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from persisting import InvalidRecordError, PersistingError, Queue, SchemaConflictError, SyncQueue
+from persisting import InvalidRecordError, PersistingError, Queue, SchemaConflictError, SyncQueue, codec
 
 
 def roundtrip(store: Path, records: list[dict[str, Any]], *, flush: bool, name: str = "rt") -> list[dict[str, Any]]:
@@ -241,3 +242,58 @@ def test_property_round_trip_of_nested_values(
     assert len(got) == len(wrapped)
     for g, e in zip(got, wrapped, strict=True):
         assert_same(g, e)
+
+
+# -- rows that arrive from outside (the broker checks them before storing) -------------------------------
+
+
+def _rows(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    batch = codec.encode_batch(records, {})
+    return batch.rows, batch.kinds
+
+
+def test_check_rows_accepts_what_encode_batch_produces() -> None:
+    records: list[dict[str, Any]] = [
+        {"i": 2**63 - 1, "f": 1.5, "s": "x", "b": b"y", "t": True, "n": [1, (2,)], "a": np.arange(3)},
+        {"i": None, "maybe": None},
+        {"maybe": None, "s": None},
+        {},
+        {"i": -(2**63)},
+    ]
+    rows, kinds = _rows(records)
+    assert codec.check_rows(rows, kinds, len(rows)) is rows
+
+
+@pytest.mark.parametrize(
+    ("rows", "kinds", "match"),
+    [
+        ("not a list", {}, "expected a list of 1 rows"),
+        ([{"a": 1}, {"a": 2}], {"a": "int"}, "expected a list of 1 rows"),
+        ([{"a": 1}], {"a": "complex"}, "unknown kind 'complex' for field 'a'"),
+        ([{"a": 1}], {"a": ["int"]}, "unknown kind"),
+        ([[1]], {}, "row 0 is not a map"),
+        ([{"": 1}], {"": "int"}, "row 0 has an invalid key ''"),
+        ([{"_persisting_index": None}], {}, "row 0 has an invalid key '_persisting_index'"),
+        ([{"_persisting_index": 1}], {"_persisting_index": "int"}, "invalid key '_persisting_index'"),
+        ([{b"a": 1}], {}, "row 0 has an invalid key b'a'"),
+        ([{"a": "1"}], {"a": "int"}, "row 0: field 'a' holds str, its declared kind is 'int'"),
+        ([{"a": True}], {"a": "int"}, "field 'a' holds bool, its declared kind is 'int'"),
+        ([{"a": 1}], {}, "field 'a' holds int, its declared kind is None"),
+        ([{"a": 2**63}], {"a": "int"}, "row 0: field 'a' is outside the 64-bit range"),
+        ([{"a": [1]}], {"a": "nested"}, "field 'a' holds list, its declared kind is 'nested'"),
+    ],
+)
+def test_check_rows_refuses_what_encode_batch_never_produces(rows: Any, kinds: Any, match: str) -> None:
+    with pytest.raises(InvalidRecordError, match=re.escape(match)):
+        codec.check_rows(rows, kinds, 1 if not isinstance(rows, list) else min(len(rows), 1))
+
+
+def test_check_rows_names_the_first_bad_row() -> None:
+    rows, kinds = _rows([{"a": i, "b": None} for i in range(10)])
+    rows[7]["b"] = 1  # "b" held only None before, so it has no kind
+    rows[8]["a"] = "late"
+    with pytest.raises(InvalidRecordError, match=re.escape("row 7: field 'b' holds int, its declared kind is None")):
+        codec.check_rows(rows, kinds, 10)
+    rows[7]["b"] = None
+    with pytest.raises(InvalidRecordError, match=re.escape("row 8: field 'a' holds str")):
+        codec.check_rows(rows, kinds, 10)
