@@ -14,6 +14,7 @@ import asyncio
 import bisect
 import contextlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from persisting.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, align_up
@@ -50,8 +51,9 @@ class Extent:
 class Extents:
     """First-fit allocation over the arena's data area, with coalescing frees."""
 
-    def __init__(self, size_bytes: int) -> None:
+    def __init__(self, size_bytes: int, on_pressure: Callable[[], None] | None = None) -> None:
         self.size_bytes = size_bytes
+        self._on_pressure = on_pressure  # called when a lease has to wait: flushing sooner frees extents
         self._free: list[tuple[int, int]] = [(HEADER_BYTES, size_bytes - HEADER_BYTES)]  # sorted (offset, nbytes)
         self.extents: dict[int, Extent] = {}
         self._ids = itertools.count(1)
@@ -113,6 +115,8 @@ class Extents:
                     f"{self.size_bytes} in all) within {timeout:g} s: consumers hold views or Lance is behind"
                 )
             self.reap()
+            if self._on_pressure is not None:
+                self._on_pressure()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._freed.wait(), min(left, 0.5))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,11 @@ def _int_list(value: Any, what: str) -> list[int]:
 
 
 class TensorPlane:
-    def __init__(self, storage_path: Path, size_bytes: int, mode: int = 0o600) -> None:
+    def __init__(
+        self, storage_path: Path, size_bytes: int, mode: int = 0o600, topics: Callable[[], Iterable[Topic]] = tuple
+    ) -> None:
         self.storage_path = storage_path
+        self._open_topics = topics
         self.size_bytes = size_bytes
         self.mode = mode
         self.path = arena_mod.default_path(storage_path)
@@ -72,7 +76,7 @@ class TensorPlane:
         if self.path.exists():
             await self._recover(backend_options)
         self.arena = Arena.create(self.path, self.size_bytes, self.mode)
-        self.extents = Extents(self.arena.size_bytes)
+        self.extents = Extents(self.arena.size_bytes, self._flush_sealed)
         self._reaper = asyncio.ensure_future(self._reap_loop())
         log.info("arena %s: %d bytes", self.path, self.arena.size_bytes)
 
@@ -104,6 +108,14 @@ class TensorPlane:
         previous, self._previous = self._previous, None
         previous.close()
         self.path.unlink(missing_ok=True)
+
+    def _flush_sealed(self) -> None:
+        if self.extents is None:
+            return
+        waiting = {e.topic for e in self.extents.extents.values() if e.sealed and not e.persisted}
+        for topic in self._open_topics():
+            if topic.name in waiting:
+                topic.flush_soon()
 
     def resolve(self, generation: bytes, offset: int, nbytes: int) -> np.ndarray | None:
         """Bytes a log frame points to, from the arena file of that generation if it is still there."""

@@ -61,7 +61,9 @@ class Broker:
         self.backend_options = dict(backend_options or {})
         self.socket_mode = socket_mode
         # The arena is readable and writable by whoever may use the socket (producers write into it).
-        self.plane = TensorPlane(storage_path, arena_bytes, socket_mode) if arena_bytes else None
+        self.plane = (
+            TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.values()) if arena_bytes else None
+        )
         self._topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()

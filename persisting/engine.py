@@ -63,6 +63,8 @@ FORMAT_VERSION = 1
 # Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
 # its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
 IDEMPOTENCY_WINDOW_SECONDS = 120.0
+# Background flushes start at most this often (flush(), close() and arena pressure do not wait for it).
+MIN_FLUSH_SPACING_SECONDS = float(os.environ.get("PERSISTING_MIN_FLUSH_SPACING", "0.25"))
 IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
@@ -155,6 +157,7 @@ class Topic:
         self._flush_wanted = asyncio.Event()
         self._stopping = False
         self._stop_requested = asyncio.Event()
+        self._urgent = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._flush_error: BaseException | None = None
         self._durable_backend = True
@@ -370,14 +373,27 @@ class Topic:
             if self._stopping:
                 return
             try:
+                started = time.monotonic()
                 await self._flush_once()
                 await self._maintain()
                 self._flush_error = None
+                # Under a steady stream, space background flushes out: every flush costs one Lance commit per
+                # bucket (~5 ms of CPU each) whatever its size, and the log already keeps the rows durable.
+                rest = started + MIN_FLUSH_SPACING_SECONDS - time.monotonic()
+                if rest > 0 and not self._urgent.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._urgent.wait(), rest)
+                self._urgent.clear()
             except Exception as exc:  # kept for stats(); the next flush() retries and raises it
                 log.exception("background flush of topic %r failed; will retry", self.name)
                 self._flush_error = exc
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop_requested.wait(), 1.0)
+
+    def flush_soon(self) -> None:
+        """Start a background flush now, without the usual spacing (the arena needs the space)."""
+        self._urgent.set()
+        self._flush_wanted.set()
 
     async def flush(self) -> None:
         """Return once every record acknowledged before this call is stored in the backends."""
@@ -694,6 +710,7 @@ class Topic:
         # thread would leave Lance writing (a compaction, say) after the lock is released.
         self._stopping = True
         self._stop_requested.set()
+        self._urgent.set()
         self._flush_wanted.set()
         try:
             if self._flusher is not None:

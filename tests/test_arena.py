@@ -174,17 +174,21 @@ def test_full_arena_is_backpressure_then_room_after_release(broker: BrokerProces
     chunk = np.zeros((3, 1024 * 1024), np.uint8)  # 3 MiB; the arena holds 8 MiB
 
     async def go() -> None:
-        async with Queue("bp", broker=broker.address, batch_size=10**6) as q:
+        async with Queue("bp", broker=broker.address) as q:
             await q.put({"x": chunk}, partition_id="p")
             await q.put({"x": chunk}, partition_id="p")
+            # one get per put: each is a single view (several puts in one get would be concatenated, a copy)
+            held = [await q.get_data(await q.get_meta(["x"], 3, "t", "p")) for _ in range(2)]  # views pin both
             t0 = time.monotonic()
-            with pytest.raises(Full, match="no free"):
+            with pytest.raises(Full, match="no free"):  # the broker flushes, but the views still pin them
                 await q.put({"x": chunk}, partition_id="p", timeout=0.5)
             assert time.monotonic() - t0 >= 0.4  # it waited before giving up
             blocked = asyncio.ensure_future(q.put({"x": chunk}, partition_id="p", timeout=20))
             await asyncio.sleep(0.3)
             assert not blocked.done()
-            await q.flush()  # rows reach Lance: their extents are free again, the waiting put proceeds
+            assert (await q.stats())["flushed"] == 6  # pressure flushed the rows: only the views hold the space
+            for batch in held:
+                batch.release()  # now the waiting put proceeds
             meta = await asyncio.wait_for(blocked, 20)
             assert meta.global_indexes[0] == 6
             assert len(q) == 9

@@ -148,19 +148,18 @@ class LanceBackend(StreamMixin):
 
     async def put_batch(self, records: list[dict[str, Any]]) -> None:
         pending: dict[str, pa.DataType] = {}
-        for record in records:
-            for key, value in record.items():
-                if value is None:
-                    continue
-                t = _ARROW_TYPES.get(type(value))
-                if t is None:
-                    raise SchemaConflictError(key, "a plain column", type(value).__qualname__)
-                known = self._types.get(key) or pending.get(key)
-                if known is None:
-                    column_name(key)
-                    pending[key] = t
-                elif known != t:
-                    raise SchemaConflictError(key, str(known), str(t))
+        # Check each distinct (key, Python type) once, not each value: a batch has few of them.
+        pairs = {(key, type(value)) for record in records for key, value in record.items() if value is not None}
+        for key, kind in sorted(pairs, key=lambda p: (p[0], p[1].__qualname__)):
+            t = _ARROW_TYPES.get(kind)
+            if t is None:
+                raise SchemaConflictError(key, "a plain column", kind.__qualname__)
+            known = self._types.get(key) or pending.get(key)
+            if known is None:
+                column_name(key)
+                pending[key] = t
+            elif known != t:
+                raise SchemaConflictError(key, str(known), str(t))
         self._types.update(pending)
         self._buffer.extend(dict(r) for r in records)
         self._notify()
