@@ -17,8 +17,7 @@ from typing import Any
 
 import persisting
 
-from .arena_bench import run_arena_bench
-from .arena_bench import render_arena
+from .arena_bench import render_arena, run_arena_bench
 from .broker_bench import run_broker_bench
 from .broker_report import render_broker
 from .queue_bench import run_queue_bench
