@@ -51,9 +51,15 @@ class Extent:
 class Extents:
     """First-fit allocation over the arena's data area, with coalescing frees."""
 
-    def __init__(self, size_bytes: int, on_pressure: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        size_bytes: int,
+        on_pressure: Callable[[], None] | None = None,
+        on_evict: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.size_bytes = size_bytes
         self._on_pressure = on_pressure  # called when a lease has to wait: flushing sooner frees extents
+        self._on_evict = on_evict  # (topic, extent id): that flushed batch is no longer in the arena
         self._free: list[tuple[int, int]] = [(HEADER_BYTES, size_bytes - HEADER_BYTES)]  # sorted (offset, nbytes)
         self.extents: dict[int, Extent] = {}
         self._ids = itertools.count(1)
@@ -104,6 +110,8 @@ class Extents:
         deadline = loop.time() + timeout
         while True:
             off = self._take(size)
+            if off is None and self._evict_for(size):
+                off = self._take(size)
             if off is not None:
                 ext = Extent(next(self._ids), off, size, owner)
                 self.extents[ext.id] = ext
@@ -136,12 +144,24 @@ class Extents:
     # -- persistence and holds ----------------------------------------------------------------------
 
     def persisted(self, topic: str, flushed_upto: int) -> None:
-        """Every row of ``topic`` below ``flushed_upto`` is in Lance: its extents no longer need the arena."""
-        for ext in list(self.extents.values()):
+        """Every row of ``topic`` below ``flushed_upto`` is in Lance: its extents may be reused from now on.
+
+        They are not freed yet: consumers that have not taken those samples still get views. A lease that
+        finds no free space evicts them, oldest first (``_evict_for``)."""
+        for ext in self.extents.values():
             if ext.sealed and not ext.persisted and ext.topic == topic and ext.last_index < flushed_upto:
                 ext.persisted = True
-                if not ext.holds:
-                    self._drop(ext)
+
+    def _evict_for(self, size: int) -> bool:
+        """Free persisted extents nobody holds, oldest first, until ``size`` bytes fit; False if they never do."""
+        for ext in sorted(self.extents.values(), key=lambda e: e.id):
+            if ext.persisted and not ext.holds:
+                self._drop(ext)
+                if self._on_evict is not None:
+                    self._on_evict(ext.topic, ext.id)
+                if any(n >= size for _, n in self._free):
+                    return True
+        return False
 
     def hold(self, extent_ids: list[int], holder: Peer) -> int:
         hold_id = next(self._hold_ids)
@@ -160,8 +180,6 @@ class Extents:
             if ext is None:
                 continue
             ext.holds.pop(hold_id, None)
-            if ext.persisted and not ext.holds:
-                self._drop(ext)
         return True
 
     def _drop(self, ext: Extent) -> None:
@@ -197,6 +215,8 @@ class Extents:
             "leased_extents": sum(1 for e in self.extents.values() if not e.sealed),
             "sealed_extents": len(sealed),
             "unpersisted_bytes": sum(e.nbytes for e in sealed if not e.persisted),
+            # flushed and not held: kept for consumers that have not read them yet, reused when space runs out
+            "cached_bytes": sum(e.nbytes for e in sealed if e.persisted and not e.holds),
             "held_extents": sum(1 for e in sealed if e.holds),
             "holds": len(self._holds),
         }

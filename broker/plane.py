@@ -76,7 +76,7 @@ class TensorPlane:
         if self.path.exists():
             await self._recover(backend_options)
         self.arena = Arena.create(self.path, self.size_bytes, self.mode)
-        self.extents = Extents(self.arena.size_bytes, self._flush_sealed)
+        self.extents = Extents(self.arena.size_bytes, self._flush_sealed, self._evicted)
         self._reaper = asyncio.ensure_future(self._reap_loop())
         log.info("arena %s: %d bytes", self.path, self.arena.size_bytes)
 
@@ -116,6 +116,11 @@ class TensorPlane:
         for topic in self._open_topics():
             if topic.name in waiting:
                 topic.flush_soon()
+
+    def _evicted(self, topic_name: str, extent_id: int) -> None:
+        for topic in self._open_topics():
+            if topic.name == topic_name:
+                topic.forget_arena(extent_id)
 
     def resolve(self, generation: bytes, offset: int, nbytes: int) -> np.ndarray | None:
         """Bytes a log frame points to, from the arena file of that generation if it is still there."""
@@ -253,7 +258,7 @@ class TensorPlane:
                 plain = [f for f in fields if f not in tensor_fields]
                 others = []
                 for index in indexes:
-                    chunk = topic.tail_chunk(index)
+                    chunk = topic.arena_chunk(index)
                     row = chunk.other[index - chunk.first] if chunk is not None else {}
                     others.append({k: v for k, v in row.items() if k in plain})
                 hold = extents.hold([eid for eid, _ in runs], _peer(req))

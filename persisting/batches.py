@@ -18,7 +18,7 @@ import numpy as np
 
 from . import codec, tensors
 from .arena import FIELD_ALIGN_BYTES, Arena, align_up
-from .errors import ConfigError
+from .errors import ConfigError, ProtocolError
 from .meta import BatchMeta, FieldMeta, SampleMeta
 from .tensors import Column
 
@@ -61,15 +61,19 @@ def batch_meta(
     return BatchMeta(tuple(SampleMeta(first + i, partition, fields) for i in range(n)))
 
 
-def meta_from(indexes: list[int], partition: str, descs: list[dict[str, Any]], fields: list[str] | None) -> BatchMeta:
-    samples = []
-    for index, desc in zip(indexes, descs, strict=True):
+def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields: list[str] | None) -> BatchMeta:
+    """A BatchMeta from ``Topic.describe``'s runs; the samples of one run share one fields mapping."""
+    samples: list[SampleMeta] = []
+    it = iter(indexes)
+    for count, desc in runs:
         chosen = {
             name: FieldMeta(name, str(kind), str(dtype), tuple(int(d) for d in shape))
             for name, (kind, dtype, shape) in desc.items()
             if fields is None or name in fields
         }
-        samples.append(SampleMeta(index, partition, chosen))
+        samples.extend(SampleMeta(next(it), partition, chosen) for _ in range(int(count)))
+    if len(samples) != len(indexes):
+        raise ProtocolError(f"field descriptions cover {len(samples)} samples, not {len(indexes)}")
     return BatchMeta(tuple(samples), {"fields": list(fields) if fields is not None else None})
 
 

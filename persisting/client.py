@@ -408,7 +408,7 @@ def _on(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T
     return coro if isinstance(topic, RemoteTopic) else _loop.call(coro)
 
 
-async def _take_local(topic: Topic, partition: str, task: str, n: int) -> tuple[list[int], list[dict[str, Any]]]:
+async def _take_local(topic: Topic, partition: str, task: str, n: int) -> tuple[list[int], list[list[Any]]]:
     indexes = await topic.take(partition, task, n)
     return indexes, await topic.describe(indexes)
 

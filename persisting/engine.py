@@ -102,6 +102,10 @@ class _Chunk:
         self._rows: list[dict[str, Any]] | None = None if arena is not None else rows
         self.other = rows
 
+    def forget_rows(self) -> None:
+        if self.arena is not None:
+            self._rows = None  # the encoded copy served its flush
+
     @property
     def rows(self) -> list[dict[str, Any]]:
         """Storage rows; for an arena batch its tensor samples are encoded (copied) here, on first use."""
@@ -149,6 +153,8 @@ class Topic:
         self._columns: list[IndexColumn] = []
         self._tail: list[_Chunk] = []
         self._tail_firsts: list[int] = []
+        self._resident: list[_Chunk] = []  # flushed arena batches whose extents are still mapped, by index
+        self._resident_firsts: list[int] = []
         self._wal: WriteAheadLog | None = None
         self._lock_fd: int | None = None
         self._closed = False
@@ -441,6 +447,13 @@ class Topic:
                 if isinstance(result, BaseException):
                     raise result
             # One loop step: readers see the rows either in the tail or in the backends, never neither.
+            for chunk in chunks:
+                if chunk.arena is not None:
+                    # Flushed, but its extent stays mapped until the arena needs the space: consumers keep
+                    # getting views instead of reading the payload back from Lance.
+                    chunk.forget_rows()
+                    self._resident.append(chunk)
+                    self._resident_firsts.append(chunk.first)
             del self._tail[:k]
             del self._tail_firsts[:k]
             self.flushed_upto = cut
@@ -608,6 +621,25 @@ class Topic:
         chunk = self._tail[k]
         return chunk if chunk.first <= index < chunk.first + chunk.count else None
 
+    def arena_chunk(self, index: int) -> _Chunk | None:
+        """The arena batch holding ``index``: in the tail, or flushed and still resident in the arena."""
+        chunk = self.tail_chunk(index)
+        if chunk is None and index < self.flushed_upto:
+            k = bisect.bisect_right(self._resident_firsts, index) - 1
+            if k >= 0:
+                found = self._resident[k]
+                if found.first <= index < found.first + found.count:
+                    chunk = found
+        return chunk if chunk is not None and chunk.arena is not None else None
+
+    def forget_arena(self, extent_id: int) -> None:
+        """The arena reuses this extent: its (flushed) samples are read from the backends from now on."""
+        for k, chunk in enumerate(self._resident):
+            if chunk.arena is not None and chunk.arena.extent_id == extent_id:
+                del self._resident[k]
+                del self._resident_firsts[k]
+                return
+
     def arena_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
         """Where the tensor fields of ``indexes`` lie in the arena, if all of them do (else None).
 
@@ -618,7 +650,7 @@ class Topic:
         runs: list[tuple[int, list[list[Any]]]] = []
         prev: tuple[_Chunk, int] | None = None
         for index in indexes:
-            chunk = self.tail_chunk(index)
+            chunk = self.arena_chunk(index)
             if chunk is None or chunk.arena is None:
                 return None
             i = index - chunk.first
@@ -657,38 +689,53 @@ class Topic:
             raise ConfigError(f"topic {self.name!r} has no samples at global indexes {missing[:10]}")
         return [out[i] for i in indexes], kinds
 
-    async def describe(self, indexes: list[int]) -> list[dict[str, list[Any]]]:
-        """Per sample: field -> [kind, dtype, per-sample shape] (tensor fields) or [kind, "", []]."""
-        out: list[dict[str, list[Any]] | None] = [None] * len(indexes)
+    async def describe(self, indexes: list[int]) -> list[list[Any]]:
+        """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}], ...]``
+        (dtype and per-sample shape for tensor fields, "" and [] for others). Samples of one batch share a run,
+        so a meta of hundreds of samples costs one description per batch, not one per sample."""
+        descs: list[dict[str, list[Any]] | None] = [None] * len(indexes)
         need: list[int] = []
+        cache: dict[int, dict[str, list[Any]]] = {}
         for n, index in enumerate(indexes):
-            chunk = self.tail_chunk(index)
+            chunk = self.arena_chunk(index)
             if chunk is not None and chunk.arena is not None:
-                desc = {
-                    name: [col.kind, col.dtype_name, list(col.sample_shape)]
-                    for name, col in chunk.arena.columns.items()
-                }
-                for name, value in chunk.other[index - chunk.first].items():
-                    if value is not None:
-                        desc[name] = [self.kinds.get(name, ""), "", []]
-                out[n] = desc
+                known = cache.get(id(chunk))
+                if known is None:
+                    known = cache[id(chunk)] = {
+                        name: [col.kind, col.dtype_name, list(col.sample_shape)]
+                        for name, col in chunk.arena.columns.items()
+                    }
+                base = known
+                other = chunk.other[index - chunk.first]
+                if other:
+                    desc = dict(base)
+                    desc.update({k: [self.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
+                    descs[n] = desc
+                else:
+                    descs[n] = base
             else:
                 need.append(n)
         if need:
             rows, kinds = await self.rows_at([indexes[n] for n in need])
             for n, row in zip(need, rows, strict=True):
-                desc = {}
+                found: dict[str, list[Any]] = {}
                 for name, value in row.items():
                     if name.startswith(RESERVED_PREFIX) or value is None:
                         continue
                     kind = kinds.get(name, "")
                     if kind in ("ndarray", "tensor"):
                         dtype_name, arr = decode_sample(kind, value)
-                        desc[name] = [kind, dtype_name, list(arr.shape)]
+                        found[name] = [kind, dtype_name, list(arr.shape)]
                     else:
-                        desc[name] = [kind, "", []]
-                out[n] = desc
-        return [d or {} for d in out]
+                        found[name] = [kind, "", []]
+                descs[n] = found
+        runs: list[list[Any]] = []
+        for entry in descs:
+            if runs and (runs[-1][1] is entry or runs[-1][1] == entry):
+                runs[-1][0] += 1
+            else:
+                runs.append([1, entry or {}])
+        return runs
 
     # -- closing ------------------------------------------------------------------------------------
 

@@ -34,8 +34,9 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
     put_tensors  {topic, config, partition, key, count, kinds, extent, peer,
                   fields: [[name, kind, dtype, sample shape, offset in extent, nbytes], ...]}
                                                           + 1 buffer (the non-tensor rows) -> [first, count]
-    take         {topic, config, partition, task, batch_size}   -> [indexes, per-sample field descriptions]
-    describe     {topic, config, indexes}                -> per-sample field descriptions
+    take         {topic, config, partition, task, batch_size}   -> [indexes, field descriptions]
+    describe     {topic, config, indexes}                -> field descriptions: [[count, {field: [kind, dtype,
+                                                            shape]}], ...] for runs of samples alike
     get_data     {topic, config, indexes, fields, zerocopy, peer}
                  -> {"hold": id, "runs": [[[field, kind, dtype, shape, offset, samples, bytes per sample]]]}
                     (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy)

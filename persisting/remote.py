@@ -344,7 +344,7 @@ class RemoteTopic:
         self._count = max(self._count, first + count)
         return int(first), int(count)
 
-    async def take(self, partition: str, task: str, batch_size: int) -> tuple[list[int], list[dict[str, Any]]]:
+    async def take(self, partition: str, task: str, batch_size: int) -> tuple[list[int], list[list[Any]]]:
         args = self._args(partition=partition, task=task, batch_size=batch_size)
         indexes, descs = (await self._conn.request("take", args)).result
         return list(indexes), list(descs)
