@@ -18,10 +18,12 @@ offset and length the broker sends against their mapping before they make a view
 
 Life of an extent (broker side)::
 
-    free ──lease(owner)──▶ leased ──seal (put_tensors)──▶ sealed ──flushed to Lance and no holds──▶ free
-                             │                              ▲  │
-                             └──owner died / failed put─────┘  └── get_data adds a hold per consumer;
-                                 (back to free)                    release or the consumer's death drops it
+    free ──lease(owner)──▶ leased ──seal (put_tensors)──▶ sealed ──flushed to Lance──▶ cached ──a lease needs
+     ▲                       │                               │                          │        the space and
+     │                       └──owner died / failed put──────┼──────────────────────────┴──▶ no holds: free
+     └────────────────────────────────────────────────────────┘
+    get_data adds a hold per consumer (sealed or cached); release, or the consumer's death, drops it. A cached
+    extent is still served as views; once evicted its samples are read back from Lance.
 
 The file is created, sized with ``posix_fallocate`` (tmpfs allocates and zeroes every page now, so a put never
 takes a first-touch fault and a too-small /dev/shm fails at start with a clear error instead of SIGBUS later),
