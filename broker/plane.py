@@ -194,10 +194,16 @@ class TensorPlane:
 
     async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> list[int]:
         peer = _peer(req)
+        key = req.args.get("key")
+        if isinstance(key, str):
+            # A re-sent put (its first attempt sealed the extent, maybe still waiting for its sync): same answer.
+            done = await topic.recall(key)
+            if done is not None:
+                return list(done)
         ext = extents.leased(arg(req, "extent", int), peer)
         try:
             count, partition = arg(req, "count", int), arg(req, "partition", str)
-            kinds, key, fields = arg(req, "kinds", dict), req.args.get("key"), arg(req, "fields", list)
+            kinds, fields = arg(req, "kinds", dict), arg(req, "fields", list)
             if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)) or count < 0:
                 raise ProtocolError("put_tensors needs one rows buffer, a str key (or none) and a count >= 0")
             try:

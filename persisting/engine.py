@@ -363,6 +363,13 @@ class Topic:
             self._flush_wanted.set()
         return first, n
 
+    async def recall(self, key: str) -> tuple[int, int] | None:
+        """The result of the put_batch stored under ``key`` (once acknowledged), or None if there was none."""
+        found = self._recent.get(key)
+        if found is not None and self._wal is not None:
+            await self._wal.commit()  # the first attempt may still be waiting for its sync
+        return found
+
     def _remember(self, key: str, first: int, n: int) -> None:
         self._recent[key] = (first, n)
         if len(self._recent) > IDEMPOTENCY_KEYS_KEPT:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 import torch
@@ -328,5 +329,42 @@ def test_bad_layouts_are_refused_and_views_are_checked(broker: BrokerProcess) ->
                 arena.view(0, 16)  # the header is not payload
             arena.close()
             assert off >= 4096 and size == 4096
+
+    asyncio.run(go())
+
+
+def test_a_re_sent_put_is_stored_once(broker: BrokerProcess) -> None:
+    """The client re-sends a request the broker has not answered in 2 s; a put_tensors must then not fail
+    ("not leased": its first copy sealed the extent) nor store the batch twice."""
+
+    async def go() -> None:
+        async with Queue("again", broker=broker.address) as q:
+            await q.open()
+            conn = connection(broker.address)
+            lease = {"nbytes": 64, "timeout": 1, "peer": peer_id()}
+            ext, off, _size, _gen = (await conn.request("lease", lease)).result
+            arena = Arena.attach(default_path(broker.storage))
+            arena.view(off, 64, writable=True)[:] = np.arange(64, dtype=np.uint8)
+            args = {
+                "topic": "again",
+                "config": {},
+                "partition": "p",
+                "kinds": {},
+                "count": 4,
+                "key": "one-key",
+                "extent": ext,
+                "peer": peer_id(),
+                "fields": [["x", "ndarray", "|u1", [16], 0, 64]],
+            }
+            rows = msgpack.packb([{}, {}, {}, {}])
+            both = await asyncio.gather(*(conn.request("put_tensors", args, [rows]) for _ in range(2)))
+            assert both[0].result == both[1].result == [0, 4]
+            late = await conn.request("put_tensors", args, [rows])  # after the first was acknowledged
+            assert late.result == [0, 4]
+            assert len(q) == 4
+            got = await q.get_data(await q.get_meta(["x"], 10, "t", "p"))
+            np.testing.assert_array_equal(got["x"], np.arange(64, dtype=np.uint8).reshape(4, 16))
+            del got
+            arena.close()
 
     asyncio.run(go())
