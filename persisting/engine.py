@@ -20,7 +20,9 @@ index is not above the largest index already in their bucket are skipped, so rep
 landed (a Lance commit can land without its writer knowing) stores nothing twice.
 
 Bucket of a row: crc32 of the canonical bytes of ``row[bucket_column]`` modulo ``num_buckets``; a row without
-that key (or with ``None``) goes to ``global_index % num_buckets``.
+that key (or with ``None``) goes to ``global_index % num_buckets``. Exception: the samples of one tensor batch
+that went through the broker's arena, when none has the bucket column, go to one bucket together
+(``layout.batch_bucket`` of the batch's first index), so its payload is written as whole columns.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from .codec import RESERVED_PREFIX, EncodedBatch, decode_sample, encode_sample
 from .config import Metrics, TopicConfig
@@ -50,7 +53,7 @@ from .errors import (
     StorageError,
     TopicLockedError,
 )
-from .layout import IndexColumn, bucket_of, read_json, topic_dirname, write_json_atomic
+from .layout import IndexColumn, batch_bucket, bucket_of, read_json, topic_dirname, write_json_atomic
 from .queue.backend import StorageBackend
 from .tensors import Column, storage_dtype
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
@@ -89,15 +92,22 @@ class ArenaPayload:
 class _Chunk:
     """One put_batch waiting in memory until it is flushed."""
 
-    __slots__ = ("_rows", "arena", "count", "first", "other", "partition")
+    __slots__ = ("_rows", "arena", "count", "first", "other", "partition", "whole")
 
     def __init__(
-        self, first: int, partition: str, rows: list[dict[str, Any]], arena: ArenaPayload | None = None
+        self,
+        first: int,
+        partition: str,
+        rows: list[dict[str, Any]],
+        arena: ArenaPayload | None = None,
+        whole: bool = False,
     ) -> None:
         self.first = first
         self.partition = partition
         self.count = len(rows)
         self.arena = arena
+        # An arena batch (live, or replayed from its log frame): it goes to one bucket whole, see _whole_batch.
+        self.whole = whole or arena is not None
         # An arena batch keeps its non-tensor rows apart; its full rows are made only when needed (a flush).
         self._rows: list[dict[str, Any]] | None = None if arena is not None else rows
         self.other = rows
@@ -112,6 +122,61 @@ class _Chunk:
         if self._rows is None:
             self._rows = _materialize(self.other, self.arena)
         return self._rows
+
+
+def _whole_batch(chunk: _Chunk, bucket_column: str) -> bool:
+    """Whether a batch goes to one bucket (``layout.batch_bucket``): an arena batch none of whose samples has
+    a value in the bucket column. Decided from what its log frame holds, so a replay decides the same."""
+    arena = chunk.arena
+    return (
+        chunk.whole
+        and (arena is None or bucket_column not in arena.columns)
+        and all(row.get(bucket_column) is None for row in chunk.other)
+    )
+
+
+def _encoded_column(col: Column, skip: int) -> pa.Array:
+    """The stored values (see codec.encode_sample) of a tensor field's samples, as one Arrow array.
+
+    Every sample of a batch has the same dtype and shape, so its encoding is one fixed prefix followed by its raw
+    bytes: one vectorized copy out of shared memory builds them all (numpy releases the GIL while it copies).
+    """
+    arr = col.array[skip:]
+    n = arr.shape[0]
+    per = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    sample = np.zeros(arr.shape[1:], dtype=arr.dtype)
+    prefix = np.frombuffer(encode_sample(col.kind, col.dtype_name, sample)[: -per or None], dtype=np.uint8)
+    width = len(prefix) + per
+    buf = np.empty((n, width), dtype=np.uint8)
+    buf[:, : len(prefix)] = prefix
+    if per:
+        buf[:, len(prefix) :] = np.ascontiguousarray(arr).reshape(n, per // arr.itemsize).view(np.uint8)
+    offsets = np.arange(n + 1, dtype=np.int64) * width
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+
+
+def _arena_columns(rows: list[dict[str, Any]], arena: list[tuple[int, _Chunk, int]]) -> dict[str, list[pa.Array]]:
+    """For each tensor field of the arena batches of one bucket: Arrow chunks covering ``rows`` in order (rows
+    from other puts contribute their own values of that field, usually None)."""
+    keys: dict[str, None] = {}
+    for _pos, chunk, _skip in arena:
+        if chunk.arena is not None:
+            keys.update(dict.fromkeys(chunk.arena.columns))
+    out: dict[str, list[pa.Array]] = {}
+    for key in keys:
+        parts: list[pa.Array] = []
+        pos = 0
+        for start, chunk, skip in arena:
+            if start > pos:
+                parts.append(pa.array([r.get(key) for r in rows[pos:start]], type=pa.large_binary()))
+            count = chunk.count - skip
+            col = chunk.arena.columns.get(key) if chunk.arena is not None else None
+            parts.append(_encoded_column(col, skip) if col is not None else pa.nulls(count, pa.large_binary()))
+            pos = start + count
+        if pos < len(rows):
+            parts.append(pa.array([r.get(key) for r in rows[pos:]], type=pa.large_binary()))
+        out[key] = parts
+    return out
 
 
 def _materialize(other: list[dict[str, Any]], arena: ArenaPayload | None) -> list[dict[str, Any]]:
@@ -202,7 +267,7 @@ class Topic:
             rows = frame.rows()
             if ref is not None:
                 rows = self._readopt(ref, rows, frame.first_index)
-            self._add_chunk(frame.first_index, partition, rows)
+            self._add_chunk(frame.first_index, partition, rows, whole=ref is not None)
         self.next_index = top + 1
         self.visible_upto = self.next_index
         wal.rotate(self.next_index)
@@ -277,9 +342,14 @@ class Topic:
             raise QueueClosedError(f"topic {self.name!r} is closed")
 
     def _add_chunk(
-        self, first: int, partition: str, rows: list[dict[str, Any]], arena: ArenaPayload | None = None
+        self,
+        first: int,
+        partition: str,
+        rows: list[dict[str, Any]],
+        arena: ArenaPayload | None = None,
+        whole: bool = False,
     ) -> None:
-        self._tail.append(_Chunk(first, partition, rows, arena))
+        self._tail.append(_Chunk(first, partition, rows, arena, whole))
         if arena is not None:
             arena.used = True
         self._tail_firsts.append(first)
@@ -427,18 +497,37 @@ class Topic:
                 wal.rotate(self.next_index)
             k = bisect.bisect_left(self._tail_firsts, cut)
             chunks = self._tail[:k]
-            arena_chunks = [c for c in chunks if c.arena is not None]
-            if arena_chunks:
-                # Encoding tensor samples copies megabytes: off the loop, so hand-overs go on meanwhile.
-                await asyncio.to_thread(lambda: [c.rows for c in arena_chunks])
             per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
             per_index: list[list[int]] = [[] for _ in self._backends]
+            # per bucket: (position in its rows, arena batch, samples skipped) for batches written as columns
+            per_arena: list[list[tuple[int, _Chunk, int]]] = [[] for _ in self._backends]
             col, n = self.config.bucket_column, self.config.num_buckets
+            columnar = all(hasattr(b, "put_columns") for b in self._backends)
+            whole = {id(c) for c in chunks if _whole_batch(c, col)}
+            slow = [c for c in chunks if c.arena is not None and not (columnar and id(c) in whole)]
+            if slow:
+                # Encoding tensor samples copies megabytes: off the loop, so hand-overs go on meanwhile.
+                await asyncio.to_thread(lambda: [c.rows for c in slow])
             for chunk in chunks:
+                batch_b = batch_bucket(chunk.first, n) if id(chunk) in whole else None
+                if chunk.arena is not None and columnar and batch_b is not None:
+                    # A tensor batch without the bucket column goes to one bucket whole, so its payload is
+                    # written as columns straight from the arena (no Python object per sample).
+                    b = batch_b
+                    skip = max(0, self._columns[b].last() - chunk.first + 1)
+                    if skip < chunk.count:
+                        per_arena[b].append((len(per_bucket[b]), chunk, skip))
+                        for i in range(skip, chunk.count):
+                            out = dict(chunk.other[i])
+                            out[INDEX_KEY] = chunk.first + i
+                            out[PARTITION_KEY] = chunk.partition
+                            per_bucket[b].append(out)
+                            per_index[b].append(chunk.first + i)
+                    continue
                 # Buckets are decided here, once per row, not on the put path.
                 for i, row in enumerate(chunk.rows):
                     index = chunk.first + i
-                    b = bucket_of(row.get(col), index, n)
+                    b = batch_b if batch_b is not None else bucket_of(row.get(col), index, n)
                     if index <= self._columns[b].last():
                         continue  # already stored by a flush whose completion was not recorded
                     out = dict(row)
@@ -447,7 +536,7 @@ class Topic:
                     per_bucket[b].append(out)
                     per_index[b].append(index)
             results = await asyncio.gather(
-                *(self._flush_bucket(b, rows, per_index[b]) for b, rows in enumerate(per_bucket) if rows),
+                *(self._flush_bucket(b, rows, per_index[b], per_arena[b]) for b, rows in enumerate(per_bucket) if rows),
                 return_exceptions=True,
             )
             for result in results:
@@ -472,10 +561,16 @@ class Topic:
             self.metrics.records_flushed += sum(len(x) for x in per_index)
             self.metrics.flush_seconds += time.perf_counter() - t0
 
-    async def _flush_bucket(self, b: int, rows: list[dict[str, Any]], indexes: list[int]) -> None:
+    async def _flush_bucket(
+        self, b: int, rows: list[dict[str, Any]], indexes: list[int], arena: list[tuple[int, _Chunk, int]]
+    ) -> None:
         try:
-            await self._backends[b].put_batch(rows)
-            await self._backends[b].flush()
+            if arena:
+                columns = await asyncio.to_thread(_arena_columns, rows, arena)
+                await self._backends[b].put_columns(rows, columns)  # type: ignore[attr-defined]
+            else:
+                await self._backends[b].put_batch(rows)
+                await self._backends[b].flush()
         except Exception:
             # The rows may or may not have landed (a Lance commit can land and still raise). Start the bucket
             # afresh from what is on disk, so the retry stores exactly what is missing.

@@ -56,6 +56,12 @@ def bucket_of(value: Any, index: int, num_buckets: int) -> int:
     return zlib.crc32(key) % num_buckets
 
 
+def batch_bucket(first_index: int, num_buckets: int) -> int:
+    """The bucket of a whole tensor batch (broker arena batches without the bucket column): a hash of its first
+    index, so batches of any fixed size still spread over the buckets."""
+    return zlib.crc32(first_index.to_bytes(8, "little")) % num_buckets
+
+
 class IndexColumn:
     """Sorted global indexes of one bucket, by position: a growable int64 array (8 bytes per row)."""
 

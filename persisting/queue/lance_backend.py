@@ -147,9 +147,18 @@ class LanceBackend(StreamMixin):
         await self.put_batch([record])
 
     async def put_batch(self, records: list[dict[str, Any]]) -> None:
+        self._register(records)
+        self._buffer.extend(dict(r) for r in records)
+        self._notify()
+        if len(self._buffer) >= self.batch_size:
+            await self.flush()
+
+    def _register(self, records: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:
+        """Check the values' types against the columns (new keys become columns); ``extra`` keys hold bytes."""
         pending: dict[str, pa.DataType] = {}
         # Check each distinct (key, Python type) once, not each value: a batch has few of them.
         pairs = {(key, type(value)) for record in records for key, value in record.items() if value is not None}
+        pairs.update((key, bytes) for key in extra)
         for key, kind in sorted(pairs, key=lambda p: (p[0], p[1].__qualname__)):
             t = _ARROW_TYPES.get(kind)
             if t is None:
@@ -161,10 +170,22 @@ class LanceBackend(StreamMixin):
             elif known != t:
                 raise SchemaConflictError(key, str(known), str(t))
         self._types.update(pending)
-        self._buffer.extend(dict(r) for r in records)
+
+    async def put_columns(self, records: list[dict[str, Any]], columns: dict[str, list[pa.Array]]) -> None:
+        """Engine extension: rows plus ready-made bytes columns, written now as one append.
+
+        ``columns[key]`` is a list of Arrow arrays (large_binary) whose lengths add up to ``len(records)``: the
+        values of ``key`` for every row in order (a row's own value for such a key is ignored). The engine
+        passes tensor payloads this way, built from shared memory without a Python object per sample.
+        """
+        await self.flush()
+        self._register(records, tuple(columns))
+        async with self._lock:
+            types = dict(self._types)
+            ds = await asyncio.to_thread(self._append, self._to_table(records, types, columns))
+            self._ds, self._stored = ds, self._stored + len(records)
+            self.commits += 1
         self._notify()
-        if len(self._buffer) >= self.batch_size:
-            await self.flush()
 
     async def get(self, limit: int, offset: int) -> list[dict[str, Any]]:
         stop = min(offset + limit, self.total_count())
@@ -242,9 +263,14 @@ class LanceBackend(StreamMixin):
             raise StorageError(f"reading {ds.uri} failed: {exc}") from exc
 
     @staticmethod
-    def _to_table(rows: list[dict[str, Any]], types: dict[str, pa.DataType]) -> pa.Table:
-        arrays = {}
+    def _to_table(
+        rows: list[dict[str, Any]], types: dict[str, pa.DataType], columns: dict[str, list[pa.Array]] | None = None
+    ) -> pa.Table:
+        arrays: dict[str, Any] = {}
         for key, t in types.items():
+            if columns and key in columns:
+                arrays[column_name(key)] = pa.chunked_array(columns[key], type=t)
+                continue
             values = [r.get(key) for r in rows]
             if any(v is not None for v in values):
                 arrays[column_name(key)] = pa.array(values, type=t)
