@@ -40,6 +40,7 @@ log = logging.getLogger("persisting.broker")
 
 OPS = frozenset({"lease", "put_tensors", "take", "describe", "get_data", "release"})
 REAP_INTERVAL_SECONDS = 1.0
+WAIT_SLICE_SECONDS = 30.0  # the longest a take waits in one request (the client asks again)
 MAX_LEASE_WAIT_SECONDS = 60.0
 
 
@@ -166,6 +167,7 @@ class TensorPlane:
         arena, extents = self.arena, self.extents
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena")
+        self._release_piggybacked(req, extents)
         if req.op == "lease":
             nbytes = arg(req, "nbytes", int)
             timeout = req.args.get("timeout")
@@ -174,7 +176,8 @@ class TensorPlane:
             ext = await extents.lease(nbytes, _peer(req), min(float(timeout), MAX_LEASE_WAIT_SECONDS))
             return Reply(req.id, True, [ext.id, ext.offset, ext.nbytes, arena.generation])
         if req.op == "release":
-            return Reply(req.id, True, extents.release(arg(req, "hold", int), _peer(req)))
+            hold = req.args.get("hold")
+            return Reply(req.id, True, type(hold) is int and extents.release(hold, _peer(req)))
         if topic is None:
             raise ProtocolError(f"{req.op} needs a topic")
         if req.op == "put_tensors":
@@ -184,13 +187,25 @@ class TensorPlane:
             batch_size = arg(req, "batch_size", int)
             if batch_size < 0:
                 raise ConfigError(f"batch_size must be >= 0, got {batch_size}")
-            indexes = await topic.take(partition, task, batch_size)
+            wait = req.args.get("wait", 0.0)
+            if not isinstance(wait, int | float) or isinstance(wait, bool) or wait < 0:
+                raise ProtocolError("take wait must be a number of seconds >= 0")
+            indexes = await topic.take(partition, task, batch_size, min(float(wait), WAIT_SLICE_SECONDS))
             return Reply(req.id, True, [indexes, await topic.describe(indexes)])
         if req.op == "describe":
             return Reply(req.id, True, await topic.describe(_int_list(req.args.get("indexes"), "indexes")))
         if req.op == "get_data":
             return await self._get(req, topic, arena, extents)
         raise ProtocolError(f"unknown operation {req.op!r}")
+
+    @staticmethod
+    def _release_piggybacked(req: Request, extents: Extents) -> None:
+        """Holds a client released since its last request ride along on the next one (no round trip each)."""
+        released = req.args.get("release")
+        if released:
+            peer = _peer(req)
+            for hold in _int_list(released, "release"):
+                extents.release(hold, peer)
 
     async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> list[int]:
         peer = _peer(req)

@@ -253,9 +253,15 @@ class Queue:
         task_name: str = "default",
         partition_id: str = "default",
         sampler: Any = None,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
     ) -> BatchMeta:
         """Hand the next ``batch_size`` samples of ``partition_id`` to ``task_name`` (each sample goes to a task
         once: consume-on-fetch). Fewer, or none, when fewer are there yet; the meta names them for get_data.
+
+        ``wait=True``: first wait (notified by puts, not polling) until ``batch_size`` samples are there, at
+        most ``timeout`` seconds (None: for ever); then hand out what there is, which may be fewer or none.
 
         A field that no sample has yet is not an error (a consumer may start before its producer); get_data gives
         ``None`` for a field a sample lacks. Waiting for fields to be produced comes with per-field readiness."""
@@ -268,10 +274,13 @@ class Queue:
                 raise ConfigError(f"{label} must be a non-empty str, got {v!r}")
         wanted = None if fields is None else [str(f) for f in fields]
         topic = await self._engine()
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        limit = (None if timeout is None else float(timeout)) if wait else 0.0
         if isinstance(topic, RemoteTopic):
-            indexes, descs = await topic.take(partition_id, task_name, batch_size)
+            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit)
         else:
-            indexes, descs = await _loop.call(_take_local(topic, partition_id, task_name, batch_size))
+            indexes, descs = await _loop.call(_take_local(topic, partition_id, task_name, batch_size, limit))
         return batches.meta_from(indexes, partition_id, descs, wanted)
 
     async def get_data(
@@ -308,9 +317,12 @@ class Queue:
         partition_id: str = "default",
         sampler: Any = None,
         device: Any = None,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
     ) -> tuple[batches.Batch, BatchMeta]:
         """``get_meta`` then ``get_data``: (data, meta)."""
-        meta = await self.get_meta(fields, batch_size, task_name, partition_id, sampler)
+        meta = await self.get_meta(fields, batch_size, task_name, partition_id, sampler, wait=wait, timeout=timeout)
         return await self.get_data(meta, device=device), meta
 
     async def flush(self) -> None:
@@ -408,8 +420,10 @@ def _on(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T
     return coro if isinstance(topic, RemoteTopic) else _loop.call(coro)
 
 
-async def _take_local(topic: Topic, partition: str, task: str, n: int) -> tuple[list[int], list[list[Any]]]:
-    indexes = await topic.take(partition, task, n)
+async def _take_local(
+    topic: Topic, partition: str, task: str, n: int, timeout: float | None
+) -> tuple[list[int], list[list[Any]]]:
+    indexes = await topic.take(partition, task, n, timeout)
     return indexes, await topic.describe(indexes)
 
 

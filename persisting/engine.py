@@ -704,13 +704,27 @@ class Topic:
                     self._partitions = found
         return self._partitions
 
-    async def take(self, partition: str, task: str, batch_size: int) -> list[int]:
+    async def take(self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0) -> list[int]:
         """Consume-on-fetch: the next ``batch_size`` (or fewer) visible samples of ``partition`` not yet handed
-        to ``task``, in index order. Each sample goes to a task once (in memory until consumption is durable)."""
+        to ``task``, in index order. Each sample goes to a task once (in memory until consumption is durable).
+
+        ``timeout``: wait (notified by puts, not polling) up to this many seconds (None: for ever) for
+        ``batch_size`` samples; then hand out what there is, maybe fewer or none."""
         self._check_open()
-        indexes = (await self._partition_index()).get(partition, [])
-        start = self._cursors.get((partition, task), 0)
-        stop = min(start + batch_size, bisect.bisect_left(indexes, self.visible_upto, lo=start))
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            indexes = (await self._partition_index()).get(partition, [])
+            start = self._cursors.get((partition, task), 0)
+            ready = bisect.bisect_left(indexes, self.visible_upto, lo=start) - start
+            left = None if deadline is None else deadline - loop.time()
+            if ready >= batch_size or (left is not None and left <= 0):
+                break
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+            self._check_open()
+        stop = start + min(batch_size, ready)
         self._cursors[(partition, task)] = stop
         return indexes[start:stop]
 

@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import logging
 import os
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
+RELEASE_DELAY_SECONDS = 0.02  # garbage-collected arena views are reported within this, or with the next request
 WAIT_SLICE_SECONDS = 30.0  # the longest one long-poll request asks the broker to hold (the broker's cap too)
 
 # One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
@@ -79,6 +81,32 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
+        # Arena holds whose views were garbage-collected, to tell the broker: they ride on the next tensor request,
+        # or go on their own after RELEASE_DELAY_SECONDS (finalizers run in any thread, hence the lock).
+        self._released: list[int] = []
+        self._release_lock = threading.Lock()
+        self._release_armed = False
+
+    def defer_release(self, hold: int, loop: asyncio.AbstractEventLoop) -> None:
+        with self._release_lock:
+            self._released.append(hold)
+            arm = not self._release_armed
+            self._release_armed = True
+        if arm:
+            with contextlib.suppress(RuntimeError):  # loop closed: the broker reaps the holds when we exit
+                loop.call_soon_threadsafe(loop.call_later, RELEASE_DELAY_SECONDS, self._send_releases)
+
+    def take_releases(self) -> list[int]:
+        with self._release_lock:
+            released, self._released = self._released, []
+            self._release_armed = False
+        return released
+
+    def _send_releases(self) -> None:
+        released = self.take_releases()
+        if released:
+            task = asyncio.ensure_future(self.request("release", {"release": released, "peer": peer_id()}))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def close(self) -> None:
         loop = self._loop
@@ -319,7 +347,8 @@ class RemoteTopic:
         if arena is None:
             raise errors.ConfigError("the broker runs without an arena")
         places, total = batches.layout(columns)
-        reply = await self._conn.request("lease", {"nbytes": max(total, 1), "timeout": timeout, "peer": peer_id()})
+        lease = {"nbytes": max(total, 1), "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
+        reply = await self._conn.request("lease", lease, hold=timeout)
         extent, base, _size, generation = reply.result
         if generation != arena.generation:
             arena = await self._arena(bytes(generation))
@@ -344,16 +373,34 @@ class RemoteTopic:
         self._count = max(self._count, first + count)
         return int(first), int(count)
 
-    async def take(self, partition: str, task: str, batch_size: int) -> tuple[list[int], list[list[Any]]]:
-        args = self._args(partition=partition, task=task, batch_size=batch_size)
-        indexes, descs = (await self._conn.request("take", args)).result
-        return list(indexes), list(descs)
+    async def take(
+        self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0
+    ) -> tuple[list[int], list[list[Any]]]:
+        """The broker's ``Topic.take``; a wait longer than one long-poll slice is asked for again."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
+            args = self._args(
+                partition=partition,
+                task=task,
+                batch_size=batch_size,
+                wait=left,
+                peer=peer_id(),
+                release=self._conn.take_releases(),
+            )
+            reply = await self._conn.request("take", args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
+            indexes, descs = reply.result
+            if indexes or (deadline is not None and loop.time() >= deadline):
+                return list(indexes), list(descs)
 
     async def get_data(
         self, indexes: list[int], fields: list[str], mode: str, device: Any
     ) -> tuple[batches.Batch, int, int]:
         """(data, bytes handed over as views, bytes copied)."""
-        args = self._args(indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id())
+        args = self._args(
+            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), release=self._conn.take_releases()
+        )
         reply = await self._conn.request("get_data", args)
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("get_data reply without its rows buffer")
@@ -366,12 +413,7 @@ class RemoteTopic:
         conn, hold = self._conn, result["hold"]
 
         def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
-            def send() -> None:
-                task = asyncio.ensure_future(conn.request("release", {"hold": hold, "peer": peer_id()}))
-                task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-            with contextlib.suppress(RuntimeError):  # loop closed: the broker reaps the hold when we exit
-                loop.call_soon_threadsafe(send)
+            conn.defer_release(hold, loop)
 
         try:
             arena = await self._arena(bytes(result["generation"]))

@@ -368,3 +368,23 @@ def test_a_re_sent_put_is_stored_once(broker: BrokerProcess) -> None:
             arena.close()
 
     asyncio.run(go())
+
+
+def test_get_meta_wait_wakes_on_a_put_from_another_process(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("w", broker=broker.address) as q:
+            t0 = time.monotonic()
+            waiting = asyncio.ensure_future(q.get_meta(["x"], 4, "t", "p", wait=True, timeout=30))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            proc = _worker(broker.address, "produce", "w", "0:1")  # 4 samples, in another process
+            assert proc.stdout is not None
+            line = await asyncio.to_thread(proc.stdout.readline)
+            acked = time.monotonic()
+            meta = await asyncio.wait_for(waiting, 30)
+            print(f"get_meta returned {1000 * (time.monotonic() - acked):.1f} ms after the producer printed its ack")
+            assert line.startswith(b"ACK 0") and meta.global_indexes == [0, 1, 2, 3]
+            assert time.monotonic() - t0 < 30
+            proc.communicate(timeout=30)
+
+    asyncio.run(go())

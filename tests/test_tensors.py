@@ -195,3 +195,22 @@ def test_columnar_encoding_matches_the_per_sample_one(kind_dtype: tuple[str, str
     col = Column(kind, dtype_name, arr)
     encoded = _encoded_column(col, 2).to_pylist()
     assert encoded == [codec.encode_sample(kind, dtype_name, arr[i]) for i in range(2, 6)]
+
+
+def test_get_meta_waits_for_a_full_batch(store: Path) -> None:
+    async def go() -> None:
+        async with Queue("t", store) as q:
+            t0 = asyncio.get_running_loop().time()
+            assert (await q.get_meta(["x"], 4, "t", "p", wait=True, timeout=0.2)).size == 0
+            assert asyncio.get_running_loop().time() - t0 >= 0.15
+            waiting = asyncio.ensure_future(q.get_meta(["x"], 4, "t", "p", wait=True, timeout=10))
+            await q.put({"x": np.zeros((2, 3))}, partition_id="p")
+            await asyncio.sleep(0.1)
+            assert not waiting.done()  # 2 of 4 samples: it keeps waiting
+            await q.put({"x": np.ones((3, 3))}, partition_id="p")
+            meta = await asyncio.wait_for(waiting, 10)
+            assert meta.global_indexes == [0, 1, 2, 3]
+            partial = await q.get_meta(["x"], 4, "t", "p", wait=True, timeout=0.1)
+            assert partial.global_indexes == [4]  # timed out: what there is
+
+    _run(go())
