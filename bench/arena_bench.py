@@ -57,7 +57,6 @@ START_TIMEOUT_S = 120.0
 RECV_TIMEOUT_S = 60.0  # a consumer that waits this long for the next batch gives up
 CASE_LIMIT_S = 150.0  # a case whose processes run longer is stopped (reported as an error)
 WARMUP = 2  # untimed batches through the same path before the barrier (arena attach, first faults)
-POLL_S = 0.0002  # arena consumer: sleep between empty get_meta polls
 PACED_BATCHES = 16
 POOL = 4  # distinct source batches per producer, used in turn (so the source is not one cache-hot array)
 STREAM_AIM_GBPS = 1.5
@@ -291,14 +290,18 @@ async def _arena_consumer(spec: dict[str, Any]) -> None:
         batch_no = 0
         last = time.monotonic()
         while batch_no < spec["batches"]:
-            meta = await asyncio.wait_for(
-                q.get_meta(fields=shape.names, batch_size=shape.rows, task_name="train", partition_id="p"),
-                RECV_TIMEOUT_S,
+            # Waits for a whole batch in the broker (a long-poll woken by the put), no polling.
+            meta = await q.get_meta(
+                fields=shape.names,
+                batch_size=shape.rows,
+                task_name="train",
+                partition_id="p",
+                wait=True,
+                timeout=RECV_TIMEOUT_S,
             )
             if len(meta) == 0:
                 if time.monotonic() - last > RECV_TIMEOUT_S:
                     raise TimeoutError(f"no batch {batch_no} within {RECV_TIMEOUT_S:g} s")
-                await asyncio.sleep(POLL_S)
                 continue
             data = await asyncio.wait_for(q.get_data(meta), RECV_TIMEOUT_S)
             now = last = time.monotonic()
@@ -475,7 +478,7 @@ def run_arena_case(
         shape.batch_bytes,
         batches,
         f'broker --arena-bytes {arena_bytes // MiB:,} MiB, durability="process", put(partition_id) -> '
-        f"get_meta(batch_size={shape.rows}) + get_data (poll every {POLL_S * 1e3:g} ms when empty)",
+        f"get_meta(batch_size={shape.rows}, wait=True) + get_data",
     )
     case = base / key
     case.mkdir()
