@@ -207,6 +207,9 @@ class Extents:
                 gone += 1
         return gone
 
+    def unpersisted_bytes(self) -> int:
+        return sum(e.nbytes for e in self.extents.values() if e.sealed and not e.persisted)
+
     def stats(self) -> dict[str, int]:
         sealed = [e for e in self.extents.values() if e.sealed]
         return {

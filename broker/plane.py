@@ -40,6 +40,7 @@ log = logging.getLogger("persisting.broker")
 
 OPS = frozenset({"lease", "put_tensors", "take", "describe", "get_data", "release"})
 REAP_INTERVAL_SECONDS = 1.0
+FLUSH_AT_ARENA_SHARE = 0.5  # a topic flushes at once when this share of the arena waits to reach Lance
 WAIT_SLICE_SECONDS = 30.0  # the longest a take waits in one request (the client asks again)
 MAX_LEASE_WAIT_SECONDS = 60.0
 
@@ -261,6 +262,8 @@ class TensorPlane:
         else:
             extents.seal(ext, topic.name, first + n - 1)
             extents.persisted(topic.name, topic.flushed_upto)
+            if extents.unpersisted_bytes() > self.size_bytes * FLUSH_AT_ARENA_SHARE:
+                topic.flush_soon()  # before producers have to wait for space
         return [first, n]
 
     async def _get(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> Reply:

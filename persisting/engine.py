@@ -68,6 +68,9 @@ FORMAT_VERSION = 1
 IDEMPOTENCY_WINDOW_SECONDS = 120.0
 # Background flushes start at most this often (flush(), close() and arena pressure do not wait for it).
 MIN_FLUSH_SPACING_SECONDS = float(os.environ.get("PERSISTING_MIN_FLUSH_SPACING", "0.25"))
+# ... and, when flushes are slow (megabytes of tensor payload to disk), at most a quarter of the time: the
+# rest belongs to hand-overs. The arena asks for a flush sooner when it fills (flush_soon).
+FLUSH_DUTY_FACTOR = 3.0
 IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
@@ -462,7 +465,9 @@ class Topic:
                 self._flush_error = None
                 # Under a steady stream, space background flushes out: every flush costs one Lance commit per
                 # bucket (~5 ms of CPU each) whatever its size, and the log already keeps the rows durable.
-                rest = started + MIN_FLUSH_SPACING_SECONDS - time.monotonic()
+                took = time.monotonic() - started
+                spacing = max(MIN_FLUSH_SPACING_SECONDS, FLUSH_DUTY_FACTOR * took)
+                rest = started + spacing - time.monotonic()
                 if rest > 0 and not self._urgent.is_set():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._urgent.wait(), rest)
