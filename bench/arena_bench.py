@@ -281,7 +281,9 @@ async def _arena_consumer(spec: dict[str, Any]) -> None:
             meta = await q.get_meta(fields=shape.names, batch_size=shape.rows, task_name="train", partition_id="warm")
             if len(meta):
                 warm += len(meta)
-                del meta
+                # get_data too: the first one maps the arena (MAP_POPULATE of the whole file), once per process
+                data = await q.get_data(meta)
+                del meta, data
             else:
                 await asyncio.sleep(0.001)
         moved0 = (await q.stats())["zerocopy"]
