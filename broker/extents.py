@@ -128,6 +128,16 @@ class Extents:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._freed.wait(), min(left, 0.5))
 
+    def try_lease(self, nbytes: int, owner: Peer) -> Extent | None:
+        """An extent now if one is free (never evicts, never waits), else None."""
+        size = align_up(nbytes, EXTENT_ALIGN_BYTES)
+        off = self._take(size) if size <= self.size_bytes - HEADER_BYTES else None
+        if off is None:
+            return None
+        ext = Extent(next(self._ids), off, size, owner)
+        self.extents[ext.id] = ext
+        return ext
+
     def leased(self, extent_id: int, owner: Peer) -> Extent:
         ext = self.extents.get(extent_id)
         if ext is None or ext.sealed or ext.owner != owner:
@@ -216,6 +226,7 @@ class Extents:
             "size_bytes": self.size_bytes,
             "free_bytes": self.free_bytes,
             "leased_extents": sum(1 for e in self.extents.values() if not e.sealed),
+            "leased_bytes": sum(e.nbytes for e in self.extents.values() if not e.sealed),
             "sealed_extents": len(sealed),
             "unpersisted_bytes": sum(e.nbytes for e in sealed if not e.persisted),
             # flushed and not held: kept for consumers that have not read them yet, reused when space runs out

@@ -202,13 +202,19 @@ class TensorPlane:
     @staticmethod
     def _release_piggybacked(req: Request, extents: Extents) -> None:
         """Holds a client released since its last request ride along on the next one (no round trip each)."""
-        released = req.args.get("release")
+        released, abandoned = req.args.get("release"), req.args.get("abandon")
         if released:
             peer = _peer(req)
             for hold in _int_list(released, "release"):
                 extents.release(hold, peer)
+        if abandoned:
+            peer = _peer(req)
+            for extent_id in _int_list(abandoned, "abandon"):
+                ext = extents.extents.get(extent_id)
+                if ext is not None and not ext.sealed and ext.owner == peer:
+                    extents.abandon(ext)
 
-    async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> list[int]:
+    async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> list[Any]:
         peer = _peer(req)
         key = req.args.get("key")
         if isinstance(key, str):
@@ -264,6 +270,12 @@ class TensorPlane:
             extents.persisted(topic.name, topic.flushed_upto)
             if extents.unpersisted_bytes() > self.size_bytes * FLUSH_AT_ARENA_SHARE:
                 topic.flush_soon()  # before producers have to wait for space
+        nxt = req.args.get("lease_next")
+        if type(nxt) is int and nxt > 0:
+            # The producer's next extent, if one is free now (never waits): its next put skips the lease request.
+            spare = extents.try_lease(nxt, peer)
+            if spare is not None:
+                return [first, n, [spare.id, spare.offset, spare.nbytes, arena.generation]]
         return [first, n]
 
     async def _get(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> Reply:

@@ -160,6 +160,8 @@ class Queue:
         topic, self._topic = self._topic, None
         if isinstance(topic, Topic):
             await _loop.call(_release(topic, id(self)))
+        elif isinstance(topic, RemoteTopic):
+            await topic.aclose()
 
     def close(self) -> None:
         """Blocking twin of ``aclose`` (flushes). From async code prefer ``await q.aclose()``."""

@@ -231,6 +231,7 @@ class RemoteTopic:
         self.kinds: dict[str, str] = {}
         self._count = 0
         self._arena_info: dict[str, Any] | None = None
+        self._spare: list[Any] | None = None  # [extent, offset, bytes, generation] leased ahead for the next put
         self._wire_config = {
             "num_buckets": config.num_buckets,
             "bucket_column": config.bucket_column,
@@ -347,9 +348,18 @@ class RemoteTopic:
         if arena is None:
             raise errors.ConfigError("the broker runs without an arena")
         places, total = batches.layout(columns)
-        lease = {"nbytes": max(total, 1), "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
-        reply = await self._conn.request("lease", lease, hold=timeout)
-        extent, base, _size, generation = reply.result
+        need = max(total, 1)
+        spare, self._spare = self._spare, None
+        if spare is not None and (spare[2] < need or bytes(spare[3]) != arena.generation):
+            await self._give_back(spare)
+            spare = None
+        if spare is None:
+            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
+            spare_used = False
+            extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
+        else:
+            spare_used = True
+            extent, base, _size, generation = spare
         if generation != arena.generation:
             arena = await self._arena(bytes(generation))
             if arena is None:
@@ -366,12 +376,31 @@ class RemoteTopic:
             extent=extent,
             fields=fields,
             peer=peer_id(),
+            lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
         )
-        first, count = (await self._conn.request("put_tensors", args, [other_blob])).result
+        try:
+            result = (await self._conn.request("put_tensors", args, [other_blob])).result
+        except errors.ProtocolError as exc:
+            if spare_used and "not leased" in str(exc):  # a broker that restarted since: lease afresh
+                return await self.put_tensors(columns, other, other_blob, n, partition, timeout)
+            raise
+        first, count = result[0], result[1]
+        if len(result) > 2 and result[2]:
+            self._spare = list(result[2])
         self.kinds.update(other.kinds)
         self.kinds.update({name: col.kind for name, col in columns.items()})
         self._count = max(self._count, first + count)
         return int(first), int(count)
+
+    async def _give_back(self, spare: list[Any]) -> None:
+        """Return an extent leased ahead and not used (the next batch did not fit in it)."""
+        with contextlib.suppress(errors.PersistingError):
+            await self._conn.request("release", {"abandon": [spare[0]], "peer": peer_id()}, timeout=5)
+
+    async def aclose(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await self._give_back(spare)
 
     async def take(
         self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0

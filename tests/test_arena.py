@@ -123,7 +123,8 @@ def test_extents_are_reclaimed_once_flushed_and_released(broker: BrokerProcess) 
             gc.collect()
             stats = await _until(broker.address, lambda s: s["holds"] == 0)
             # released: reusable at once, yet kept mapped for consumers that have not read it
-            assert stats["holds"] == 0 and stats["free_bytes"] + stats["cached_bytes"] == full
+            # (a producer keeps one extent leased ahead for its next put: leased_bytes)
+            assert stats["holds"] == 0 and stats["free_bytes"] + stats["cached_bytes"] + stats["leased_bytes"] == full
             again = await q.get_data(await q.get_meta(["x"], 8, "other-task", "p"))
             assert not again["x"].flags.writeable  # still a view
             del again
@@ -145,7 +146,8 @@ def test_explicit_release_gives_extents_back_at_once(broker: BrokerProcess) -> N
                 assert (await _arena_stats(broker.address))["holds"] == 1
                 keep = batch["x"]  # still referenced after the block: only the explicit release frees it
             stats = await _until(broker.address, lambda s: s["holds"] == 0)
-            assert stats["holds"] == 0 and stats["cached_bytes"] == stats["size_bytes"] - 4096 - stats["free_bytes"]
+            reusable = stats["free_bytes"] + stats["cached_bytes"] + stats["leased_bytes"]
+            assert stats["holds"] == 0 and reusable == stats["size_bytes"] - 4096
             assert keep.shape == (4, 512)
 
     asyncio.run(go())
@@ -386,5 +388,19 @@ def test_get_meta_wait_wakes_on_a_put_from_another_process(broker: BrokerProcess
             assert line.startswith(b"ACK 0") and meta.global_indexes == [0, 1, 2, 3]
             assert time.monotonic() - t0 < 30
             proc.communicate(timeout=30)
+
+    asyncio.run(go())
+
+
+def test_a_producer_leases_its_next_extent_ahead_and_gives_it_back(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("ahead", broker=broker.address) as q:
+            for _ in range(3):
+                await q.put({"x": np.ones((4, 256), np.float32)}, partition_id="p")
+            stats = await _arena_stats(broker.address)
+            assert stats["leased_extents"] == 1 and stats["sealed_extents"] == 3  # the spare for the 4th put
+            await q.put({"x": np.ones((4, 4096), np.float32)}, partition_id="p")  # too big for the spare
+            assert (await _arena_stats(broker.address))["leased_extents"] == 1  # the small one went back
+        assert (await _arena_stats(broker.address))["leased_extents"] == 0  # closing returns the spare
 
     asyncio.run(go())
