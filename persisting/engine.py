@@ -769,27 +769,39 @@ class Topic:
         the answer stays true until the caller's next await (a hold taken before it keeps it true after).
         """
         runs: list[tuple[int, list[list[Any]]]] = []
-        prev: tuple[_Chunk, int] | None = None
-        for index in indexes:
-            chunk = self.arena_chunk(index)
+        for chunk, at, count in self._arena_groups(indexes):
             if chunk is None or chunk.arena is None:
                 return None
-            i = index - chunk.first
-            if prev is not None and prev[0] is chunk and prev[1] == i - 1:
-                for entry in runs[-1][1]:
-                    entry[5] += 1
-            else:
-                entry_fields: list[list[Any]] = []
-                for name in fields:
-                    col = chunk.arena.columns.get(name)
-                    if col is None:
-                        return None
-                    per = col.array.strides[0] if col.array.ndim else 0
-                    addr = col.array.__array_interface__["data"][0] + i * per
-                    entry_fields.append([name, col.kind, col.dtype_name, list(col.sample_shape), addr, 1, per])
-                runs.append((chunk.arena.extent_id, entry_fields))
-            prev = (chunk, i)
+            i = indexes[at] - chunk.first
+            entry_fields: list[list[Any]] = []
+            for name in fields:
+                col = chunk.arena.columns.get(name)
+                if col is None:
+                    return None
+                per = col.array.strides[0] if col.array.ndim else 0
+                addr = col.array.__array_interface__["data"][0] + i * per
+                entry_fields.append([name, col.kind, col.dtype_name, list(col.sample_shape), addr, count, per])
+            runs.append((chunk.arena.extent_id, entry_fields))
         return runs
+
+    def _arena_groups(self, indexes: list[int]) -> list[tuple[_Chunk | None, int, int]]:
+        """``indexes`` cut into runs of consecutive indexes inside one arena batch: (batch or None, position in
+        ``indexes``, length). One lookup per run, not per sample (a meta is usually one or a few batches)."""
+        out: list[tuple[_Chunk | None, int, int]] = []
+        k, total = 0, len(indexes)
+        while k < total:
+            chunk = self.arena_chunk(indexes[k])
+            if chunk is None:
+                out.append((None, k, 1))
+                k += 1
+                continue
+            end = chunk.first + chunk.count
+            j = k + 1
+            while j < total and indexes[j] == indexes[j - 1] + 1 and indexes[j] < end:
+                j += 1
+            out.append((chunk, k, j - k))
+            k = j
+        return out
 
     async def rows_at(self, indexes: list[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once."""
@@ -816,26 +828,21 @@ class Topic:
         so a meta of hundreds of samples costs one description per batch, not one per sample."""
         descs: list[dict[str, list[Any]] | None] = [None] * len(indexes)
         need: list[int] = []
-        cache: dict[int, dict[str, list[Any]]] = {}
-        for n, index in enumerate(indexes):
-            chunk = self.arena_chunk(index)
-            if chunk is not None and chunk.arena is not None:
-                known = cache.get(id(chunk))
-                if known is None:
-                    known = cache[id(chunk)] = {
-                        name: [col.kind, col.dtype_name, list(col.sample_shape)]
-                        for name, col in chunk.arena.columns.items()
-                    }
-                base = known
-                other = chunk.other[index - chunk.first]
+        for chunk, at, count in self._arena_groups(indexes):
+            if chunk is None or chunk.arena is None:
+                need.extend(range(at, at + count))
+                continue
+            base = {
+                name: [col.kind, col.dtype_name, list(col.sample_shape)] for name, col in chunk.arena.columns.items()
+            }
+            first = indexes[at] - chunk.first
+            for n, other in enumerate(chunk.other[first : first + count], start=at):
                 if other:
                     desc = dict(base)
                     desc.update({k: [self.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
                     descs[n] = desc
                 else:
                     descs[n] = base
-            else:
-                need.append(n)
         if need:
             rows, kinds = await self.rows_at([indexes[n] for n in need])
             for n, row in zip(need, rows, strict=True):
