@@ -34,11 +34,9 @@ import json
 import math
 import multiprocessing
 import os
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ from tqdm import tqdm
 
 from persisting import Queue
 
-from .broker_bench import _await_ready
+from .broker_bench import broker_process
 from .report import FORMATS, plain_table, rst_table
 
 GiB = 1 << 30
@@ -166,30 +164,6 @@ class ArenaBenchResult:
 
     def row(self, key: str) -> Row | None:
         return next((r for r in self.rows if r.key == key), None)
-
-
-# -- the broker ---------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def broker_process(storage: Path, address: str, arena_bytes: int, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    cmd = [sys.executable, "-m", "broker", "--storage-path", str(storage), "--socket", address]
-    cmd += ["--arena-bytes", str(arena_bytes), "--log-level", "WARNING"]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
-    try:
-        _await_ready(proc, deadline=time.monotonic() + 60)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 # -- the workers (spawned) ----------------------------------------------------------------------------------
@@ -499,7 +473,7 @@ def run_arena_case(
         "put_timeout": put_timeout,
     }
     t_stop = 0.0
-    with broker_process(case / "storage", address, arena_bytes, log_path):
+    with broker_process(case / "storage", address, log_path, ["--arena-bytes", str(arena_bytes)], "WARNING"):
         _run_pair(ctx, arena_producer_main, arena_consumer_main, spec, row, result, tick)
         t_stop = time.perf_counter()
     row.notes.append(f"broker stop (SIGTERM, flushes the rest to Lance) took {time.perf_counter() - t_stop:.1f} s")

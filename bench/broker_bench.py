@@ -35,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,10 +161,14 @@ class BrokerBenchResult:
 
 
 @contextlib.contextmanager
-def broker_process(storage: Path, address: str, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``persisting-broker`` on ``storage``/``address``, up once it printed its ready line; SIGTERM on exit."""
-    cmd = [sys.executable, "-m", "broker", "--storage-path", str(storage), "--socket", address, "--log-level", "INFO"]
-    with open(log_path, "wb") as log:
+def broker_process(
+    storage: Path, address: str, log_path: Path, extra: Sequence[str] = (), log_level: str = "INFO"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``persisting-broker`` on ``storage``/``address`` (plus ``extra`` flags), up once it printed its ready line;
+    SIGTERM on exit. Its stderr is appended to ``log_path``."""
+    cmd = [sys.executable, "-m", "broker", "--storage-path", str(storage), "--socket", address]
+    cmd += ["--log-level", log_level, *extra]
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
     try:
         _await_ready(proc, deadline=time.monotonic() + 60)
