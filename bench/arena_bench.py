@@ -9,10 +9,10 @@ the consumer the time it held each batch's views; hand-over latency = receive ti
 batch order.
 
 - ``persisting arena``: ``Queue(topic, broker=..., durability="process")``; the producer ``put``s a dict of numpy
-  arrays (batch dim 0, ``partition_id``), the consumer polls ``get_meta(fields, batch_size, task_name,
-  partition_id)`` and calls ``get_data(meta)``: read-only numpy views on the broker's arena. Each case gets its own
-  broker (fresh storage, fresh arena of ``--arena-bytes``). ``put`` returns after its one copy into the arena and
-  the ``put_tensors`` round trip.
+  arrays (batch dim 0, ``partition_id``), the consumer calls ``get_batch(fields, batch_size, task_name,
+  partition_id, wait=True)`` (get_meta + get_data in one round trip, waiting in the broker): read-only numpy views
+  on the broker's arena. Each case gets its own broker (fresh storage, fresh arena of ``--arena-bytes``). ``put``
+  returns after its one copy into the arena and the ``put_tensors`` round trip (the extent was leased ahead).
 - ``torch.multiprocessing.Queue``: the producer allocates shared-memory tensors per batch
   (``torch.empty(...).share_memory_()``), copies the same data in (the same one copy), ``put``s a dict of them;
   the consumer's blocking ``get`` maps them (file-descriptor strategy). ``put`` returns before the feeder thread
@@ -266,9 +266,9 @@ async def _arena_consumer(spec: dict[str, Any]) -> None:
         batch_no = 0
         last = time.monotonic()
         while batch_no < spec["batches"]:
-            # Waits for a whole batch in the broker (a long-poll woken by the put), no polling.
-            meta = await q.get_meta(
-                fields=shape.names,
+            # get_batch: take and data in one round trip, waiting in the broker (a long-poll woken by the put).
+            data, meta = await q.get_batch(
+                shape.names,
                 batch_size=shape.rows,
                 task_name="train",
                 partition_id="p",
@@ -279,14 +279,13 @@ async def _arena_consumer(spec: dict[str, Any]) -> None:
                 if time.monotonic() - last > RECV_TIMEOUT_S:
                     raise TimeoutError(f"no batch {batch_no} within {RECV_TIMEOUT_S:g} s")
                 continue
-            data = await asyncio.wait_for(q.get_data(meta), RECV_TIMEOUT_S)
             now = last = time.monotonic()
             first_sample = samples
             samples += len(meta)
             if first_sample % shape.rows == 0 and stamp_of(data) != batch_no:
                 raise AssertionError(f"batch {batch_no}: stamp {stamp_of(data)} (order or content broken)")
             if spec["check"] and batch_no == 0:
-                spec["errors"].put("check: " + _zero_copy_check("persisting arena get_data", data))
+                spec["errors"].put("check: " + _zero_copy_check("persisting arena get_batch", data))
             del data  # release the views: the broker may reuse the extent once it is flushed
             while samples >= (batch_no + 1) * shape.rows:
                 recv_t[batch_no] = now
@@ -454,7 +453,7 @@ def run_arena_case(
         shape.batch_bytes,
         batches,
         f'broker --arena-bytes {arena_bytes // MiB:,} MiB, durability="process", put(partition_id) -> '
-        f"get_meta(batch_size={shape.rows}, wait=True) + get_data",
+        f"get_batch(batch_size={shape.rows}, wait=True) (one round trip)",
     )
     case = base / key
     case.mkdir()

@@ -192,7 +192,12 @@ class TensorPlane:
             if not isinstance(wait, int | float) or isinstance(wait, bool) or wait < 0:
                 raise ProtocolError("take wait must be a number of seconds >= 0")
             indexes = await topic.take(partition, task, batch_size, min(float(wait), WAIT_SLICE_SECONDS))
-            return Reply(req.id, True, [indexes, await topic.describe(indexes)])
+            described = await topic.describe(indexes)
+            if "fields" not in req.args:
+                return Reply(req.id, True, [indexes, described])
+            # get_batch: the data of the samples just taken, in the same reply (one round trip).
+            data = await self._get(req, topic, arena, extents, indexes)
+            return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
         if req.op == "describe":
             return Reply(req.id, True, await topic.describe(_int_list(req.args.get("indexes"), "indexes")))
         if req.op == "get_data":
@@ -278,8 +283,10 @@ class TensorPlane:
                 return [first, n, [spare.id, spare.offset, spare.nbytes, arena.generation]]
         return [first, n]
 
-    async def _get(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> Reply:
-        indexes = _int_list(req.args.get("indexes"), "indexes")
+    async def _get(
+        self, req: Request, topic: Topic, arena: Arena, extents: Extents, taken: list[int] | None = None
+    ) -> Reply:
+        indexes = _int_list(req.args.get("indexes"), "indexes") if taken is None else taken
         fields = req.args.get("fields")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ProtocolError("get_data fields must be a list of str")

@@ -269,21 +269,25 @@ class Queue:
         ``None`` for a field a sample lacks. Waiting for fields to be produced comes with per-field readiness."""
         if sampler is not None:
             raise ConfigError("samplers are not supported yet; pass sampler=None (samples come in index order)")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
-            raise ConfigError(f"batch_size must be an int >= 0, got {batch_size!r}")
-        for label, v in (("task_name", task_name), ("partition_id", partition_id)):
-            if not isinstance(v, str) or not v:
-                raise ConfigError(f"{label} must be a non-empty str, got {v!r}")
+        self._check_take_args(batch_size, task_name, partition_id, timeout)
         wanted = None if fields is None else [str(f) for f in fields]
         topic = await self._engine()
-        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
-            raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
         if isinstance(topic, RemoteTopic):
             indexes, descs = await topic.take(partition_id, task_name, batch_size, limit)
         else:
             indexes, descs = await _loop.call(_take_local(topic, partition_id, task_name, batch_size, limit))
         return batches.meta_from(indexes, partition_id, descs, wanted)
+
+    @staticmethod
+    def _check_take_args(batch_size: Any, task_name: Any, partition_id: Any, timeout: Any) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
+            raise ConfigError(f"batch_size must be an int >= 0, got {batch_size!r}")
+        for label, v in (("task_name", task_name), ("partition_id", partition_id)):
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{label} must be a non-empty str, got {v!r}")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
 
     async def get_data(
         self, batch_meta: BatchMeta, partition_id: str | None = None, device: Any = None
@@ -323,7 +327,18 @@ class Queue:
         wait: bool = False,
         timeout: float | None = None,
     ) -> tuple[batches.Batch, BatchMeta]:
-        """``get_meta`` then ``get_data``: (data, meta)."""
+        """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``)."""
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic) and fields is not None and sampler is None:
+            self._check_take_args(batch_size, task_name, partition_id, timeout)
+            wanted = [str(f) for f in fields]
+            limit = (None if timeout is None else float(timeout)) if wait else 0.0
+            indexes, descs, data, zero, copied = await topic.take_batch(
+                partition_id, task_name, batch_size, limit, wanted, self.zerocopy_mode, device
+            )
+            self._moved["get_zero_copy_bytes"] += zero
+            self._moved["get_copied_bytes"] += copied
+            return (data if indexes else batches.Batch()), batches.meta_from(indexes, partition_id, descs, wanted)
         meta = await self.get_meta(fields, batch_size, task_name, partition_id, sampler, wait=wait, timeout=timeout)
         return await self.get_data(meta, device=device), meta
 

@@ -431,13 +431,48 @@ class RemoteTopic:
             indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), release=self._conn.take_releases()
         )
         reply = await self._conn.request("get_data", args)
-        if len(reply.buffers) != 1:
-            raise errors.ProtocolError("get_data reply without its rows buffer")
-        rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
-        result = reply.result
+        return await self._data(reply.result, reply.buffers, fields, mode, device)
+
+    async def take_batch(
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None,
+        fields: list[str],
+        mode: str,
+        device: Any,
+    ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
+        """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
+            args = self._args(
+                partition=partition,
+                task=task,
+                batch_size=batch_size,
+                wait=left,
+                fields=fields,
+                zerocopy=mode != "off",
+                peer=peer_id(),
+                release=self._conn.take_releases(),
+            )
+            reply = await self._conn.request("take", args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
+            indexes, descs, result = reply.result
+            if indexes or (deadline is not None and loop.time() >= deadline):
+                data, zero, copied = await self._data(result, reply.buffers, fields, mode, device)
+                return list(indexes), list(descs), data, zero, copied
+
+    async def _data(
+        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any
+    ) -> tuple[batches.Batch, int, int]:
+        if len(buffers) != 1 or not isinstance(result, dict):
+            raise errors.ProtocolError("a data reply without its rows buffer")
+        rows = msgpack.unpackb(buffers[0], raw=False, use_list=True)
         if "hold" not in result:
             data = batches.from_rows(rows, result["kinds"], fields, device)
-            return data, 0, len(reply.buffers[0])
+            return data, 0, len(buffers[0])
         loop = asyncio.get_running_loop()
         conn, hold = self._conn, result["hold"]
 

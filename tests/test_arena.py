@@ -404,3 +404,22 @@ def test_a_producer_leases_its_next_extent_ahead_and_gives_it_back(broker: Broke
         assert (await _arena_stats(broker.address))["leased_extents"] == 0  # closing returns the spare
 
     asyncio.run(go())
+
+
+def test_get_batch_is_one_round_trip_with_views(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("gb", broker=broker.address) as q:
+            waiting = asyncio.ensure_future(q.get_batch(["x", "tag"], 3, "t", "p", wait=True, timeout=30))
+            await asyncio.sleep(0.1)
+            await q.put({"x": np.arange(12, dtype=np.int32).reshape(3, 4), "tag": ["a", "b", "c"]}, partition_id="p")
+            data, meta = await asyncio.wait_for(waiting, 30)
+            assert meta.global_indexes == [0, 1, 2] and data["tag"] == ["a", "b", "c"]
+            np.testing.assert_array_equal(data["x"], np.arange(12, dtype=np.int32).reshape(3, 4))
+            assert _in_shared_mapping(data["x"].ctypes.data)
+            empty, none = await q.get_batch(["x"], 3, "t", "p")  # nothing left for this task: no wait
+            assert none.size == 0 and empty == {}
+            async with Queue("gb", broker=broker.address, zerocopy_mode="off") as off:
+                copied, _ = await off.get_batch(["x"], 3, "other", "p")
+                assert copied["x"].flags.writeable and not _in_shared_mapping(copied["x"].ctypes.data)
+
+    asyncio.run(go())
