@@ -1,16 +1,27 @@
 """What ``put`` of a tensor batch returns and what ``get_meta`` hands to ``get_data``: plain, msgpack-safe.
 
-A ``BatchMeta`` names samples (rows of the topic) by global index, within one partition, with each field's
-kind, dtype and per-sample shape. It carries no payload and no pointer into shared memory: ``get_data`` asks the
-broker for the bytes, so a meta can be sent to another process (``to_dict``/``from_dict``) and used there.
+A ``BatchMeta`` names samples (rows of the topic) by global index, within a partition, with each field's kind,
+dtype and per-sample shape, and optional per-sample tags (``custom_meta``). It carries no payload and no pointer
+into shared memory: ``get_data`` asks for the bytes, so a meta can be sent to another process
+(``to_dict``/``from_dict``) and used there. Metas are immutable: every operation returns a new one.
+
+Operations (none touches data)::
+
+    select_fields(names)     the same samples, only those fields (get_data then returns only them)
+    select_samples(positions)  the samples at those positions, in that order
+    chunk(n)                 n metas of consecutive samples, sizes differing by at most one
+    BatchMeta.concat(metas)  the samples of all, in order; the same sample twice is an error
+    union(other)             the samples of both, each once (first appearance order), fields merged
+    with_custom_meta(tags)   per-sample tags set by global index ({index: {key: value}}), msgpack-safe values
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import InvalidRecordError
+from .errors import ConfigError, InvalidRecordError
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +48,15 @@ class SampleMeta:
     global_index: int
     partition_id: str
     fields: dict[str, FieldMeta] = field(default_factory=dict)
+    custom_meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def field_names(self) -> list[str]:
         return list(self.fields)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.partition_id, self.global_index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +86,104 @@ class BatchMeta:
             names.update(dict.fromkeys(s.fields))
         return list(names)
 
+    @property
+    def custom_meta(self) -> list[dict[str, Any]]:
+        return [dict(s.custom_meta) for s in self.samples]
+
+    # -- operations ---------------------------------------------------------------------------------
+
+    def select_fields(self, names: Sequence[str]) -> BatchMeta:
+        if isinstance(names, str):
+            raise ConfigError("select_fields takes a list of field names, not one str")
+        keep = list(dict.fromkeys(str(n) for n in names))
+        unknown = [n for n in keep if n not in self.field_names]
+        if unknown and self.samples:
+            raise ConfigError(f"no field named {unknown} in this BatchMeta; its fields: {self.field_names}")
+        samples = tuple(replace(s, fields={n: f for n, f in s.fields.items() if n in keep}) for s in self.samples)
+        return BatchMeta(samples, {**self.extra_info, "fields": keep})
+
+    def select_samples(self, positions: Iterable[int]) -> BatchMeta:
+        picked = []
+        for p in positions:
+            if type(p) is not int or not -len(self.samples) <= p < len(self.samples):
+                raise ConfigError(f"sample position {p!r} is out of range for a BatchMeta of {len(self.samples)}")
+            picked.append(self.samples[p])
+        return BatchMeta(tuple(picked), dict(self.extra_info))
+
+    def chunk(self, n: int) -> list[BatchMeta]:
+        if type(n) is not int or n < 1:
+            raise ConfigError(f"chunk takes a number of chunks >= 1, got {n!r}")
+        size, extra = divmod(len(self.samples), n)
+        out, start = [], 0
+        for k in range(n):
+            stop = start + size + (1 if k < extra else 0)
+            out.append(BatchMeta(self.samples[start:stop], dict(self.extra_info)))
+            start = stop
+        return out
+
+    @staticmethod
+    def concat(metas: Sequence[BatchMeta]) -> BatchMeta:
+        samples: list[SampleMeta] = []
+        seen: set[tuple[str, int]] = set()
+        extra: dict[str, Any] = {}
+        for meta in metas:
+            if not isinstance(meta, BatchMeta):
+                raise ConfigError(f"concat takes BatchMeta objects, got {type(meta).__qualname__}")
+            for s in meta.samples:
+                if s.key in seen:
+                    raise ConfigError(
+                        f"sample {s.global_index} of partition {s.partition_id!r} is in more than one meta; "
+                        "use union() to merge metas of the same samples"
+                    )
+                seen.add(s.key)
+                samples.append(s)
+            extra.update(meta.extra_info)
+        fields = [m.extra_info.get("fields") for m in metas]
+        if any(f is None for f in fields):
+            extra["fields"] = None
+        else:
+            extra["fields"] = list(dict.fromkeys(n for f in fields for n in (f or [])))
+        return BatchMeta(tuple(samples), extra)
+
+    def union(self, other: BatchMeta) -> BatchMeta:
+        merged: dict[tuple[str, int], SampleMeta] = {}
+        for s in (*self.samples, *other.samples):
+            known = merged.get(s.key)
+            if known is None:
+                merged[s.key] = s
+                continue
+            for name, f in s.fields.items():
+                if name in known.fields and known.fields[name] != f:
+                    raise ConfigError(
+                        f"sample {s.global_index}: field {name!r} is {known.fields[name]} in one meta "
+                        f"and {f} in the other"
+                    )
+            merged[s.key] = replace(
+                known, fields={**known.fields, **s.fields}, custom_meta={**known.custom_meta, **s.custom_meta}
+            )
+        mine, theirs = self.extra_info.get("fields"), other.extra_info.get("fields")
+        extra = {**self.extra_info, **other.extra_info}
+        extra["fields"] = None if mine is None or theirs is None else list(dict.fromkeys([*mine, *theirs]))
+        return BatchMeta(tuple(merged.values()), extra)
+
+    def with_custom_meta(self, tags: Mapping[int, Mapping[str, Any]]) -> BatchMeta:
+        known = {s.global_index for s in self.samples}
+        unknown = [i for i in tags if i not in known]
+        if unknown:
+            raise ConfigError(f"no samples with global indexes {unknown[:10]} in this BatchMeta")
+        samples = tuple(
+            replace(s, custom_meta={**s.custom_meta, **dict(tags[s.global_index])}) if s.global_index in tags else s
+            for s in self.samples
+        )
+        return BatchMeta(samples, dict(self.extra_info))
+
+    # -- plain form ---------------------------------------------------------------------------------
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "samples": [
-                [s.global_index, s.partition_id, [f.to_list() for f in s.fields.values()]] for s in self.samples
+                [s.global_index, s.partition_id, [f.to_list() for f in s.fields.values()], dict(s.custom_meta)]
+                for s in self.samples
             ],
             "extra_info": dict(self.extra_info),
         }
@@ -81,10 +191,12 @@ class BatchMeta:
     @classmethod
     def from_dict(cls, raw: Any) -> BatchMeta:
         try:
-            samples = tuple(
-                SampleMeta(int(index), str(partition), {f.name: f for f in map(FieldMeta.from_list, fields)})
-                for index, partition, fields in raw["samples"]
-            )
-            return cls(samples, dict(raw.get("extra_info") or {}))
+            samples = []
+            for entry in raw["samples"]:
+                index, partition, fields, *rest = entry
+                tags = dict(rest[0]) if rest else {}
+                fmap = {f.name: f for f in map(FieldMeta.from_list, fields)}
+                samples.append(SampleMeta(int(index), str(partition), fmap, tags))
+            return cls(tuple(samples), dict(raw.get("extra_info") or {}))
         except (TypeError, ValueError, KeyError) as exc:
             raise InvalidRecordError(f"not a BatchMeta dict: {exc}") from exc
