@@ -28,11 +28,12 @@ from persisting import arena as arena_mod
 from persisting import codec, tensors
 from persisting.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.config import TopicConfig
-from persisting.engine import ArenaPayload, Topic
+from persisting.engine import Topic
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError
 from persisting.layout import read_json
 from persisting.protocol import Reply, Request, arg
 from persisting.queue.lance_backend import LanceBackend
+from persisting.tail import ArenaPayload
 
 from .extents import Extents, Peer
 

@@ -23,6 +23,9 @@ Bucket of a row: crc32 of the canonical bytes of ``row[bucket_column]`` modulo `
 that key (or with ``None``) goes to ``global_index % num_buckets``. Exception: the samples of one tensor batch
 that went through the broker's arena, when none has the bucket column, go to one bucket together
 (``layout.batch_bucket`` of the batch's first index), so its payload is written as whole columns.
+
+Beside this module: ``tail.py`` (the chunks waiting for a flush, arena batches among them) and ``samples.py``
+(partitions, consume-on-fetch and where tensor fields lie, a mixin of Topic).
 """
 
 from __future__ import annotations
@@ -36,14 +39,12 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from .codec import RESERVED_PREFIX, EncodedBatch, decode_sample, encode_sample
+from .codec import EncodedBatch
 from .config import Metrics, TopicConfig
 from .errors import (
     ConfigError,
@@ -53,15 +54,24 @@ from .errors import (
     StorageError,
     TopicLockedError,
 )
-from .layout import IndexColumn, batch_bucket, bucket_of, read_json, topic_dirname, write_json_atomic
+from .layout import (
+    INDEX_KEY,
+    PARTITION_KEY,
+    IndexColumn,
+    batch_bucket,
+    bucket_of,
+    read_json,
+    topic_dirname,
+    write_json_atomic,
+)
 from .queue.backend import StorageBackend
+from .samples import Samples
+from .tail import ArenaPayload, Chunk, arena_columns, materialize, whole_batch
 from .tensors import Column, storage_dtype
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
-INDEX_KEY = RESERVED_PREFIX + "index"
-PARTITION_KEY = RESERVED_PREFIX + "partition"
 FORMAT_VERSION = 1
 # Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
 # its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
@@ -78,120 +88,7 @@ BackendFactory = Callable[..., StorageBackend]
 ArenaResolver = Callable[[bytes, int, int], np.ndarray | None]
 
 
-@dataclass(slots=True)
-class ArenaPayload:
-    """The tensor fields of a batch that lives in the broker's arena: views, not copies.
-
-    ``ref`` is what the log frame stores instead of the bytes (the arena generation, offsets, dtypes, shapes);
-    ``columns`` are the views the tail serves until a flush writes them to the backends.
-    """
-
-    extent_id: int
-    ref: dict[str, Any]
-    columns: dict[str, Column]
-    used: bool = False  # set once rows of the tail point at it
-
-
-class _Chunk:
-    """One put_batch waiting in memory until it is flushed."""
-
-    __slots__ = ("_rows", "arena", "count", "first", "other", "partition", "whole")
-
-    def __init__(
-        self,
-        first: int,
-        partition: str,
-        rows: list[dict[str, Any]],
-        arena: ArenaPayload | None = None,
-        whole: bool = False,
-    ) -> None:
-        self.first = first
-        self.partition = partition
-        self.count = len(rows)
-        self.arena = arena
-        # An arena batch (live, or replayed from its log frame): it goes to one bucket whole, see _whole_batch.
-        self.whole = whole or arena is not None
-        # An arena batch keeps its non-tensor rows apart; its full rows are made only when needed (a flush).
-        self._rows: list[dict[str, Any]] | None = None if arena is not None else rows
-        self.other = rows
-
-    def forget_rows(self) -> None:
-        if self.arena is not None:
-            self._rows = None  # the encoded copy served its flush
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        """Storage rows; for an arena batch its tensor samples are encoded (copied) here, on first use."""
-        if self._rows is None:
-            self._rows = _materialize(self.other, self.arena)
-        return self._rows
-
-
-def _whole_batch(chunk: _Chunk, bucket_column: str) -> bool:
-    """Whether a batch goes to one bucket (``layout.batch_bucket``): an arena batch none of whose samples has
-    a value in the bucket column. Decided from what its log frame holds, so a replay decides the same."""
-    arena = chunk.arena
-    return (
-        chunk.whole
-        and (arena is None or bucket_column not in arena.columns)
-        and all(row.get(bucket_column) is None for row in chunk.other)
-    )
-
-
-def _encoded_column(col: Column, skip: int) -> pa.Array:
-    """The stored values (see codec.encode_sample) of a tensor field's samples, as one Arrow array.
-
-    Every sample of a batch has the same dtype and shape, so its encoding is one fixed prefix followed by its raw
-    bytes: one vectorized copy out of shared memory builds them all (numpy releases the GIL while it copies).
-    """
-    arr = col.array[skip:]
-    n = arr.shape[0]
-    per = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
-    sample = np.zeros(arr.shape[1:], dtype=arr.dtype)
-    prefix = np.frombuffer(encode_sample(col.kind, col.dtype_name, sample)[: -per or None], dtype=np.uint8)
-    width = len(prefix) + per
-    buf = np.empty((n, width), dtype=np.uint8)
-    buf[:, : len(prefix)] = prefix
-    if per:
-        buf[:, len(prefix) :] = np.ascontiguousarray(arr).reshape(n, per // arr.itemsize).view(np.uint8)
-    offsets = np.arange(n + 1, dtype=np.int64) * width
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
-
-
-def _arena_columns(rows: list[dict[str, Any]], arena: list[tuple[int, _Chunk, int]]) -> dict[str, list[pa.Array]]:
-    """For each tensor field of the arena batches of one bucket: Arrow chunks covering ``rows`` in order (rows
-    from other puts contribute their own values of that field, usually None)."""
-    keys: dict[str, None] = {}
-    for _pos, chunk, _skip in arena:
-        if chunk.arena is not None:
-            keys.update(dict.fromkeys(chunk.arena.columns))
-    out: dict[str, list[pa.Array]] = {}
-    for key in keys:
-        parts: list[pa.Array] = []
-        pos = 0
-        for start, chunk, skip in arena:
-            if start > pos:
-                parts.append(pa.array([r.get(key) for r in rows[pos:start]], type=pa.large_binary()))
-            count = chunk.count - skip
-            col = chunk.arena.columns.get(key) if chunk.arena is not None else None
-            parts.append(_encoded_column(col, skip) if col is not None else pa.nulls(count, pa.large_binary()))
-            pos = start + count
-        if pos < len(rows):
-            parts.append(pa.array([r.get(key) for r in rows[pos:]], type=pa.large_binary()))
-        out[key] = parts
-    return out
-
-
-def _materialize(other: list[dict[str, Any]], arena: ArenaPayload | None) -> list[dict[str, Any]]:
-    rows = [dict(r) for r in other]
-    if arena is not None:
-        for name, col in arena.columns.items():
-            for i, row in enumerate(rows):
-                row[name] = encode_sample(col.kind, col.dtype_name, col.array[i])
-    return rows
-
-
-class Topic:
+class Topic(Samples):
     def __init__(
         self,
         name: str,
@@ -219,9 +116,9 @@ class Topic:
         self.metrics = Metrics()
         self._backends: list[StorageBackend] = []
         self._columns: list[IndexColumn] = []
-        self._tail: list[_Chunk] = []
+        self._tail: list[Chunk] = []
         self._tail_firsts: list[int] = []
-        self._resident: list[_Chunk] = []  # flushed arena batches whose extents are still mapped, by index
+        self._resident: list[Chunk] = []  # flushed arena batches whose extents are still mapped, by index
         self._resident_firsts: list[int] = []
         self._wal: WriteAheadLog | None = None
         self._lock_fd: int | None = None
@@ -352,7 +249,7 @@ class Topic:
         arena: ArenaPayload | None = None,
         whole: bool = False,
     ) -> None:
-        self._tail.append(_Chunk(first, partition, rows, arena, whole))
+        self._tail.append(Chunk(first, partition, rows, arena, whole))
         if arena is not None:
             arena.used = True
         self._tail_firsts.append(first)
@@ -381,7 +278,7 @@ class Topic:
                 columns[name] = Column(kind, dtype_name, arr)
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptionError(f"topic {self.name!r}: a log frame's arena reference is malformed: {exc}") from exc
-        return _materialize(rows, ArenaPayload(0, ref, columns))
+        return materialize(rows, ArenaPayload(0, ref, columns))
 
     async def append(
         self,
@@ -505,10 +402,10 @@ class Topic:
             per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
             per_index: list[list[int]] = [[] for _ in self._backends]
             # per bucket: (position in its rows, arena batch, samples skipped) for batches written as columns
-            per_arena: list[list[tuple[int, _Chunk, int]]] = [[] for _ in self._backends]
+            per_arena: list[list[tuple[int, Chunk, int]]] = [[] for _ in self._backends]
             col, n = self.config.bucket_column, self.config.num_buckets
             columnar = all(hasattr(b, "put_columns") for b in self._backends)
-            whole = {id(c) for c in chunks if _whole_batch(c, col)}
+            whole = {id(c) for c in chunks if whole_batch(c, col)}
             slow = [c for c in chunks if c.arena is not None and not (columnar and id(c) in whole)]
             if slow:
                 # Encoding tensor samples copies megabytes: off the loop, so hand-overs go on meanwhile.
@@ -567,11 +464,11 @@ class Topic:
             self.metrics.flush_seconds += time.perf_counter() - t0
 
     async def _flush_bucket(
-        self, b: int, rows: list[dict[str, Any]], indexes: list[int], arena: list[tuple[int, _Chunk, int]]
+        self, b: int, rows: list[dict[str, Any]], indexes: list[int], arena: list[tuple[int, Chunk, int]]
     ) -> None:
         try:
             if arena:
-                columns = await asyncio.to_thread(_arena_columns, rows, arena)
+                columns = await asyncio.to_thread(arena_columns, rows, arena)
                 await self._backends[b].put_columns(rows, columns)  # type: ignore[attr-defined]
             else:
                 await self._backends[b].put_batch(rows)
@@ -688,182 +585,6 @@ class Topic:
         if self._flush_error is not None:
             out["last_flush_error"] = repr(self._flush_error)
         return out
-
-    # -- samples: partitions, consume-on-fetch, tensor fields -------------------------------------------
-
-    async def _partition_index(self) -> dict[str, list[int]]:
-        if self._partitions is None:
-            # Under the flush lock, the backends and the tail hold disjoint rows and none moves between them.
-            async with self._flush_lock:
-                if self._partitions is None:
-                    found: dict[str, list[int]] = {}
-                    for backend in self._backends:
-                        parts = await self._read_column(backend, PARTITION_KEY)
-                        indexes = await self._read_column(backend, INDEX_KEY)
-                        for partition, index in zip(parts, indexes, strict=True):
-                            found.setdefault(str(partition), []).append(int(index))
-                    for indexes in found.values():
-                        indexes.sort()
-                    for chunk in self._tail:
-                        found.setdefault(chunk.partition, []).extend(range(chunk.first, chunk.first + chunk.count))
-                    self._partitions = found
-        return self._partitions
-
-    async def take(self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0) -> list[int]:
-        """Consume-on-fetch: the next ``batch_size`` (or fewer) visible samples of ``partition`` not yet handed
-        to ``task``, in index order. Each sample goes to a task once (in memory until consumption is durable).
-
-        ``timeout``: wait (notified by puts, not polling) up to this many seconds (None: for ever) for
-        ``batch_size`` samples; then hand out what there is, maybe fewer or none."""
-        self._check_open()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            indexes = (await self._partition_index()).get(partition, [])
-            start = self._cursors.get((partition, task), 0)
-            ready = bisect.bisect_left(indexes, self.visible_upto, lo=start) - start
-            left = None if deadline is None else deadline - loop.time()
-            if ready >= batch_size or (left is not None and left <= 0):
-                break
-            changed = self._changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
-            self._check_open()
-        stop = start + min(batch_size, ready)
-        self._cursors[(partition, task)] = stop
-        return indexes[start:stop]
-
-    def tail_chunk(self, index: int) -> _Chunk | None:
-        if index < self.flushed_upto or index >= self.visible_upto:
-            return None
-        k = bisect.bisect_right(self._tail_firsts, index) - 1
-        if k < 0:
-            return None
-        chunk = self._tail[k]
-        return chunk if chunk.first <= index < chunk.first + chunk.count else None
-
-    def arena_chunk(self, index: int) -> _Chunk | None:
-        """The arena batch holding ``index``: in the tail, or flushed and still resident in the arena."""
-        chunk = self.tail_chunk(index)
-        if chunk is None and index < self.flushed_upto:
-            k = bisect.bisect_right(self._resident_firsts, index) - 1
-            if k >= 0:
-                found = self._resident[k]
-                if found.first <= index < found.first + found.count:
-                    chunk = found
-        return chunk if chunk is not None and chunk.arena is not None else None
-
-    def forget_arena(self, extent_id: int) -> None:
-        """The arena reuses this extent: its (flushed) samples are read from the backends from now on."""
-        for k, chunk in enumerate(self._resident):
-            if chunk.arena is not None and chunk.arena.extent_id == extent_id:
-                del self._resident[k]
-                del self._resident_firsts[k]
-                return
-
-    def arena_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
-        """Where the tensor fields of ``indexes`` lie in the arena, if all of them do (else None).
-
-        One entry per run of consecutive samples in one extent: (extent id, [[field, kind, dtype, shape,
-        offset of the run's first sample, samples in the run, bytes per sample], ...]). Nothing awaits here, so
-        the answer stays true until the caller's next await (a hold taken before it keeps it true after).
-        """
-        runs: list[tuple[int, list[list[Any]]]] = []
-        for chunk, at, count in self._arena_groups(indexes):
-            if chunk is None or chunk.arena is None:
-                return None
-            i = indexes[at] - chunk.first
-            entry_fields: list[list[Any]] = []
-            for name in fields:
-                col = chunk.arena.columns.get(name)
-                if col is None:
-                    return None
-                per = col.array.strides[0] if col.array.ndim else 0
-                addr = col.array.__array_interface__["data"][0] + i * per
-                entry_fields.append([name, col.kind, col.dtype_name, list(col.sample_shape), addr, count, per])
-            runs.append((chunk.arena.extent_id, entry_fields))
-        return runs
-
-    def _arena_groups(self, indexes: list[int]) -> list[tuple[_Chunk | None, int, int]]:
-        """``indexes`` cut into runs of consecutive indexes inside one arena batch: (batch or None, position in
-        ``indexes``, length). One lookup per run, not per sample (a meta is usually one or a few batches)."""
-        out: list[tuple[_Chunk | None, int, int]] = []
-        k, total = 0, len(indexes)
-        while k < total:
-            chunk = self.arena_chunk(indexes[k])
-            if chunk is None:
-                out.append((None, k, 1))
-                k += 1
-                continue
-            end = chunk.first + chunk.count
-            j = k + 1
-            while j < total and indexes[j] == indexes[j - 1] + 1 and indexes[j] < end:
-                j += 1
-            out.append((chunk, k, j - k))
-            k = j
-        return out
-
-    async def rows_at(self, indexes: list[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once."""
-        out: dict[int, dict[str, Any]] = {}
-        kinds = dict(self.kinds)
-        ordered = sorted(set(indexes))
-        k = 0
-        while k < len(ordered):
-            j = k
-            while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-                j += 1
-            rows, kinds = await self.read(ordered[k], j - k + 1)
-            for n, row in enumerate(rows):
-                out[ordered[k] + n] = row
-            k = j + 1
-        missing = [i for i in indexes if i not in out]
-        if missing:
-            raise ConfigError(f"topic {self.name!r} has no samples at global indexes {missing[:10]}")
-        return [out[i] for i in indexes], kinds
-
-    async def describe(self, indexes: list[int]) -> list[list[Any]]:
-        """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}], ...]``
-        (dtype and per-sample shape for tensor fields, "" and [] for others). Samples of one batch share a run,
-        so a meta of hundreds of samples costs one description per batch, not one per sample."""
-        descs: list[dict[str, list[Any]] | None] = [None] * len(indexes)
-        need: list[int] = []
-        for chunk, at, count in self._arena_groups(indexes):
-            if chunk is None or chunk.arena is None:
-                need.extend(range(at, at + count))
-                continue
-            base = {
-                name: [col.kind, col.dtype_name, list(col.sample_shape)] for name, col in chunk.arena.columns.items()
-            }
-            first = indexes[at] - chunk.first
-            for n, other in enumerate(chunk.other[first : first + count], start=at):
-                if other:
-                    desc = dict(base)
-                    desc.update({k: [self.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
-                    descs[n] = desc
-                else:
-                    descs[n] = base
-        if need:
-            rows, kinds = await self.rows_at([indexes[n] for n in need])
-            for n, row in zip(need, rows, strict=True):
-                found: dict[str, list[Any]] = {}
-                for name, value in row.items():
-                    if name.startswith(RESERVED_PREFIX) or value is None:
-                        continue
-                    kind = kinds.get(name, "")
-                    if kind in ("ndarray", "tensor"):
-                        dtype_name, arr = decode_sample(kind, value)
-                        found[name] = [kind, dtype_name, list(arr.shape)]
-                    else:
-                        found[name] = [kind, "", []]
-                descs[n] = found
-        runs: list[list[Any]] = []
-        for entry in descs:
-            if runs and (runs[-1][1] is entry or runs[-1][1] == entry):
-                runs[-1][0] += 1
-            else:
-                runs.append([1, entry or {}])
-        return runs
 
     # -- closing ------------------------------------------------------------------------------------
 

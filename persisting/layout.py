@@ -13,6 +13,9 @@ import numpy as np
 from .errors import CorruptionError
 from .wal import fsync_dir
 
+INDEX_KEY = "_persisting_index"  # the engine's columns in every backend: global index and partition
+PARTITION_KEY = "_persisting_partition"
+
 
 def topic_dirname(name: str) -> str:
     """A folder name for a topic: injective (so topics never collide) and safe on every filesystem."""

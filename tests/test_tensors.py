@@ -186,14 +186,14 @@ def test_sync_twin_has_the_tensor_calls(store: Path) -> None:
 def test_columnar_encoding_matches_the_per_sample_one(kind_dtype: tuple[str, str], shape: tuple[int, ...]) -> None:
     """The flush writes arena batches as whole columns; a sample must read back exactly as if encoded alone."""
     from persisting import codec
-    from persisting.engine import _encoded_column
+    from persisting.tail import encoded_column
     from persisting.tensors import Column, storage_dtype
 
     kind, dtype_name = kind_dtype
     arr = (np.arange(6 * int(np.prod(shape, dtype=np.int64))) % 7).astype(storage_dtype(kind, dtype_name))
     arr = arr.reshape((6, *shape))
     col = Column(kind, dtype_name, arr)
-    encoded = _encoded_column(col, 2).to_pylist()
+    encoded = encoded_column(col, 2).to_pylist()
     assert encoded == [codec.encode_sample(kind, dtype_name, arr[i]) for i in range(2, 6)]
 
 

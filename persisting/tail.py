@@ -1,0 +1,132 @@
+"""The engine's tail: put_batches waiting in memory until a flush moves them into the backends.
+
+A chunk is one put_batch: its first global index, partition and rows. A tensor batch that went through the
+broker's arena keeps its tensor fields as views on shared memory (``ArenaPayload``) instead of rows: its full
+rows are encoded only if something needs them, and a flush writes its payload as whole Arrow columns built with
+one vectorized copy (``arena_columns``), no Python object per sample. Such a batch goes to one bucket together
+(``whole_batch``), decided from what its log frame holds so that a replay after a crash decides the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .codec import encode_sample
+from .tensors import Column
+
+
+@dataclass(slots=True)
+class ArenaPayload:
+    """The tensor fields of a batch that lives in the broker's arena: views, not copies.
+
+    ``ref`` is what the log frame stores instead of the bytes (the arena generation, offsets, dtypes, shapes);
+    ``columns`` are the views the tail serves until a flush writes them to the backends.
+    """
+
+    extent_id: int
+    ref: dict[str, Any]
+    columns: dict[str, Column]
+    used: bool = False  # set once rows of the tail point at it
+
+
+class Chunk:
+    """One put_batch waiting in memory until it is flushed."""
+
+    __slots__ = ("_rows", "arena", "count", "first", "other", "partition", "whole")
+
+    def __init__(
+        self,
+        first: int,
+        partition: str,
+        rows: list[dict[str, Any]],
+        arena: ArenaPayload | None = None,
+        whole: bool = False,
+    ) -> None:
+        self.first = first
+        self.partition = partition
+        self.count = len(rows)
+        self.arena = arena
+        # An arena batch (live, or replayed from its log frame): it goes to one bucket whole, see _whole_batch.
+        self.whole = whole or arena is not None
+        # An arena batch keeps its non-tensor rows apart; its full rows are made only when needed (a flush).
+        self._rows: list[dict[str, Any]] | None = None if arena is not None else rows
+        self.other = rows
+
+    def forget_rows(self) -> None:
+        if self.arena is not None:
+            self._rows = None  # the encoded copy served its flush
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Storage rows; for an arena batch its tensor samples are encoded (copied) here, on first use."""
+        if self._rows is None:
+            self._rows = materialize(self.other, self.arena)
+        return self._rows
+
+
+def whole_batch(chunk: Chunk, bucket_column: str) -> bool:
+    """Whether a batch goes to one bucket (``layout.batch_bucket``): an arena batch none of whose samples has
+    a value in the bucket column. Decided from what its log frame holds, so a replay decides the same."""
+    arena = chunk.arena
+    return (
+        chunk.whole
+        and (arena is None or bucket_column not in arena.columns)
+        and all(row.get(bucket_column) is None for row in chunk.other)
+    )
+
+
+def encoded_column(col: Column, skip: int) -> pa.Array:
+    """The stored values (see codec.encode_sample) of a tensor field's samples, as one Arrow array.
+
+    Every sample of a batch has the same dtype and shape, so its encoding is one fixed prefix followed by its raw
+    bytes: one vectorized copy out of shared memory builds them all (numpy releases the GIL while it copies).
+    """
+    arr = col.array[skip:]
+    n = arr.shape[0]
+    per = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    sample = np.zeros(arr.shape[1:], dtype=arr.dtype)
+    prefix = np.frombuffer(encode_sample(col.kind, col.dtype_name, sample)[: -per or None], dtype=np.uint8)
+    width = len(prefix) + per
+    buf = np.empty((n, width), dtype=np.uint8)
+    buf[:, : len(prefix)] = prefix
+    if per:
+        buf[:, len(prefix) :] = np.ascontiguousarray(arr).reshape(n, per // arr.itemsize).view(np.uint8)
+    offsets = np.arange(n + 1, dtype=np.int64) * width
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+
+
+def arena_columns(rows: list[dict[str, Any]], arena: list[tuple[int, Chunk, int]]) -> dict[str, list[pa.Array]]:
+    """For each tensor field of the arena batches of one bucket: Arrow chunks covering ``rows`` in order (rows
+    from other puts contribute their own values of that field, usually None)."""
+    keys: dict[str, None] = {}
+    for _pos, chunk, _skip in arena:
+        if chunk.arena is not None:
+            keys.update(dict.fromkeys(chunk.arena.columns))
+    out: dict[str, list[pa.Array]] = {}
+    for key in keys:
+        parts: list[pa.Array] = []
+        pos = 0
+        for start, chunk, skip in arena:
+            if start > pos:
+                parts.append(pa.array([r.get(key) for r in rows[pos:start]], type=pa.large_binary()))
+            count = chunk.count - skip
+            col = chunk.arena.columns.get(key) if chunk.arena is not None else None
+            parts.append(encoded_column(col, skip) if col is not None else pa.nulls(count, pa.large_binary()))
+            pos = start + count
+        if pos < len(rows):
+            parts.append(pa.array([r.get(key) for r in rows[pos:]], type=pa.large_binary()))
+        out[key] = parts
+    return out
+
+
+def materialize(other: list[dict[str, Any]], arena: ArenaPayload | None) -> list[dict[str, Any]]:
+    rows = [dict(r) for r in other]
+    if arena is not None:
+        for name, col in arena.columns.items():
+            for i, row in enumerate(rows):
+                row[name] = encode_sample(col.kind, col.dtype_name, col.array[i])
+    return rows
