@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from persisting import arena as arena_mod
-from persisting import codec, tensors
+from persisting import codec, protocol, tensors
 from persisting.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.config import TopicConfig
 from persisting.engine import Topic
@@ -42,7 +42,6 @@ log = logging.getLogger("persisting.broker")
 OPS = frozenset({"lease", "put_tensors", "take", "describe", "get_data", "release"})
 REAP_INTERVAL_SECONDS = 1.0
 FLUSH_AT_ARENA_SHARE = 0.5  # a topic flushes at once when this share of the arena waits to reach Lance
-WAIT_SLICE_SECONDS = 30.0  # the longest a take waits in one request (the client asks again)
 MAX_LEASE_WAIT_SECONDS = 60.0
 
 
@@ -192,7 +191,7 @@ class TensorPlane:
             wait = req.args.get("wait", 0.0)
             if not isinstance(wait, int | float) or isinstance(wait, bool) or wait < 0:
                 raise ProtocolError("take wait must be a number of seconds >= 0")
-            indexes = await topic.take(partition, task, batch_size, min(float(wait), WAIT_SLICE_SECONDS))
+            indexes = await topic.take(partition, task, batch_size, min(float(wait), protocol.WAIT_SLICE_SECONDS))
             described = await topic.describe(indexes)
             if "fields" not in req.args:
                 return Reply(req.id, True, [indexes, described])

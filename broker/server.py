@@ -33,7 +33,6 @@ from .plane import TensorPlane
 
 log = logging.getLogger("persisting.broker")
 
-WAIT_SLICE_SECONDS = 30.0  # a wait longer than this is answered "not yet" and re-sent by the client
 DRAIN_BATCH = 64  # messages taken per reader callback before other callbacks (fsync completions) get a turn
 _CONFIG_KEYS: dict[str, type | tuple[type, ...]] = {
     "num_buckets": int,
@@ -268,14 +267,14 @@ class Broker:
                 not rows
                 and wait is not None
                 and limit > 0
-                and await topic.wait_beyond(offset, min(wait, WAIT_SLICE_SECONDS))
+                and await topic.wait_beyond(offset, min(wait, protocol.WAIT_SLICE_SECONDS))
             ):
                 rows, kinds = await topic.read(offset, limit)
             result = {"kinds": kinds, "count": topic.count(), "waited": wait is not None}
             return Reply(req.id, True, result, buffers=[codec.pack(rows)])
         if req.op == "wait":
             timeout = _timeout(req, "timeout")
-            limit = WAIT_SLICE_SECONDS if timeout is None else min(timeout, WAIT_SLICE_SECONDS)
+            limit = protocol.WAIT_SLICE_SECONDS if timeout is None else min(timeout, protocol.WAIT_SLICE_SECONDS)
             return Reply(req.id, True, await topic.wait_beyond(arg(req, "index", int), limit))
         if req.op == "flush":
             await topic.flush()

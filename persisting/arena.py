@@ -179,3 +179,30 @@ class Arena:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+# -- the client side: one mapping per arena file per process, and who this process is ---------------------
+
+_attached: dict[tuple[str, bytes], Arena] = {}
+_peer: tuple[int, tuple[int, int]] | None = None
+
+
+def attach_cached(path: Path, generation: bytes) -> Arena:
+    """Map an arena once per process and keep it: views stay valid as long as they live (a restarted broker
+    has a new generation, hence a new entry)."""
+    key = (str(path), generation)
+    arena = _attached.get(key)
+    if arena is None:
+        arena = _attached[key] = Arena.attach(path, expect_generation=generation)
+    return arena
+
+
+def peer_id() -> list[int]:
+    """[pid, start time]: how the broker tells this process from a later one that reuses its pid."""
+    global _peer
+    pid = os.getpid()
+    if _peer is None or _peer[0] != pid:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            started = int(f.read().rsplit(b")", 1)[-1].split()[19])
+        _peer = (pid, (pid, started))
+    return list(_peer[1])

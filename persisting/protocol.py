@@ -54,6 +54,7 @@ from .errors import ProtocolError
 
 PROTOCOL_VERSION = 2  # 2: the tensor plane operations
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take with wait) is held in one request
 OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
     | {"lease", "put_tensors", "take", "describe", "get_data", "release"}

@@ -1,7 +1,8 @@
 """Broker mode on the client side: a RemoteTopic with the engine's interface, over one DEALER per process.
 
 ``Queue`` drives a RemoteTopic exactly as it drives an embedded ``Topic`` (append, read, wait_beyond, flush,
-stats), so the API adds nothing in broker mode. Everything here runs on the background engine loop.
+stats), so the API adds nothing in broker mode. A RemoteTopic runs on its caller's event loop (one DEALER per
+loop and broker); tensor batches go through the arena (``remote_tensors.py``, a mixin of RemoteTopic).
 
 Retries: a request that gets no reply is re-sent with the same request id every ``RESEND_SECONDS`` until its
 timeout. A ``put_batch`` carries an idempotency key, so a re-sent (or late-delivered) put is stored once even
@@ -17,26 +18,24 @@ import logging
 import os
 import threading
 import uuid
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
-import numpy as np
 import zmq
 
-from . import batches, errors, protocol
-from .arena import Arena
+from . import errors, protocol
+from .arena import peer_id
 from .codec import EncodedBatch
 from .config import TopicConfig
-from .protocol import Reply, Request
-from .tensors import Column
+from .protocol import WAIT_SLICE_SECONDS, Reply, Request
+from .remote_tensors import TensorClient
 
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
 RELEASE_DELAY_SECONDS = 0.02  # garbage-collected arena views are reported within this, or with the next request
-WAIT_SLICE_SECONDS = 30.0  # the longest one long-poll request asks the broker to hold (the broker's cap too)
 
 # One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
 # the background loop (a thread hop costs about as much as the ZeroMQ round trip itself).
@@ -204,6 +203,23 @@ class Connection:
                 timer.cancel()
             self._pending.pop(req.id, None)
 
+    async def long_poll(
+        self,
+        op: str,
+        make_args: Callable[[float], dict[str, Any]],
+        timeout: float | None,
+        done: Callable[[Reply], bool],
+    ) -> Reply:
+        """Ask ``op`` with a ``wait`` of at most WAIT_SLICE_SECONDS at a time until ``done(reply)`` or
+        ``timeout`` (None: for ever) passes; returns the last reply."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
+            reply = await self.request(op, make_args(left), timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
+            if done(reply) or (deadline is not None and loop.time() >= deadline):
+                return reply
+
 
 _ERROR_TYPES: dict[str, type[errors.PersistingError]] = {
     name: getattr(errors, name) for name in errors.__all__ if name not in ("SchemaConflictError", "RemoteError")
@@ -221,7 +237,7 @@ def _raise_for(reply: Reply) -> Reply:
     raise errors.RemoteError(reply.error_type, reply.error_message)
 
 
-class RemoteTopic:
+class RemoteTopic(TensorClient):
     """A topic served by a broker, with the methods of ``engine.Topic`` that ``Queue`` uses."""
 
     def __init__(self, name: str, address: str, config: TopicConfig) -> None:
@@ -325,195 +341,3 @@ class RemoteTopic:
     async def fetch_count(self) -> int:
         self._count = int((await self._conn.request("count", self._args())).result)
         return self._count
-
-    # -- the tensor plane ---------------------------------------------------------------------------
-
-    async def _arena(self, generation: bytes | None = None) -> Arena | None:
-        """This process's mapping of the broker's arena (made once; again after the broker restarted)."""
-        info = self._arena_info
-        if info is None or (generation is not None and info.get("generation") != generation):
-            hello = await self._conn.request("hello", {})
-            info = self._arena_info = dict(hello.result.get("arena") or {})
-        if not info:
-            return None
-        return attach_arena(Path(info["path"]), bytes(info["generation"]))
-
-    async def has_arena(self) -> bool:
-        return await self._arena() is not None
-
-    async def put_tensors(
-        self, columns: dict[str, Column], other: EncodedBatch, other_blob: bytes, n: int, partition: str, timeout: float
-    ) -> tuple[int, int]:
-        arena = await self._arena()
-        if arena is None:
-            raise errors.ConfigError("the broker runs without an arena")
-        places, total = batches.layout(columns)
-        need = max(total, 1)
-        spare, self._spare = self._spare, None
-        if spare is not None and (spare[2] < need or bytes(spare[3]) != arena.generation):
-            await self._give_back(spare)
-            spare = None
-        if spare is None:
-            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
-            spare_used = False
-            extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
-        else:
-            spare_used = True
-            extent, base, _size, generation = spare
-        if generation != arena.generation:
-            arena = await self._arena(bytes(generation))
-            if arena is None:
-                raise errors.ConfigError("the broker runs without an arena")
-        for _name, col, offset, nbytes in places:
-            # The one copy a tensor gets: straight into the broker's shared memory.
-            arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
-        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
-        args = self._args(
-            partition=partition,
-            kinds=other.kinds,
-            count=n,
-            key=uuid.uuid4().hex,
-            extent=extent,
-            fields=fields,
-            peer=peer_id(),
-            lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
-        )
-        try:
-            result = (await self._conn.request("put_tensors", args, [other_blob])).result
-        except errors.ProtocolError as exc:
-            if spare_used and "not leased" in str(exc):  # a broker that restarted since: lease afresh
-                return await self.put_tensors(columns, other, other_blob, n, partition, timeout)
-            raise
-        first, count = result[0], result[1]
-        if len(result) > 2 and result[2]:
-            self._spare = list(result[2])
-        self.kinds.update(other.kinds)
-        self.kinds.update({name: col.kind for name, col in columns.items()})
-        self._count = max(self._count, first + count)
-        return int(first), int(count)
-
-    async def _give_back(self, spare: list[Any]) -> None:
-        """Return an extent leased ahead and not used (the next batch did not fit in it)."""
-        with contextlib.suppress(errors.PersistingError):
-            await self._conn.request("release", {"abandon": [spare[0]], "peer": peer_id()}, timeout=5)
-
-    async def aclose(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            await self._give_back(spare)
-
-    async def take(
-        self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0
-    ) -> tuple[list[int], list[list[Any]]]:
-        """The broker's ``Topic.take``; a wait longer than one long-poll slice is asked for again."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
-            args = self._args(
-                partition=partition,
-                task=task,
-                batch_size=batch_size,
-                wait=left,
-                peer=peer_id(),
-                release=self._conn.take_releases(),
-            )
-            reply = await self._conn.request("take", args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
-            indexes, descs = reply.result
-            if indexes or (deadline is not None and loop.time() >= deadline):
-                return list(indexes), list(descs)
-
-    async def get_data(
-        self, indexes: list[int], fields: list[str], mode: str, device: Any
-    ) -> tuple[batches.Batch, int, int]:
-        """(data, bytes handed over as views, bytes copied)."""
-        args = self._args(
-            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), release=self._conn.take_releases()
-        )
-        reply = await self._conn.request("get_data", args)
-        return await self._data(reply.result, reply.buffers, fields, mode, device)
-
-    async def take_batch(
-        self,
-        partition: str,
-        task: str,
-        batch_size: int,
-        timeout: float | None,
-        fields: list[str],
-        mode: str,
-        device: Any,
-    ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
-        """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
-            args = self._args(
-                partition=partition,
-                task=task,
-                batch_size=batch_size,
-                wait=left,
-                fields=fields,
-                zerocopy=mode != "off",
-                peer=peer_id(),
-                release=self._conn.take_releases(),
-            )
-            reply = await self._conn.request("take", args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
-            indexes, descs, result = reply.result
-            if indexes or (deadline is not None and loop.time() >= deadline):
-                data, zero, copied = await self._data(result, reply.buffers, fields, mode, device)
-                return list(indexes), list(descs), data, zero, copied
-
-    async def _data(
-        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any
-    ) -> tuple[batches.Batch, int, int]:
-        if len(buffers) != 1 or not isinstance(result, dict):
-            raise errors.ProtocolError("a data reply without its rows buffer")
-        rows = msgpack.unpackb(buffers[0], raw=False, use_list=True)
-        if "hold" not in result:
-            data = batches.from_rows(rows, result["kinds"], fields, device)
-            return data, 0, len(buffers[0])
-        loop = asyncio.get_running_loop()
-        conn, hold = self._conn, result["hold"]
-
-        def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
-            conn.defer_release(hold, loop)
-
-        try:
-            arena = await self._arena(bytes(result["generation"]))
-            if arena is None:
-                raise errors.ConfigError("the broker runs without an arena")
-            tensor_fields = [f for f in fields if f not in result["kinds"]]
-            data, zero, copied = batches.from_runs(arena, result["runs"], tensor_fields, mode, device, release)
-        except BaseException:
-            release()
-            raise
-        if result["kinds"]:
-            data.update(batches.from_rows(rows, result["kinds"], list(result["kinds"]), device))
-        ordered = batches.Batch((f, data[f]) for f in fields if f in data)
-        ordered._hold, data._hold = data._hold, None
-        return ordered, zero, copied
-
-
-_arenas: dict[tuple[str, bytes], Arena] = {}
-_peer: tuple[int, tuple[int, int]] | None = None
-
-
-def attach_arena(path: Path, generation: bytes) -> Arena:
-    """Map an arena once per process and keep it (views stay valid as long as they live)."""
-    key = (str(path), generation)
-    arena = _arenas.get(key)
-    if arena is None:
-        arena = _arenas[key] = Arena.attach(path, expect_generation=generation)
-    return arena
-
-
-def peer_id() -> list[int]:
-    """[pid, start time]: how the broker tells this process from a later one that reuses its pid."""
-    global _peer
-    pid = os.getpid()
-    if _peer is None or _peer[0] != pid:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            started = int(f.read().rsplit(b")", 1)[-1].split()[19])
-        _peer = (pid, (pid, started))
-    return list(_peer[1])

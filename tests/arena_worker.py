@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from persisting import Queue
-from persisting.remote import connection, peer_id
+from persisting.arena import peer_id
+from persisting.remote import connection
 
 
 async def main() -> None:

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue
-from persisting.arena import Arena, default_path
-from persisting.remote import connection, peer_id
+from persisting.arena import Arena, default_path, peer_id
+from persisting.remote import connection
 
 from .broker_fixture import BrokerProcess, make_broker
 

@@ -1,0 +1,202 @@
+"""Broker mode, the tensor plane on the client side: a mixin of ``remote.RemoteTopic``.
+
+A put leases an extent of the broker's arena (or uses the one leased ahead in the previous put's reply), copies
+the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
+makes read-only views on this process's one mapping of it, checked against the mapping; the views' finalizers
+tell the broker when they are gone (``Connection.defer_release``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
+
+from . import batches, errors
+from .arena import Arena, attach_cached, peer_id
+from .codec import EncodedBatch
+from .tensors import Column
+
+if TYPE_CHECKING:
+    from .remote import Connection
+
+
+class TensorClient:
+    kinds: dict[str, str]
+    _count: int
+    _arena_info: dict[str, Any] | None
+    _spare: list[Any] | None  # [extent, offset, bytes, generation] leased ahead for the next put
+
+    if TYPE_CHECKING:  # provided by remote.RemoteTopic
+
+        @property
+        def _conn(self) -> Connection: ...
+
+        def _args(self, **extra: Any) -> dict[str, Any]: ...
+
+    async def _arena(self, generation: bytes | None = None) -> Arena | None:
+        """This process's mapping of the broker's arena (made once; again after the broker restarted)."""
+        info = self._arena_info
+        if info is None or (generation is not None and info.get("generation") != generation):
+            hello = await self._conn.request("hello", {})
+            info = self._arena_info = dict(hello.result.get("arena") or {})
+        if not info:
+            return None
+        return attach_cached(Path(info["path"]), bytes(info["generation"]))
+
+    async def has_arena(self) -> bool:
+        return await self._arena() is not None
+
+    async def put_tensors(
+        self, columns: dict[str, Column], other: EncodedBatch, other_blob: bytes, n: int, partition: str, timeout: float
+    ) -> tuple[int, int]:
+        arena = await self._arena()
+        if arena is None:
+            raise errors.ConfigError("the broker runs without an arena")
+        places, total = batches.layout(columns)
+        need = max(total, 1)
+        spare, self._spare = self._spare, None
+        if spare is not None and (spare[2] < need or bytes(spare[3]) != arena.generation):
+            await self._give_back(spare)
+            spare = None
+        if spare is None:
+            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
+            spare_used = False
+            extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
+        else:
+            spare_used = True
+            extent, base, _size, generation = spare
+        if generation != arena.generation:
+            arena = await self._arena(bytes(generation))
+            if arena is None:
+                raise errors.ConfigError("the broker runs without an arena")
+        for _name, col, offset, nbytes in places:
+            # The one copy a tensor gets: straight into the broker's shared memory.
+            arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
+        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
+        args = self._args(
+            partition=partition,
+            kinds=other.kinds,
+            count=n,
+            key=uuid.uuid4().hex,
+            extent=extent,
+            fields=fields,
+            peer=peer_id(),
+            lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
+        )
+        try:
+            result = (await self._conn.request("put_tensors", args, [other_blob])).result
+        except errors.ProtocolError as exc:
+            if spare_used and "not leased" in str(exc):  # a broker that restarted since: lease afresh
+                return await self.put_tensors(columns, other, other_blob, n, partition, timeout)
+            raise
+        first, count = result[0], result[1]
+        if len(result) > 2 and result[2]:
+            self._spare = list(result[2])
+        self.kinds.update(other.kinds)
+        self.kinds.update({name: col.kind for name, col in columns.items()})
+        self._count = max(self._count, first + count)
+        return int(first), int(count)
+
+    async def _give_back(self, spare: list[Any]) -> None:
+        """Return an extent leased ahead and not used (the next batch did not fit in it)."""
+        with contextlib.suppress(errors.PersistingError):
+            await self._conn.request("release", {"abandon": [spare[0]], "peer": peer_id()}, timeout=5)
+
+    async def aclose(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await self._give_back(spare)
+
+    async def take(
+        self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0
+    ) -> tuple[list[int], list[list[Any]]]:
+        """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch."""
+
+        def args(left: float) -> dict[str, Any]:
+            return self._args(
+                partition=partition,
+                task=task,
+                batch_size=batch_size,
+                wait=left,
+                peer=peer_id(),
+                release=self._conn.take_releases(),
+            )
+
+        reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
+        indexes, descs = reply.result
+        return list(indexes), list(descs)
+
+    async def get_data(
+        self, indexes: list[int], fields: list[str], mode: str, device: Any
+    ) -> tuple[batches.Batch, int, int]:
+        """(data, bytes handed over as views, bytes copied)."""
+        args = self._args(
+            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), release=self._conn.take_releases()
+        )
+        reply = await self._conn.request("get_data", args)
+        return await self._data(reply.result, reply.buffers, fields, mode, device)
+
+    async def take_batch(
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None,
+        fields: list[str],
+        mode: str,
+        device: Any,
+    ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
+        """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
+
+        def args(left: float) -> dict[str, Any]:
+            return self._args(
+                partition=partition,
+                task=task,
+                batch_size=batch_size,
+                wait=left,
+                fields=fields,
+                zerocopy=mode != "off",
+                peer=peer_id(),
+                release=self._conn.take_releases(),
+            )
+
+        reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
+        indexes, descs, result = reply.result
+        data, zero, copied = await self._data(result, reply.buffers, fields, mode, device)
+        return list(indexes), list(descs), data, zero, copied
+
+    async def _data(
+        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any
+    ) -> tuple[batches.Batch, int, int]:
+        if len(buffers) != 1 or not isinstance(result, dict):
+            raise errors.ProtocolError("a data reply without its rows buffer")
+        rows = msgpack.unpackb(buffers[0], raw=False, use_list=True)
+        if "hold" not in result:
+            data = batches.from_rows(rows, result["kinds"], fields, device)
+            return data, 0, len(buffers[0])
+        loop = asyncio.get_running_loop()
+        conn, hold = self._conn, result["hold"]
+
+        def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
+            conn.defer_release(hold, loop)
+
+        try:
+            arena = await self._arena(bytes(result["generation"]))
+            if arena is None:
+                raise errors.ConfigError("the broker runs without an arena")
+            tensor_fields = [f for f in fields if f not in result["kinds"]]
+            data, zero, copied = batches.from_runs(arena, result["runs"], tensor_fields, mode, device, release)
+        except BaseException:
+            release()
+            raise
+        if result["kinds"]:
+            data.update(batches.from_rows(rows, result["kinds"], list(result["kinds"]), device))
+        ordered = batches.Batch((f, data[f]) for f in fields if f in data)
+        ordered._hold, data._hold = data._hold, None
+        return ordered, zero, copied
