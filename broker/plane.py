@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from persisting import arena as arena_mod
@@ -234,7 +235,7 @@ class TensorPlane:
             if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)) or count < 0:
                 raise ProtocolError("put_tensors needs one rows buffer, a str key (or none) and a count >= 0")
             try:
-                other = codec.msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
+                other = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
             except Exception as exc:
                 raise ProtocolError(f"put_tensors rows are not valid msgpack: {exc}") from exc
             rows = codec.check_rows(other, kinds, count)
@@ -244,7 +245,8 @@ class TensorPlane:
                 if not (isinstance(entry, list) and len(entry) == 6):
                     raise ProtocolError("each put_tensors field is [name, kind, dtype, shape, offset, nbytes]")
                 name, kind, dtype_name, shape, offset, nbytes = entry
-                if not isinstance(name, str) or not name or name.startswith(codec.RESERVED_PREFIX) or name in kinds:
+                bad = not isinstance(name, str) or not name or name.startswith(codec.RESERVED_PREFIX)
+                if bad or name in kinds or name in columns:
                     raise InvalidRecordError(f"invalid or repeated tensor field name {name!r}")
                 dtype = tensors.storage_dtype(kind, dtype_name)
                 shape = _int_list(shape, f"shape of field {name!r}")
@@ -293,6 +295,8 @@ class TensorPlane:
         if req.args.get("zerocopy", True) and indexes:
             tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor")]
             runs = topic.arena_runs(indexes, tensor_fields)
+            if runs is not None and not tensor_fields:
+                runs = None  # nothing to map: no hold (the plain fields come as rows below)
             if runs is not None:
                 for _eid, entries in runs:
                     for entry in entries:

@@ -146,6 +146,11 @@ class _Hold:
         if release is not None:
             release()
 
+    @property
+    def tracked(self) -> bool:
+        with self._lock:
+            return self._live > 0
+
     def release_now(self) -> None:
         with self._lock:
             release, self._release = self._release, None
@@ -193,4 +198,6 @@ def from_runs(
         else:
             out[name] = [tensors.to_user(s, kind, dtype_name, device) for a in arrays for s in a]
             zero += nbytes
+    if not hold.tracked:
+        hold.release_now()  # no view was made (no tensor field): nothing will ever release it otherwise
     return out, zero, copied

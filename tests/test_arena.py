@@ -423,3 +423,14 @@ def test_get_batch_is_one_round_trip_with_views(broker: BrokerProcess) -> None:
                 assert copied["x"].flags.writeable and not _in_shared_mapping(copied["x"].ctypes.data)
 
     asyncio.run(go())
+
+
+def test_plain_fields_of_an_arena_batch_take_no_hold(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("plain", broker=broker.address) as q:
+            await q.put({"x": np.ones((3, 8), np.float32), "tag": ["a", "b", "c"]}, partition_id="p")
+            data = await q.get_data(await q.get_meta(["tag"], 3, "t", "p"))
+            assert data == {"tag": ["a", "b", "c"]}
+            assert (await _arena_stats(broker.address))["holds"] == 0
+
+    asyncio.run(go())
