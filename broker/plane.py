@@ -26,7 +26,7 @@ import msgpack
 import numpy as np
 
 from persisting import arena as arena_mod
-from persisting import codec, protocol, tensors
+from persisting import codec, protocol, samplers, tensors
 from persisting.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.config import TopicConfig
 from persisting.engine import Topic
@@ -192,7 +192,12 @@ class TensorPlane:
             wait = req.args.get("wait", 0.0)
             if not isinstance(wait, int | float) or isinstance(wait, bool) or wait < 0:
                 raise ProtocolError("take wait must be a number of seconds >= 0")
-            indexes = await topic.take(partition, task, batch_size, min(float(wait), protocol.WAIT_SLICE_SECONDS))
+            sampler = samplers.from_wire(req.args.get("sampler"))
+            kw = req.args.get("sampler_kw") or {}
+            if not isinstance(kw, dict) or not all(k in ("dp_rank", "batch_index") for k in kw):
+                raise ProtocolError("take sampler_kw may hold dp_rank and batch_index only")
+            limit = min(float(wait), protocol.WAIT_SLICE_SECONDS)
+            indexes = await topic.take(partition, task, batch_size, limit, sampler, **kw)
             described = await topic.describe(indexes)
             if "fields" not in req.args:
                 return Reply(req.id, True, [indexes, described])

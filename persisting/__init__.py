@@ -17,6 +17,7 @@ from .errors import (
     TopicLockedError,
 )
 from .meta import BatchMeta, FieldMeta, SampleMeta
+from .samplers import GRPOGroupNSampler, RankAwareSampler, Sampler, SequentialSampler
 from .sync import SyncQueue
 
 __version__ = "0.1.0"
@@ -29,14 +30,18 @@ __all__ = [
     "Empty",
     "FieldMeta",
     "Full",
+    "GRPOGroupNSampler",
     "InvalidRecordError",
     "PersistingError",
     "ProtocolError",
     "Queue",
     "QueueClosedError",
+    "RankAwareSampler",
     "RemoteError",
     "SampleMeta",
+    "Sampler",
     "SchemaConflictError",
+    "SequentialSampler",
     "StorageError",
     "SyncQueue",
     "TopicLockedError",

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping, Sequen
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import _loop, batches, codec, tensors
+from . import _loop, batches, codec, samplers, tensors
 from .engine import BackendFactory, Topic, TopicConfig
 from .errors import ConfigError, InvalidRecordError, QueueClosedError
 from .meta import BatchMeta
@@ -256,6 +256,8 @@ class Queue:
         partition_id: str = "default",
         sampler: Any = None,
         *,
+        dp_rank: int | None = None,
+        batch_index: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
     ) -> BatchMeta:
@@ -265,18 +267,23 @@ class Queue:
         ``wait=True``: first wait (notified by puts, not polling) until ``batch_size`` samples are there, at
         most ``timeout`` seconds (None: for ever); then hand out what there is, which may be fewer or none.
 
+        ``sampler``: which ready samples to hand out (``persisting.samplers``: SequentialSampler, the default;
+        RankAwareSampler with ``dp_rank`` and ``batch_index``; GRPOGroupNSampler; or your own in embedded mode).
+
         A field that no sample has yet is not an error (a consumer may start before its producer); get_data gives
         ``None`` for a field a sample lacks. Waiting for fields to be produced comes with per-field readiness."""
-        if sampler is not None:
-            raise ConfigError("samplers are not supported yet; pass sampler=None (samples come in index order)")
         self._check_take_args(batch_size, task_name, partition_id, timeout)
         wanted = None if fields is None else [str(f) for f in fields]
         topic = await self._engine()
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
+        kw = _sampler_kw(dp_rank, batch_index)
         if isinstance(topic, RemoteTopic):
-            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit)
+            wire = _sampler_wire(sampler)
+            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw)
         else:
-            indexes, descs = await _loop.call(_take_local(topic, partition_id, task_name, batch_size, limit))
+            _check_sampler(sampler)
+            take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw)
+            indexes, descs = await _loop.call(take)
         return batches.meta_from(indexes, partition_id, descs, wanted)
 
     @staticmethod
@@ -324,22 +331,35 @@ class Queue:
         sampler: Any = None,
         device: Any = None,
         *,
+        dp_rank: int | None = None,
+        batch_index: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
     ) -> tuple[batches.Batch, BatchMeta]:
         """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``)."""
         topic = await self._engine()
-        if isinstance(topic, RemoteTopic) and fields is not None and sampler is None:
+        if isinstance(topic, RemoteTopic) and fields is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
             wanted = [str(f) for f in fields]
             limit = (None if timeout is None else float(timeout)) if wait else 0.0
+            sampling = (_sampler_wire(sampler), _sampler_kw(dp_rank, batch_index))
             indexes, descs, data, zero, copied = await topic.take_batch(
-                partition_id, task_name, batch_size, limit, wanted, self.zerocopy_mode, device
+                partition_id, task_name, batch_size, limit, wanted, self.zerocopy_mode, device, *sampling
             )
             self._moved["get_zero_copy_bytes"] += zero
             self._moved["get_copied_bytes"] += copied
             return (data if indexes else batches.Batch()), batches.meta_from(indexes, partition_id, descs, wanted)
-        meta = await self.get_meta(fields, batch_size, task_name, partition_id, sampler, wait=wait, timeout=timeout)
+        meta = await self.get_meta(
+            fields,
+            batch_size,
+            task_name,
+            partition_id,
+            sampler,
+            dp_rank=dp_rank,
+            batch_index=batch_index,
+            wait=wait,
+            timeout=timeout,
+        )
         return await self.get_data(meta, device=device), meta
 
     async def flush(self) -> None:
@@ -438,10 +458,43 @@ def _on(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T
 
 
 async def _take_local(
-    topic: Topic, partition: str, task: str, n: int, timeout: float | None
+    topic: Topic, partition: str, task: str, n: int, timeout: float | None, sampler: Any, kw: dict[str, int]
 ) -> tuple[list[int], list[list[Any]]]:
-    indexes = await topic.take(partition, task, n, timeout)
+    indexes = await topic.take(partition, task, n, timeout, sampler, **kw)
     return indexes, await topic.describe(indexes)
+
+
+def _sampler_kw(dp_rank: Any, batch_index: Any) -> dict[str, int]:
+    kw = {}
+    for label, value in (("dp_rank", dp_rank), ("batch_index", batch_index)):
+        if value is not None:
+            if type(value) is not int or value < 0:
+                raise ConfigError(f"{label} must be an int >= 0, got {value!r}")
+            kw[label] = value
+    return kw
+
+
+def _check_sampler(sampler: Any) -> None:
+    if sampler is not None and not isinstance(sampler, samplers.Sampler):
+        raise ConfigError(
+            "sampler must have sample(ready, batch_size, **kw) -> (sampled, consumed); "
+            f"got {type(sampler).__qualname__}"
+        )
+
+
+def _sampler_wire(sampler: Any) -> dict[str, Any] | None:
+    """A sampler as the broker rebuilds it: built-in ones only (nothing from the wire is unpickled)."""
+    _check_sampler(sampler)
+    if sampler is None:
+        return None
+    to_wire = getattr(sampler, "to_wire", None)
+    if type(sampler).__module__ != samplers.__name__ or to_wire is None:
+        raise ConfigError(
+            f"{type(sampler).__qualname__} is a custom sampler: it works in embedded mode only, the broker runs "
+            "the built-in ones (SequentialSampler, RankAwareSampler, GRPOGroupNSampler)"
+        )
+    wire: dict[str, Any] = to_wire()
+    return wire
 
 
 def _encode(records: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> tuple[codec.EncodedBatch, bytes]:

@@ -102,9 +102,10 @@ class Topic(Samples):
         self.name = name
         self._arena_resolver = arena_resolver
         self._on_flushed = on_flushed
-        # partition -> its global indexes in order (built on first use); (partition, task) -> position handed out
+        # partition -> its global indexes in order (built on first use)
         self._partitions: dict[str, list[int]] | None = None
-        self._cursors: dict[tuple[str, str], int] = {}
+        self._consumption: dict[tuple[str, str], Any] = {}  # (partition, task) -> what that task has taken
+        self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
         self.config = config
         self.path = storage_path / topic_dirname(name)
         self._factory = backend

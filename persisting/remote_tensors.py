@@ -114,7 +114,13 @@ class TensorClient:
             await self._give_back(spare)
 
     async def take(
-        self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None = 0.0,
+        sampler: dict[str, Any] | None = None,
+        sampler_kw: dict[str, int] | None = None,
     ) -> tuple[list[int], list[list[Any]]]:
         """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch."""
 
@@ -124,6 +130,8 @@ class TensorClient:
                 task=task,
                 batch_size=batch_size,
                 wait=left,
+                sampler=sampler,
+                sampler_kw=sampler_kw or {},
                 peer=peer_id(),
                 release=self._conn.take_releases(),
             )
@@ -151,6 +159,8 @@ class TensorClient:
         fields: list[str],
         mode: str,
         device: Any,
+        sampler: dict[str, Any] | None = None,
+        sampler_kw: dict[str, int] | None = None,
     ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
         """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
 
@@ -162,6 +172,8 @@ class TensorClient:
                 wait=left,
                 fields=fields,
                 zerocopy=mode != "off",
+                sampler=sampler,
+                sampler_kw=sampler_kw or {},
                 peer=peer_id(),
                 release=self._conn.take_releases(),
             )

@@ -9,13 +9,25 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from .codec import RESERVED_PREFIX, decode_sample
 from .errors import ConfigError
 from .layout import INDEX_KEY, PARTITION_KEY
 from .queue.backend import StorageBackend
+from .samplers import RANK_CACHE_SIZE, Sampler, SequentialSampler
 from .tail import Chunk
+
+
+class _Consumption:
+    """What one task has taken from one partition: every sample at a position below ``floor``, plus ``done``."""
+
+    __slots__ = ("done", "floor")
+
+    def __init__(self) -> None:
+        self.floor = 0
+        self.done: set[int] = set()
 
 
 class Samples:
@@ -24,7 +36,8 @@ class Samples:
     visible_upto: int
     flushed_upto: int
     _partitions: dict[str, list[int]] | None
-    _cursors: dict[tuple[str, str], int]
+    _consumption: dict[tuple[str, str], _Consumption]
+    _rank_cache: OrderedDict[tuple[Any, ...], list[int]]
     _flush_lock: asyncio.Lock
     _backends: list[StorageBackend]
     _tail: list[Chunk]
@@ -60,29 +73,57 @@ class Samples:
                     self._partitions = found
         return self._partitions
 
-    async def take(self, partition: str, task: str, batch_size: int, timeout: float | None = 0.0) -> list[int]:
-        """Consume-on-fetch: the next ``batch_size`` (or fewer) visible samples of ``partition`` not yet handed
-        to ``task``, in index order. Each sample goes to a task once (in memory until consumption is durable).
+    async def take(
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None = 0.0,
+        sampler: Sampler | None = None,
+        **kw: Any,
+    ) -> list[int]:
+        """Consume-on-fetch: the samples of ``partition`` the sampler picks among those ``task`` has not taken
+        (default: the next ``batch_size`` in index order). Each sample goes to a task once (in memory until
+        consumption is durable).
 
-        ``timeout``: wait (notified by puts, not polling) up to this many seconds (None: for ever) for
-        ``batch_size`` samples; then hand out what there is, maybe fewer or none."""
+        ``timeout``: wait (notified by puts, not polling) up to this many seconds (None: for ever) until the
+        sampler fills a batch; then hand out what it picks, maybe fewer or none."""
         self._check_open()
+        sampler = sampler if sampler is not None else SequentialSampler()
+        cache_key = getattr(sampler, "cache_key", None)
+        key = cache_key(**kw) if cache_key is not None else None
+        if key is not None and (partition, task, *key) in self._rank_cache:
+            return list(self._rank_cache[(partition, task, *key)])  # another rank of this group asked first
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        state = self._consumption.setdefault((partition, task), _Consumption())
         while True:
             indexes = (await self._partition_index()).get(partition, [])
-            start = self._cursors.get((partition, task), 0)
-            ready = bisect.bisect_left(indexes, self.visible_upto, lo=start) - start
+            end = bisect.bisect_left(indexes, self.visible_upto, lo=state.floor)
+            positions = [p for p in range(state.floor, end) if indexes[p] not in state.done]
+            ready = [indexes[p] for p in positions]
+            sampled, consumed = sampler.sample(ready, batch_size, positions=positions, **kw)
             left = None if deadline is None else deadline - loop.time()
-            if ready >= batch_size or (left is not None and left <= 0):
+            if len(sampled) >= batch_size or (left is not None and left <= 0):
                 break
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), left)
             self._check_open()
-        stop = start + min(batch_size, ready)
-        self._cursors[(partition, task)] = stop
-        return indexes[start:stop]
+        allowed = set(ready)
+        if not allowed.issuperset(sampled) or not allowed.issuperset(consumed):
+            raise ConfigError(
+                f"sampler {type(sampler).__qualname__} returned samples that were not ready for task {task!r}"
+            )
+        state.done.update(consumed)
+        while state.floor < len(indexes) and indexes[state.floor] in state.done:
+            state.done.discard(indexes[state.floor])  # the set keeps only what lies past the dense prefix
+            state.floor += 1
+        if key is not None:
+            self._rank_cache[(partition, task, *key)] = list(sampled)
+            if len(self._rank_cache) > RANK_CACHE_SIZE:
+                self._rank_cache.popitem(last=False)
+        return list(sampled)
 
     def tail_chunk(self, index: int) -> Chunk | None:
         if index < self.flushed_upto or index >= self.visible_upto:

@@ -3,6 +3,7 @@
 lease TOPIC NBYTES       lease an extent, write into it, print LEASED, then hang (to be killed mid-write)
 hold TOPIC N             take N samples with get_meta/get_data, print HOLDING, then hang holding the views
 produce TOPIC START:N    put tensor batches b = START..START+N-1 of 4 samples (x = b*4 + sample); print ACK FIRST b
+take TOPIC N             get_meta batches of N for task "t" until 2 s pass with none; print TOOK i1 i2 ...
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ async def main() -> None:
             data = await q.get_data(await q.get_meta(["x"], int(arg), "hold", "p"))
             print(f"HOLDING {len(data['x'])}", flush=True)
             time.sleep(3600)
+        elif role == "take":
+            while True:
+                meta = await q.get_meta(["x"], int(arg), "t", "p", wait=True, timeout=2)
+                if meta.size == 0:
+                    break
+                print("TOOK " + " ".join(map(str, meta.global_indexes)), flush=True)
         elif role == "produce":
             start, n = (int(v) for v in arg.split(":"))
             for b in range(start, start + n):

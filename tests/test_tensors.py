@@ -152,7 +152,7 @@ def test_bad_batches_get_clear_errors(store: Path) -> None:
                 await q.put({"a": np.zeros(2), "b": [1, 2, 3]}, partition_id="p")
             with pytest.raises(InvalidRecordError, match="dict of arrays"):
                 await q.put([np.zeros(2)], partition_id="p")
-            with pytest.raises(ConfigError, match="samplers"):
+            with pytest.raises(ConfigError, match="sampler must have sample"):
                 await q.get_meta(None, 1, "t", "p", sampler=object())
             with pytest.raises(ConfigError, match="needs broker mode"):
                 await Queue("t2", store, zerocopy_mode="force").put({"a": np.zeros(2)}, partition_id="p")
