@@ -40,7 +40,7 @@ from .extents import Extents, Peer
 
 log = logging.getLogger("persisting.broker")
 
-OPS = frozenset({"lease", "put_tensors", "take", "describe", "get_data", "release"})
+OPS = frozenset({"lease", "put_tensors", "take", "describe", "get_data", "release", "reset_consumption"})
 REAP_INTERVAL_SECONDS = 1.0
 FLUSH_AT_ARENA_SHARE = 0.5  # a topic flushes at once when this share of the arena waits to reach Lance
 MAX_LEASE_WAIT_SECONDS = 60.0
@@ -77,7 +77,9 @@ class TensorPlane:
 
     async def start(self, backend_options: dict[str, Any]) -> None:
         if self.path.exists():
-            await self._recover(backend_options)
+            await self._recover(backend_options)  # even when the new run has no arena
+        if not self.size_bytes:
+            return
         self.arena = Arena.create(self.path, self.size_bytes, self.mode)
         self.extents = Extents(self.arena.size_bytes, self._flush_sealed, self._evicted)
         self._reaper = asyncio.ensure_future(self._reap_loop())
@@ -167,8 +169,10 @@ class TensorPlane:
 
     async def handle(self, req: Request, topic: Topic | None) -> Reply:
         arena, extents = self.arena, self.extents
+        if topic is not None and req.op in ("take", "describe", "get_data", "reset_consumption"):
+            return await self._samples(req, topic)
         if arena is None or extents is None:
-            raise ConfigError("this broker runs without an arena")
+            raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
         self._release_piggybacked(req, extents)
         if req.op == "lease":
             nbytes = arg(req, "nbytes", int)
@@ -184,6 +188,15 @@ class TensorPlane:
             raise ProtocolError(f"{req.op} needs a topic")
         if req.op == "put_tensors":
             return Reply(req.id, True, await self._put(req, topic, arena, extents))
+        raise ProtocolError(f"unknown operation {req.op!r}")
+
+    async def _samples(self, req: Request, topic: Topic) -> Reply:
+        """Requests about samples: they work without an arena too (data then comes as copies)."""
+        if self.extents is not None:
+            self._release_piggybacked(req, self.extents)
+        if req.op == "reset_consumption":
+            topic.reset_consumption(arg(req, "partition", str), arg(req, "task", str))
+            return Reply(req.id, True, None)
         if req.op == "take":
             partition, task = arg(req, "partition", str), arg(req, "task", str)
             batch_size = arg(req, "batch_size", int)
@@ -202,12 +215,12 @@ class TensorPlane:
             if "fields" not in req.args:
                 return Reply(req.id, True, [indexes, described])
             # get_batch: the data of the samples just taken, in the same reply (one round trip).
-            data = await self._get(req, topic, arena, extents, indexes)
+            data = await self._get(req, topic, indexes)
             return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
         if req.op == "describe":
             return Reply(req.id, True, await topic.describe(_int_list(req.args.get("indexes"), "indexes")))
         if req.op == "get_data":
-            return await self._get(req, topic, arena, extents)
+            return await self._get(req, topic)
         raise ProtocolError(f"unknown operation {req.op!r}")
 
     @staticmethod
@@ -290,14 +303,13 @@ class TensorPlane:
                 return [first, n, [spare.id, spare.offset, spare.nbytes, arena.generation]]
         return [first, n]
 
-    async def _get(
-        self, req: Request, topic: Topic, arena: Arena, extents: Extents, taken: list[int] | None = None
-    ) -> Reply:
+    async def _get(self, req: Request, topic: Topic, taken: list[int] | None = None) -> Reply:
+        arena, extents = self.arena, self.extents
         indexes = _int_list(req.args.get("indexes"), "indexes") if taken is None else taken
         fields = req.args.get("fields")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ProtocolError("get_data fields must be a list of str")
-        if req.args.get("zerocopy", True) and indexes:
+        if arena is not None and extents is not None and req.args.get("zerocopy", True) and indexes:
             tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor")]
             runs = topic.arena_runs(indexes, tensor_fields)
             if runs is not None and not tensor_fields:

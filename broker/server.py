@@ -60,9 +60,8 @@ class Broker:
         self.backend_options = dict(backend_options or {})
         self.socket_mode = socket_mode
         # The arena is readable and writable by whoever may use the socket (producers write into it).
-        self.plane = (
-            TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.values()) if arena_bytes else None
-        )
+        # The plane serves samples (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
+        self.plane = TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.values())
         self._topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -77,8 +76,7 @@ class Broker:
 
     async def start(self) -> None:
         """Before bind(): re-adopt what a killed broker left in its arena, then reserve the arena."""
-        if self.plane is not None:
-            await self.plane.start(self.backend_options)
+        await self.plane.start(self.backend_options)
 
     def bind(self) -> None:
         self._ctx = zmq.Context()
@@ -185,8 +183,7 @@ class Broker:
             except Exception:
                 log.exception("closing topic %r failed (its write-ahead log keeps every acknowledged row)", name)
         self._topics.clear()
-        if self.plane is not None:
-            await self.plane.close()  # every topic is flushed: no extent is needed any more
+        await self.plane.close()  # every topic is flushed: no extent is needed any more
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
@@ -228,20 +225,16 @@ class Broker:
                 "pid": os.getpid(),
                 "storage_path": str(self.storage_path),
                 "max_message_bytes": self.max_message_bytes,
-                "arena": self.plane.hello() if self.plane is not None else {},
-                "arena_stats": self.plane.stats() if self.plane is not None else {},
+                "arena": self.plane.hello(),
+                "arena_stats": self.plane.stats(),
             }
             return Reply(req.id, True, info)
         if req.op == "topics":
             return Reply(req.id, True, [await t.stats() for t in self._topics.values()])
         if req.op in ("lease", "release"):
-            if self.plane is None:
-                raise ConfigError("this broker runs without an arena (--arena-bytes 0)")
             return await self.plane.handle(req, None)
         topic = await self._topic(req)
         if req.op in PLANE_OPS:
-            if self.plane is None:
-                raise ConfigError("this broker runs without an arena (--arena-bytes 0)")
             return await self.plane.handle(req, topic)
         if req.op == "put_batch":
             partition = arg(req, "partition", str)
@@ -297,14 +290,13 @@ class Broker:
                 if topic is None:
                     if not name or "\x00" in name:
                         raise ConfigError(f"invalid topic name {name!r}")
-                    plane = self.plane
                     topic = Topic(
                         name,
                         self.storage_path,
                         config,
                         LanceBackend,
-                        arena_resolver=plane.resolve if plane is not None else None,
-                        on_flushed=plane.on_flushed if plane is not None else None,
+                        arena_resolver=self.plane.resolve,
+                        on_flushed=self.plane.on_flushed,
                     )
                     try:
                         await topic.open()

@@ -286,6 +286,15 @@ class Queue:
             indexes, descs = await _loop.call(take)
         return batches.meta_from(indexes, partition_id, descs, wanted)
 
+    async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
+        """Make every sample of ``partition_id`` available to ``task_name`` again (survives a restart)."""
+        self._check_take_args(0, task_name, partition_id, None)
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            await topic.reset_consumption(partition_id, task_name)
+        else:
+            await _loop.call(_reset_local(topic, partition_id, task_name))
+
     @staticmethod
     def _check_take_args(batch_size: Any, task_name: Any, partition_id: Any, timeout: Any) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
@@ -462,6 +471,10 @@ async def _take_local(
 ) -> tuple[list[int], list[list[Any]]]:
     indexes = await topic.take(partition, task, n, timeout, sampler, **kw)
     return indexes, await topic.describe(indexes)
+
+
+async def _reset_local(topic: Topic, partition: str, task: str) -> None:
+    topic.reset_consumption(partition, task)
 
 
 def _sampler_kw(dp_rank: Any, batch_index: Any) -> dict[str, int]:

@@ -46,6 +46,7 @@ import numpy as np
 
 from .codec import EncodedBatch
 from .config import Metrics, TopicConfig
+from .consumption import ConsumptionLog
 from .errors import (
     ConfigError,
     CorruptionError,
@@ -65,7 +66,7 @@ from .layout import (
     write_json_atomic,
 )
 from .queue.backend import StorageBackend
-from .samples import Samples
+from .samples import Consumption, Samples
 from .tail import ArenaPayload, Chunk, arena_columns, materialize, whole_batch
 from .tensors import Column, storage_dtype
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
@@ -104,7 +105,8 @@ class Topic(Samples):
         self._on_flushed = on_flushed
         # partition -> its global indexes in order (built on first use)
         self._partitions: dict[str, list[int]] | None = None
-        self._consumption: dict[tuple[str, str], Any] = {}  # (partition, task) -> what that task has taken
+        self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
+        self._consumption_log: ConsumptionLog | None = None
         self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
         self.config = config
         self.path = storage_path / topic_dirname(name)
@@ -217,6 +219,8 @@ class Topic(Samples):
         state = read_json(self.path / "state.json") or {}
         self.flushed_upto = int(state.get("flushed_upto", 0))
         self._wal = WriteAheadLog(self.path / "wal", sync=self.config.durability == "sync")
+        self._consumption_log = ConsumptionLog(self.path / "consumption.log")
+        self._consumption = {key: Consumption(done) for key, done in self._consumption_log.open().items()}
         kwargs = dict(self.config.backend_kwargs)
         self._backends = [
             self._factory(b, str(self.path), batch_size=self.config.batch_size, **kwargs)
@@ -596,6 +600,10 @@ class Topic(Samples):
             with contextlib.suppress(Exception):
                 await self._wal.close()
             self._wal = None
+        if self._consumption_log is not None:
+            with contextlib.suppress(Exception):
+                self._consumption_log.close()
+            self._consumption_log = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -630,6 +638,9 @@ class Topic(Samples):
             if self._wal is not None:
                 await self._wal.close()
                 self._wal = None
+            if self._consumption_log is not None:
+                self._consumption_log.close()
+                self._consumption_log = None
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = None

@@ -140,6 +140,9 @@ class TensorClient:
         indexes, descs = reply.result
         return list(indexes), list(descs)
 
+    async def reset_consumption(self, partition: str, task: str) -> None:
+        await self._conn.request("reset_consumption", self._args(partition=partition, task=task))
+
     async def get_data(
         self, indexes: list[int], fields: list[str], mode: str, device: Any
     ) -> tuple[batches.Batch, int, int]:

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from .codec import RESERVED_PREFIX, decode_sample
+from .consumption import ConsumptionLog
 from .errors import ConfigError
 from .layout import INDEX_KEY, PARTITION_KEY
 from .queue.backend import StorageBackend
@@ -20,14 +21,15 @@ from .samplers import RANK_CACHE_SIZE, Sampler, SequentialSampler
 from .tail import Chunk
 
 
-class _Consumption:
-    """What one task has taken from one partition: every sample at a position below ``floor``, plus ``done``."""
+class Consumption:
+    """What one task has taken from one partition (``done``); every sample at a position below ``floor`` of the
+    partition's index list is in it (so scans start there)."""
 
     __slots__ = ("done", "floor")
 
-    def __init__(self) -> None:
+    def __init__(self, done: set[int] | None = None) -> None:
         self.floor = 0
-        self.done: set[int] = set()
+        self.done: set[int] = done if done is not None else set()
 
 
 class Samples:
@@ -36,7 +38,8 @@ class Samples:
     visible_upto: int
     flushed_upto: int
     _partitions: dict[str, list[int]] | None
-    _consumption: dict[tuple[str, str], _Consumption]
+    _consumption: dict[tuple[str, str], Consumption]
+    _consumption_log: ConsumptionLog | None
     _rank_cache: OrderedDict[tuple[Any, ...], list[int]]
     _flush_lock: asyncio.Lock
     _backends: list[StorageBackend]
@@ -96,7 +99,7 @@ class Samples:
             return list(self._rank_cache[(partition, task, *key)])  # another rank of this group asked first
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        state = self._consumption.setdefault((partition, task), _Consumption())
+        state = self._consumption.setdefault((partition, task), Consumption())
         while True:
             indexes = (await self._partition_index()).get(partition, [])
             end = bisect.bisect_left(indexes, self.visible_upto, lo=state.floor)
@@ -115,15 +118,27 @@ class Samples:
             raise ConfigError(
                 f"sampler {type(sampler).__qualname__} returned samples that were not ready for task {task!r}"
             )
-        state.done.update(consumed)
+        if consumed:
+            if self._consumption_log is not None:
+                # Written before the answer leaves: a kill -9 after this never hands these samples out again.
+                self._consumption_log.append(["take", partition, task, list(consumed)])
+            state.done.update(consumed)
         while state.floor < len(indexes) and indexes[state.floor] in state.done:
-            state.done.discard(indexes[state.floor])  # the set keeps only what lies past the dense prefix
             state.floor += 1
         if key is not None:
             self._rank_cache[(partition, task, *key)] = list(sampled)
             if len(self._rank_cache) > RANK_CACHE_SIZE:
                 self._rank_cache.popitem(last=False)
         return list(sampled)
+
+    def reset_consumption(self, partition: str, task: str) -> None:
+        """Every sample of ``partition`` becomes available to ``task`` again (logged: it survives a restart)."""
+        self._check_open()
+        if self._consumption_log is not None:
+            self._consumption_log.append(["reset", partition, task])
+        self._consumption.pop((partition, task), None)
+        for key in [k for k in self._rank_cache if k[:2] == (partition, task)]:
+            del self._rank_cache[key]
 
     def tail_chunk(self, index: int) -> Chunk | None:
         if index < self.flushed_upto or index >= self.visible_upto:

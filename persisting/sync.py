@@ -13,8 +13,6 @@ from typing import Any
 from . import _loop
 from .client import Queue
 
-_BLOCKING = ("open", "put", "put_batch", "flush", "get", "get_meta", "get_data", "get_batch", "stats", "aclose")
-
 
 def _blocking(name: str) -> Callable[..., Any]:
     method = getattr(Queue, name)
@@ -38,6 +36,7 @@ class SyncQueue:
     get_meta = _blocking("get_meta")
     get_data = _blocking("get_data")
     get_batch = _blocking("get_batch")
+    reset_consumption = _blocking("reset_consumption")
     stats = _blocking("stats")
     close = _blocking("aclose")
 

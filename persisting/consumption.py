@@ -1,0 +1,119 @@
+"""The consumption log: which samples each task has taken, kept across a restart and a kill -9.
+
+One file per topic, ``<topic>/consumption.log``, of checksummed frames::
+
+    frame = length u32 | crc32 u32 | msgpack record
+    record = ["take", partition, task, [global indexes]]    samples handed to task (consume-on-fetch)
+           | ["reset", partition, task]                     reset_consumption: the task starts over
+           | ["taken", partition, task, [[lo, hi], ...]]    a snapshot: every index in these ranges is taken
+
+A take is written (write(2), no fsync) before its answer leaves the engine, so a kill -9 of the process keeps it;
+a power loss may forget the last takes (those samples are then handed out again: consumption is at-most-once per
+process crash, at-least-once per power loss). Replay stops at the first torn or corrupt frame and cuts the file
+there. At open, a log longer than ``COMPACT_AT_BYTES`` is rewritten as one snapshot (tmp file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from .errors import StorageError
+from .wal import fsync_dir
+
+_FRAME = struct.Struct("<II")
+COMPACT_AT_BYTES = 4 * 1024 * 1024
+
+Taken = dict[tuple[str, str], set[int]]
+
+
+def _ranges(indexes: set[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i in sorted(indexes):
+        if out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return out
+
+
+class ConsumptionLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = -1
+
+    def open(self) -> Taken:
+        """Replay the log (cutting a torn tail), compact it if long, and keep it open for appends."""
+        taken: Taken = {}
+        try:
+            data = self.path.read_bytes() if self.path.exists() else b""
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.path}: {exc}") from exc
+        pos = 0
+        while pos + _FRAME.size <= len(data):
+            size, crc = _FRAME.unpack_from(data, pos)
+            body = data[pos + _FRAME.size : pos + _FRAME.size + size]
+            if len(body) < size or zlib.crc32(body) != crc:
+                break
+            try:
+                _apply(taken, msgpack.unpackb(body, raw=False, use_list=True))
+            except (ValueError, TypeError, msgpack.UnpackException):
+                break
+            pos += _FRAME.size + size
+        try:
+            if pos >= COMPACT_AT_BYTES or pos < len(data):
+                self._rewrite(taken)  # a long log gets short again; a torn tail is cut
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StorageError(f"cannot open {self.path}: {exc}") from exc
+        return taken
+
+    def _rewrite(self, taken: Taken) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            for (partition, task), indexes in taken.items():
+                f.write(_frame(["taken", partition, task, _ranges(indexes)]))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+
+    def append(self, record: list[Any]) -> None:
+        if self._fd < 0:
+            raise StorageError(f"{self.path} is not open")
+        try:
+            os.write(self._fd, _frame(record))
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def _frame(record: list[Any]) -> bytes:
+    body = msgpack.packb(record, use_bin_type=True)
+    return _FRAME.pack(len(body), zlib.crc32(body)) + body
+
+
+def _apply(taken: Taken, record: Any) -> None:
+    kind, partition, task = record[0], str(record[1]), str(record[2])
+    if kind == "take":
+        taken.setdefault((partition, task), set()).update(int(i) for i in record[3])
+    elif kind == "taken":
+        target = taken.setdefault((partition, task), set())
+        for lo, hi in record[3]:
+            target.update(range(int(lo), int(hi)))
+    elif kind == "reset":
+        taken.pop((partition, task), None)
+    else:
+        raise ValueError(f"unknown consumption record {kind!r}")

@@ -1,0 +1,104 @@
+"""Consumption state survives a reopen, a kill -9 of the broker, a torn log tail, and compaction."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from persisting import Queue, SyncQueue, consumption
+from persisting.layout import topic_dirname
+
+from .broker_fixture import BrokerProcess, make_broker
+
+
+def _take_all(q: SyncQueue, task: str, size: int = 7) -> list[int]:
+    got: list[int] = []
+    while True:
+        meta = q.get_meta(["x"], size, task, "p")
+        if meta.size == 0:
+            return got
+        got += meta.global_indexes
+
+
+def test_taken_samples_stay_taken_after_a_reopen(store: Path) -> None:
+    with SyncQueue("c", store) as q:
+        q.put({"x": np.arange(30)}, partition_id="p")
+        first = q.get_meta(["x"], 10, "train", "p").global_indexes
+        q.reset_consumption("other", "p")  # a reset of a task that took nothing is harmless
+    with SyncQueue("c", store) as q:
+        rest = _take_all(q, "train")
+        assert first == list(range(10)) and rest == list(range(10, 30))
+        assert _take_all(q, "reward") == list(range(30))  # another task: its own state
+        q.reset_consumption("train", "p")
+    with SyncQueue("c", store) as q:
+        assert _take_all(q, "train") == list(range(30))  # the reset was kept too
+
+
+def test_a_torn_consumption_log_tail_is_cut(store: Path, seed: int) -> None:
+    with SyncQueue("c", store) as q:
+        q.put({"x": np.arange(20)}, partition_id="p")
+        q.get_meta(["x"], 5, "train", "p")
+        q.get_meta(["x"], 5, "train", "p")
+    path = store / topic_dirname("c") / "consumption.log"
+    data = path.read_bytes()
+    cut = random.Random(seed).randrange(len(data) // 2 + 1, len(data))  # inside the second frame
+    path.write_bytes(data[:cut] + b"\xff" * 3)
+    with SyncQueue("c", store) as q:
+        assert _take_all(q, "train", 100) == list(range(5, 20))  # the first take survived, the torn one did not
+
+
+def test_a_long_log_is_compacted_at_open(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumption, "COMPACT_AT_BYTES", 200)
+    with SyncQueue("c", store) as q:
+        q.put({"x": np.arange(50)}, partition_id="p")
+        for _ in range(20):
+            q.get_meta(["x"], 2, "train", "p")
+    path = store / topic_dirname("c") / "consumption.log"
+    before = path.stat().st_size
+    with SyncQueue("c", store) as q:
+        assert path.stat().st_size < before  # one snapshot frame instead of 20 takes
+        assert _take_all(q, "train") == list(range(40, 50))
+
+
+@pytest.fixture
+def unstarted(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = make_broker(tmp_path)
+    try:
+        yield b
+    finally:
+        b.ensure_dead()
+
+
+@pytest.mark.slow
+def test_consumption_survives_kill_9_of_the_broker(unstarted: BrokerProcess) -> None:
+    unstarted.start()
+
+    async def before() -> list[int]:
+        async with Queue("k", broker=unstarted.address, durability="process") as q:
+            await q.put({"x": np.arange(40)}, partition_id="p")
+            taken: list[int] = []
+            for _ in range(3):
+                taken += (await q.get_meta(["x"], 5, "train", "p")).global_indexes
+            return taken
+
+    taken = asyncio.run(before())
+    unstarted.kill()
+    unstarted.start()
+
+    async def after() -> list[int]:
+        async with Queue("k", broker=unstarted.address, durability="process") as q:
+            rest: list[int] = []
+            while True:
+                meta = await q.get_meta(["x"], 8, "train", "p")
+                if meta.size == 0:
+                    return rest
+                rest += meta.global_indexes
+
+    rest = asyncio.run(after())
+    assert unstarted.stop() == 0
+    assert taken == list(range(15)) and rest == list(range(15, 40))  # none handed out twice, none lost
