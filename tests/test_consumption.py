@@ -102,3 +102,22 @@ def test_consumption_survives_kill_9_of_the_broker(unstarted: BrokerProcess) -> 
     rest = asyncio.run(after())
     assert unstarted.stop() == 0
     assert taken == list(range(15)) and rest == list(range(15, 40))  # none handed out twice, none lost
+
+
+@pytest.mark.slow
+def test_samples_through_a_broker_without_an_arena(unstarted: BrokerProcess) -> None:
+    unstarted.extra_args = ["--arena-bytes", "0"]
+    unstarted.start()
+
+    async def go() -> None:
+        async with Queue("na", broker=unstarted.address) as q:
+            await q.put({"x": np.arange(6).reshape(3, 2)}, partition_id="p")  # over the socket
+            data = await q.get_data(await q.get_meta(["x"], 3, "t", "p"))
+            assert data["x"].tolist() == [[0, 1], [2, 3], [4, 5]] and data["x"].flags.writeable
+            again, meta = await q.get_batch(["x"], 3, "t2", "p")
+            assert meta.global_indexes == [0, 1, 2] and again["x"].tolist() == data["x"].tolist()
+            moved = (await q.stats())["zerocopy"]
+            assert moved["put_zero_copy_bytes"] == 0 and moved["put_copied_bytes"] == 48
+
+    asyncio.run(go())
+    assert unstarted.stop() == 0
