@@ -17,22 +17,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from persisting.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, align_up
+from persisting.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, Peer, align_up, peer_alive
 from persisting.errors import ConfigError, Full, ProtocolError
-
-Peer = tuple[int, int]  # (pid, start time in clock ticks since boot)
-
-
-def peer_alive(peer: Peer) -> bool:
-    pid, started = peer
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    # The command name (field 2) may hold spaces or parentheses: split after its closing parenthesis.
-    fields = stat.rsplit(b")", 1)[-1].split()
-    return len(fields) > 19 and int(fields[19]) == started
 
 
 @dataclass(slots=True)

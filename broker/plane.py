@@ -40,7 +40,9 @@ from .extents import Extents, Peer
 
 log = logging.getLogger("persisting.broker")
 
-OPS = frozenset({"lease", "put_tensors", "take", "describe", "get_data", "release", "reset_consumption"})
+OPS = frozenset(
+    {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
+)
 REAP_INTERVAL_SECONDS = 1.0
 FLUSH_AT_ARENA_SHARE = 0.5  # a topic flushes at once when this share of the arena waits to reach Lance
 MAX_LEASE_WAIT_SECONDS = 60.0
@@ -169,7 +171,7 @@ class TensorPlane:
 
     async def handle(self, req: Request, topic: Topic | None) -> Reply:
         arena, extents = self.arena, self.extents
-        if topic is not None and req.op in ("take", "describe", "get_data", "reset_consumption"):
+        if topic is not None and req.op in ("take", "describe", "get_data", "mark_consumed", "reset_consumption"):
             return await self._samples(req, topic)
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
@@ -194,6 +196,10 @@ class TensorPlane:
         """Requests about samples: they work without an arena too (data then comes as copies)."""
         if self.extents is not None:
             self._release_piggybacked(req, self.extents)
+        if req.op == "mark_consumed":
+            indexes = _int_list(req.args.get("indexes"), "indexes")
+            await topic.mark_consumed(arg(req, "partition", str), arg(req, "task", str), indexes)
+            return Reply(req.id, True, None)
         if req.op == "reset_consumption":
             topic.reset_consumption(arg(req, "partition", str), arg(req, "task", str))
             return Reply(req.id, True, None)
@@ -210,7 +216,13 @@ class TensorPlane:
             if not isinstance(kw, dict) or not all(k in ("dp_rank", "batch_index") for k in kw):
                 raise ProtocolError("take sampler_kw may hold dp_rank and batch_index only")
             limit = min(float(wait), protocol.WAIT_SLICE_SECONDS)
-            indexes = await topic.take(partition, task, batch_size, limit, sampler, **kw)
+            seconds = req.args.get("lease_seconds")
+            if seconds is not None and (
+                not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0
+            ):
+                raise ProtocolError("take lease_seconds must be a number > 0 or nil")
+            lease = None if seconds is None else (float(seconds), _peer(req))
+            indexes = await topic.take(partition, task, batch_size, limit, sampler, lease, **kw)
             described = await topic.describe(indexes)
             if "fields" not in req.args:
                 return Reply(req.id, True, [indexes, described])

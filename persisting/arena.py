@@ -197,6 +197,22 @@ def attach_cached(path: Path, generation: bytes) -> Arena:
     return arena
 
 
+Peer = tuple[int, int]  # (pid, start time in clock ticks since boot)
+
+
+def peer_alive(peer: Peer) -> bool:
+    """Whether the process ``peer`` names still runs (a reused pid has another start time)."""
+    pid, started = peer
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # The command name (field 2) may hold spaces or parentheses: split after its closing parenthesis.
+    fields = stat.rsplit(b")", 1)[-1].split()
+    return len(fields) > 19 and int(fields[19]) == started
+
+
 def peer_id() -> list[int]:
     """[pid, start time]: how the broker tells this process from a later one that reuses its pid."""
     global _peer

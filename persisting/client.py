@@ -23,6 +23,7 @@ from .remote import RemoteTopic
 
 T = TypeVar("T")
 ZEROCOPY_MODES = ("auto", "force", "off")
+DEFAULT_LEASE_SECONDS = 60.0  # acknowledged delivery: how long a consumer has to mark_consumed
 LEASE_TIMEOUT_S = 30.0  # how long a tensor put waits for arena space by default before Full
 OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
 
@@ -260,12 +261,18 @@ class Queue:
         batch_index: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
+        delivery: str = "fetch",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> BatchMeta:
         """Hand the next ``batch_size`` samples of ``partition_id`` to ``task_name`` (each sample goes to a task
         once: consume-on-fetch). Fewer, or none, when fewer are there yet; the meta names them for get_data.
 
         ``wait=True``: first wait (notified by puts, not polling) until ``batch_size`` samples are there, at
         most ``timeout`` seconds (None: for ever); then hand out what there is, which may be fewer or none.
+
+        ``delivery="ack"``: acknowledged delivery. The samples are leased for ``lease_seconds``; ``mark_consumed``
+        acknowledges them; a lease that ends first, or whose process died, gives them back to the task
+        (at-least-once). The default ``"fetch"`` hands each sample to the task once (consume-on-fetch).
 
         ``sampler``: which ready samples to hand out (``persisting.samplers``: SequentialSampler, the default;
         RankAwareSampler with ``dp_rank`` and ``batch_index``; GRPOGroupNSampler; or your own in embedded mode).
@@ -277,14 +284,29 @@ class Queue:
         topic = await self._engine()
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
         kw = _sampler_kw(dp_rank, batch_index)
+        lease = _lease(delivery, lease_seconds)
         if isinstance(topic, RemoteTopic):
             wire = _sampler_wire(sampler)
-            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw)
+            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw, lease)
         else:
             _check_sampler(sampler)
-            take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw)
+            take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw, lease)
             indexes, descs = await _loop.call(take)
         return batches.meta_from(indexes, partition_id, descs, wanted)
+
+    async def mark_consumed(
+        self, task_name: str, global_indexes: Sequence[int] | BatchMeta, partition_id: str = "default"
+    ) -> None:
+        """Acknowledge samples taken with ``delivery="ack"`` (or any samples): never handed to the task again."""
+        self._check_take_args(0, task_name, partition_id, None)
+        indexes = global_indexes.global_indexes if isinstance(global_indexes, BatchMeta) else list(global_indexes)
+        if not all(type(i) is int and i >= 0 for i in indexes):
+            raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta)")
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            await topic.mark_consumed(partition_id, task_name, indexes)
+        else:
+            await _loop.call(topic.mark_consumed(partition_id, task_name, indexes))
 
     async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
         """Make every sample of ``partition_id`` available to ``task_name`` again (survives a restart)."""
@@ -344,6 +366,8 @@ class Queue:
         batch_index: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
+        delivery: str = "fetch",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> tuple[batches.Batch, BatchMeta]:
         """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``)."""
         topic = await self._engine()
@@ -351,7 +375,7 @@ class Queue:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
             wanted = [str(f) for f in fields]
             limit = (None if timeout is None else float(timeout)) if wait else 0.0
-            sampling = (_sampler_wire(sampler), _sampler_kw(dp_rank, batch_index))
+            sampling = (_sampler_wire(sampler), _sampler_kw(dp_rank, batch_index), _lease(delivery, lease_seconds))
             indexes, descs, data, zero, copied = await topic.take_batch(
                 partition_id, task_name, batch_size, limit, wanted, self.zerocopy_mode, device, *sampling
             )
@@ -368,6 +392,8 @@ class Queue:
             batch_index=batch_index,
             wait=wait,
             timeout=timeout,
+            delivery=delivery,
+            lease_seconds=lease_seconds,
         )
         return await self.get_data(meta, device=device), meta
 
@@ -467,14 +493,32 @@ def _on(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T
 
 
 async def _take_local(
-    topic: Topic, partition: str, task: str, n: int, timeout: float | None, sampler: Any, kw: dict[str, int]
+    topic: Topic,
+    partition: str,
+    task: str,
+    n: int,
+    timeout: float | None,
+    sampler: Any,
+    kw: dict[str, int],
+    lease: float | None,
 ) -> tuple[list[int], list[list[Any]]]:
-    indexes = await topic.take(partition, task, n, timeout, sampler, **kw)
+    indexes = await topic.take(partition, task, n, timeout, sampler, None if lease is None else (lease, None), **kw)
     return indexes, await topic.describe(indexes)
 
 
 async def _reset_local(topic: Topic, partition: str, task: str) -> None:
     topic.reset_consumption(partition, task)
+
+
+def _lease(delivery: Any, lease_seconds: Any) -> float | None:
+    """The lease of acknowledged delivery, None for consume-on-fetch."""
+    if delivery == "fetch":
+        return None
+    if delivery != "ack":
+        raise ConfigError(f"delivery must be 'fetch' (consume-on-fetch) or 'ack' (leases), got {delivery!r}")
+    if not isinstance(lease_seconds, int | float) or isinstance(lease_seconds, bool) or lease_seconds <= 0:
+        raise ConfigError(f"lease_seconds must be a number > 0, got {lease_seconds!r}")
+    return float(lease_seconds)
 
 
 def _sampler_kw(dp_rank: Any, batch_index: Any) -> dict[str, int]:

@@ -41,7 +41,9 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
                  -> {"hold": id, "runs": [[[field, kind, dtype, shape, offset, samples, bytes per sample]]]}
                     (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy)
     release      {hold, peer}                            -> bool
+    mark_consumed      {topic, config, partition, task, indexes}   -> None
     reset_consumption  {topic, config, partition, task}   -> None
+    (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery)
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take with wait) is held in one request
 OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
-    | {"lease", "put_tensors", "take", "describe", "get_data", "release", "reset_consumption"}
+    | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
 )
 
 

@@ -121,6 +121,7 @@ class TensorClient:
         timeout: float | None = 0.0,
         sampler: dict[str, Any] | None = None,
         sampler_kw: dict[str, int] | None = None,
+        lease: float | None = None,
     ) -> tuple[list[int], list[list[Any]]]:
         """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch."""
 
@@ -132,6 +133,7 @@ class TensorClient:
                 wait=left,
                 sampler=sampler,
                 sampler_kw=sampler_kw or {},
+                lease_seconds=lease,
                 peer=peer_id(),
                 release=self._conn.take_releases(),
             )
@@ -139,6 +141,9 @@ class TensorClient:
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
         indexes, descs = reply.result
         return list(indexes), list(descs)
+
+    async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
+        await self._conn.request("mark_consumed", self._args(partition=partition, task=task, indexes=indexes))
 
     async def reset_consumption(self, partition: str, task: str) -> None:
         await self._conn.request("reset_consumption", self._args(partition=partition, task=task))
@@ -164,6 +169,7 @@ class TensorClient:
         device: Any,
         sampler: dict[str, Any] | None = None,
         sampler_kw: dict[str, int] | None = None,
+        lease: float | None = None,
     ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
         """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
 
@@ -177,6 +183,7 @@ class TensorClient:
                 zerocopy=mode != "off",
                 sampler=sampler,
                 sampler_kw=sampler_kw or {},
+                lease_seconds=lease,
                 peer=peer_id(),
                 release=self._conn.take_releases(),
             )

@@ -12,6 +12,7 @@ import contextlib
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from .arena import Peer, peer_alive
 from .codec import RESERVED_PREFIX, decode_sample
 from .consumption import ConsumptionLog
 from .errors import ConfigError
@@ -25,11 +26,26 @@ class Consumption:
     """What one task has taken from one partition (``done``); every sample at a position below ``floor`` of the
     partition's index list is in it (so scans start there)."""
 
-    __slots__ = ("done", "floor")
+    __slots__ = ("done", "floor", "leased")
 
     def __init__(self, done: set[int] | None = None) -> None:
         self.floor = 0
         self.done: set[int] = done if done is not None else set()
+        # acknowledged delivery: index -> (loop time the lease ends, the process holding it or None)
+        self.leased: dict[int, tuple[float, Peer | None]] = {}
+
+    def expire(self, now: float) -> float | None:
+        """Drop leases that ended or whose holder died; returns when the next one ends (None: none left)."""
+        alive: dict[Peer, bool] = {}
+        nearest = None
+        for index, (until, holder) in list(self.leased.items()):
+            if holder is not None and holder not in alive:
+                alive[holder] = peer_alive(holder)
+            if until <= now or (holder is not None and not alive[holder]):
+                del self.leased[index]
+            elif nearest is None or until < nearest:
+                nearest = until
+        return nearest
 
 
 class Samples:
@@ -83,11 +99,16 @@ class Samples:
         batch_size: int,
         timeout: float | None = 0.0,
         sampler: Sampler | None = None,
+        lease: tuple[float, Peer | None] | None = None,
         **kw: Any,
     ) -> list[int]:
-        """Consume-on-fetch: the samples of ``partition`` the sampler picks among those ``task`` has not taken
-        (default: the next ``batch_size`` in index order). Each sample goes to a task once (in memory until
-        consumption is durable).
+        """The samples of ``partition`` the sampler picks among those ``task`` has not taken (default: the next
+        ``batch_size`` in index order).
+
+        Consume-on-fetch (``lease`` None): each sample goes to the task once; the take is logged first.
+        Acknowledged delivery (``lease`` = (seconds, holder process or None)): the samples are leased, and come
+        back to the task when the lease ends or its holder dies, unless ``mark_consumed`` came first
+        (at-least-once; leases are not kept across a restart, so a restart hands them out again).
 
         ``timeout``: wait (notified by puts, not polling) up to this many seconds (None: for ever) until the
         sampler fills a batch; then hand out what it picks, maybe fewer or none."""
@@ -103,12 +124,17 @@ class Samples:
         while True:
             indexes = (await self._partition_index()).get(partition, [])
             end = bisect.bisect_left(indexes, self.visible_upto, lo=state.floor)
-            positions = [p for p in range(state.floor, end) if indexes[p] not in state.done]
+            next_expiry = state.expire(loop.time()) if state.leased else None
+            taken = state.done if not state.leased else state.done | state.leased.keys()
+            positions = [p for p in range(state.floor, end) if indexes[p] not in taken]
             ready = [indexes[p] for p in positions]
             sampled, consumed = sampler.sample(ready, batch_size, positions=positions, **kw)
             left = None if deadline is None else deadline - loop.time()
             if len(sampled) >= batch_size or (left is not None and left <= 0):
                 break
+            if next_expiry is not None:  # a lease that ends makes samples ready without a put
+                until_expiry = max(0.0, next_expiry - loop.time())
+                left = until_expiry if left is None else min(left, until_expiry)
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), left)
@@ -118,7 +144,11 @@ class Samples:
             raise ConfigError(
                 f"sampler {type(sampler).__qualname__} returned samples that were not ready for task {task!r}"
             )
-        if consumed:
+        if lease is not None:
+            until = loop.time() + lease[0]
+            for index in consumed:
+                state.leased[index] = (until, lease[1])
+        elif consumed:
             if self._consumption_log is not None:
                 # Written before the answer leaves: a kill -9 after this never hands these samples out again.
                 self._consumption_log.append(["take", partition, task, list(consumed)])
@@ -130,6 +160,20 @@ class Samples:
             if len(self._rank_cache) > RANK_CACHE_SIZE:
                 self._rank_cache.popitem(last=False)
         return list(sampled)
+
+    async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
+        """Acknowledge samples for ``task``: they are never handed to it again (logged like a take)."""
+        self._check_open()
+        known = set((await self._partition_index()).get(partition, []))
+        unknown = [i for i in indexes if i not in known or i >= self.visible_upto]
+        if unknown:
+            raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}")
+        state = self._consumption.setdefault((partition, task), Consumption())
+        if self._consumption_log is not None and indexes:
+            self._consumption_log.append(["take", partition, task, list(indexes)])
+        state.done.update(indexes)
+        for index in indexes:
+            state.leased.pop(index, None)
 
     def reset_consumption(self, partition: str, task: str) -> None:
         """Every sample of ``partition`` becomes available to ``task`` again (logged: it survives a restart)."""

@@ -4,6 +4,7 @@ lease TOPIC NBYTES       lease an extent, write into it, print LEASED, then hang
 hold TOPIC N             take N samples with get_meta/get_data, print HOLDING, then hang holding the views
 produce TOPIC START:N    put tensor batches b = START..START+N-1 of 4 samples (x = b*4 + sample); print ACK FIRST b
 take TOPIC N             get_meta batches of N for task "t" until 2 s pass with none; print TOOK i1 i2 ...
+lease-samples TOPIC N    get_meta N samples for task "t" with delivery="ack" (a 10 min lease); print LEASED ..., hang
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ async def main() -> None:
         elif role == "hold":
             data = await q.get_data(await q.get_meta(["x"], int(arg), "hold", "p"))
             print(f"HOLDING {len(data['x'])}", flush=True)
+            time.sleep(3600)
+        elif role == "lease-samples":
+            meta = await q.get_meta(["x"], int(arg), "t", "p", delivery="ack", lease_seconds=600)
+            print("LEASED " + " ".join(map(str, meta.global_indexes)), flush=True)
             time.sleep(3600)
         elif role == "take":
             while True:
