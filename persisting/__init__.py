@@ -17,7 +17,7 @@ from .errors import (
     TopicLockedError,
 )
 from .meta import BatchMeta, FieldMeta, SampleMeta
-from .samplers import GRPOGroupNSampler, RankAwareSampler, Sampler, SequentialSampler
+from .samplers import GRPOGroupNSampler, LengthBalancedSampler, RankAwareSampler, Sampler, SequentialSampler
 from .sync import SyncQueue
 
 __version__ = "0.1.0"
@@ -32,6 +32,7 @@ __all__ = [
     "Full",
     "GRPOGroupNSampler",
     "InvalidRecordError",
+    "LengthBalancedSampler",
     "PersistingError",
     "ProtocolError",
     "Queue",

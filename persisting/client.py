@@ -548,7 +548,7 @@ def _sampler_wire(sampler: Any) -> dict[str, Any] | None:
     if type(sampler).__module__ != samplers.__name__ or to_wire is None:
         raise ConfigError(
             f"{type(sampler).__qualname__} is a custom sampler: it works in embedded mode only, the broker runs "
-            "the built-in ones (SequentialSampler, RankAwareSampler, GRPOGroupNSampler)"
+            "the built-in ones (Sequential, RankAware, GRPOGroupN and LengthBalanced samplers)"
         )
     wire: dict[str, Any] = to_wire()
     return wire

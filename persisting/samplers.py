@@ -7,7 +7,8 @@ The protocol (a custom sampler implements it)::
 ``ready`` lists the global indexes of the samples this task may still take in the partition, in index order;
 ``kw`` carries ``positions`` (each ready sample's position in its partition: 0 for the first sample ever put
 there) plus what the caller passed (``dp_rank``, ``batch_index``, ...). ``sampled`` goes into the BatchMeta;
-``consumed`` is marked taken for the task (consume-on-fetch), usually the same list. A sampler that cannot fill
+``consumed`` is marked taken for the task (consume-on-fetch), usually the same list; an optional third element
+gives other ranks' parts of the same step by cache key (LengthBalancedSampler). A sampler that cannot fill
 a whole batch returns what it can: ``get_meta(wait=True)`` waits until it fills one.
 
 Built-in samplers work in embedded and broker mode (the broker rebuilds them from ``to_wire()``); a custom
@@ -28,9 +29,14 @@ from .errors import ConfigError
 RANK_CACHE_SIZE = 4096  # (partition, task, dp_rank, batch_index) answers remembered per topic
 
 
+Shares = dict[tuple[Any, ...], list[int]]  # cache key (dp_rank, batch_index) -> that rank's part of a step
+
+
 @runtime_checkable
 class Sampler(Protocol):
-    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]: ...
+    def sample(
+        self, ready: Sequence[int], batch_size: int, **kw: Any
+    ) -> tuple[list[int], list[int]] | tuple[list[int], list[int], Shares]: ...
 
 
 class SequentialSampler:
@@ -102,7 +108,63 @@ class GRPOGroupNSampler:
         return None
 
 
-def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler:
+class LengthBalancedSampler:
+    """Whole groups split across the ``dp_size`` ranks of one step so that each rank's sum of ``length_field``
+    is as even as possible (the trainer's ranks then finish their step at about the same time).
+
+    The first rank asking for a ``batch_index`` takes ``batch_size * dp_size`` samples (whole groups of
+    ``n_samples_per_prompt``), deals the groups out (longest first, each to the rank with the smallest sum that
+    still has room) and every rank of that step gets its share; ``batch_size`` is per rank and must be a multiple
+    of n. ``length_field`` must be an int field of the samples (missing counts as 0).
+    """
+
+    name = "length_balanced"
+
+    def __init__(self, length_field: str, dp_size: int, n_samples_per_prompt: int = 1) -> None:
+        if not isinstance(length_field, str) or not length_field:
+            raise ConfigError("length_field must name an int field of the samples")
+        if type(dp_size) is not int or dp_size < 1:
+            raise ConfigError(f"dp_size must be an int >= 1, got {dp_size!r}")
+        self.length_field = length_field
+        self.dp_size = dp_size
+        self.groups = GRPOGroupNSampler(n_samples_per_prompt)
+
+    def window(self, batch_size: int) -> int:
+        """How many ready samples (from the front) the sampler needs lengths for."""
+        return 2 * batch_size * self.dp_size
+
+    def cache_key(self, **kw: Any) -> tuple[Any, ...] | None:
+        key = RankAwareSampler().cache_key(**kw)
+        if key is not None and key[0] >= self.dp_size:
+            raise ConfigError(f"dp_rank {key[0]} is not below dp_size={self.dp_size}")
+        return key
+
+    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int], Shares]:
+        n = self.groups.n
+        picked, _ = self.groups.sample(ready, batch_size * self.dp_size, **kw)
+        if len(picked) < batch_size * self.dp_size:
+            return [], [], {}  # a step is dealt out whole or not at all
+        lengths: dict[int, int] = kw.get("lengths") or {}
+        groups = [picked[k : k + n] for k in range(0, len(picked), n)]
+        groups.sort(key=lambda g: -sum(int(lengths.get(i) or 0) for i in g))
+        shares: list[list[int]] = [[] for _ in range(self.dp_size)]
+        sums = [0] * self.dp_size
+        for group in groups:
+            open_ranks = [r for r in range(self.dp_size) if len(shares[r]) < batch_size]
+            r = min(open_ranks, key=lambda r: sums[r])
+            shares[r].extend(group)
+            sums[r] += sum(int(lengths.get(i) or 0) for i in group)
+        dp_rank, batch_index = kw["dp_rank"], kw["batch_index"]
+        for share in shares:
+            share.sort()
+        others = {(r, batch_index): shares[r] for r in range(self.dp_size) if r != dp_rank}
+        return shares[dp_rank], picked, others
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "length_field": self.length_field, "dp_size": self.dp_size, "n": self.groups.n}
+
+
+def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler | LengthBalancedSampler:
     """A built-in sampler from its ``to_wire()`` form (what the broker accepts)."""
     if raw is None:
         return SequentialSampler()
@@ -115,4 +177,6 @@ def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler:
         return RankAwareSampler()
     if name == "grpo":
         return GRPOGroupNSampler(raw.get("n"))  # type: ignore[arg-type]
-    raise ConfigError(f"unknown sampler {name!r}; the broker knows sequential, rank_aware and grpo")
+    if name == "length_balanced":
+        return LengthBalancedSampler(raw.get("length_field"), raw.get("dp_size"), raw.get("n", 1))  # type: ignore[arg-type]
+    raise ConfigError(f"unknown sampler {name!r}; the broker knows sequential, rank_aware, grpo and length_balanced")

@@ -128,7 +128,14 @@ class Samples:
             taken = state.done if not state.leased else state.done | state.leased.keys()
             positions = [p for p in range(state.floor, end) if indexes[p] not in taken]
             ready = [indexes[p] for p in positions]
-            sampled, consumed = sampler.sample(ready, batch_size, positions=positions, **kw)
+            extra: dict[str, Any] = {}
+            length_field = getattr(sampler, "length_field", None)
+            if isinstance(length_field, str):
+                front = ready[: sampler.window(batch_size)]  # type: ignore[attr-defined]
+                extra["lengths"] = await self._field_values(front, length_field)
+            result = sampler.sample(ready, batch_size, positions=positions, **extra, **kw)
+            sampled, consumed = result[0], result[1]
+            shares: dict[tuple[Any, ...], list[int]] = result[2] if len(result) > 2 else {}
             left = None if deadline is None else deadline - loop.time()
             if len(sampled) >= batch_size or (left is not None and left <= 0):
                 break
@@ -155,11 +162,28 @@ class Samples:
             state.done.update(consumed)
         while state.floor < len(indexes) and indexes[state.floor] in state.done:
             state.floor += 1
+        for other_key, share in shares.items():  # the other ranks' parts of this step
+            self._rank_cache[(partition, task, *other_key)] = list(share)
         if key is not None:
             self._rank_cache[(partition, task, *key)] = list(sampled)
             if len(self._rank_cache) > RANK_CACHE_SIZE:
                 self._rank_cache.popitem(last=False)
         return list(sampled)
+
+    async def _field_values(self, indexes: list[int], name: str) -> dict[int, Any]:
+        """One plain field's values for samples (arena batches: from memory; others: their rows)."""
+        out: dict[int, Any] = {}
+        need: list[int] = []
+        for index in indexes:
+            chunk = self.arena_chunk(index)
+            if chunk is not None:
+                out[index] = chunk.other[index - chunk.first].get(name)
+            else:
+                need.append(index)
+        if need:
+            rows, _kinds = await self.rows_at(need)
+            out.update((i, row.get(name)) for i, row in zip(need, rows, strict=True))
+        return out
 
     async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
         """Acknowledge samples for ``task``: they are never handed to it again (logged like a take)."""

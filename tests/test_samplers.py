@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from persisting import ConfigError, GRPOGroupNSampler, Queue, RankAwareSampler, SequentialSampler
+from persisting import ConfigError, GRPOGroupNSampler, LengthBalancedSampler, Queue, RankAwareSampler, SequentialSampler
 
 from .broker_fixture import BrokerProcess, make_broker
 
@@ -132,3 +132,39 @@ def test_consumer_processes_of_one_task_never_share_a_sample(broker: BrokerProce
         for line in out.decode().splitlines():
             taken += [int(v) for v in line.split()[1:]]
     assert sorted(taken) == list(range(120))  # every sample once, none twice
+
+
+async def _balanced(q: Queue) -> None:
+    # 16 samples = 8 groups of 2; group g has length 10*g for both samples (sum 20*g)
+    lengths = [10 * (i // 2) for i in range(16)]
+    await q.put({"x": np.arange(16), "len": lengths}, partition_id="p")
+    sampler = LengthBalancedSampler("len", dp_size=2, n_samples_per_prompt=2)
+    r1 = await q.get_meta(["x"], 8, "train", "p", sampler, dp_rank=1, batch_index=0)
+    r0 = await q.get_meta(["x"], 8, "train", "p", sampler, dp_rank=0, batch_index=0)
+    assert sorted(r0.global_indexes + r1.global_indexes) == list(range(16))  # the whole step, split in two
+    for meta in (r0, r1):
+        idx = meta.global_indexes
+        assert all(i % 2 == 0 and i + 1 in idx for i in idx if i % 2 == 0)  # whole groups
+    sums = [sum(lengths[i] for i in m.global_indexes) for m in (r0, r1)]
+    assert abs(sums[0] - sums[1]) <= 20  # 280 in all: 140 each, give or take one group step
+    again = await q.get_meta(["x"], 8, "train", "p", sampler, dp_rank=0, batch_index=0)
+    assert again.global_indexes == r0.global_indexes  # another rank of dp group 0 gets the same part
+    with pytest.raises(ConfigError, match="dp_size"):
+        await q.get_meta(["x"], 8, "train", "p", sampler, dp_rank=2, batch_index=1)
+
+
+def test_length_balanced_embedded(store: Path) -> None:
+    async def go() -> None:
+        async with Queue("lb", store) as q:
+            await _balanced(q)
+
+    asyncio.run(go())
+
+
+@pytest.mark.slow
+def test_length_balanced_through_the_broker(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("lb", broker=broker.address) as q:
+            await _balanced(q)
+
+    asyncio.run(go())
