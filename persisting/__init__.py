@@ -16,6 +16,7 @@ from .errors import (
     StorageError,
     TopicLockedError,
 )
+from .kv import KVInterface
 from .meta import BatchMeta, FieldMeta, SampleMeta
 from .samplers import GRPOGroupNSampler, LengthBalancedSampler, RankAwareSampler, Sampler, SequentialSampler
 from .sync import SyncQueue
@@ -32,6 +33,7 @@ __all__ = [
     "Full",
     "GRPOGroupNSampler",
     "InvalidRecordError",
+    "KVInterface",
     "LengthBalancedSampler",
     "PersistingError",
     "ProtocolError",

@@ -1,0 +1,71 @@
+"""KVInterface: updates instead of new keys, partial fields, clear, missing keys, restarts, two processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from persisting import ConfigError, KVInterface, Queue
+
+from .broker_fixture import BrokerProcess, make_broker
+
+
+async def _semantics(q: Queue) -> None:
+    kv = KVInterface(q)
+    await kv.kv_batch_put(["a", "b", "c"], [{"v": 1, "w": "x"}, {"v": 2}, {"v": 3}], "p", tags=["t1", "t2", "t3"])
+    await kv.kv_put("a", {"v": 10}, "p")  # an update: w and the tag stay
+    got = await kv.kv_batch_get(["a", "b"], "p")
+    assert got == [{"v": 10, "w": "x"}, {"v": 2}]
+    assert await kv.kv_list("p") == {"b": "t2", "c": "t3", "a": "t1"}  # three keys, not four
+    await kv.kv_clear(["b"], "p")
+    assert await kv.kv_batch_get(["a", "c"], "p") == [{"v": 10, "w": "x"}, {"v": 3}]  # others unchanged
+    with pytest.raises(KeyError, match=r"\['b', 'zz'\]"):
+        await kv.kv_batch_get(["b", "c", "zz"], "p")
+    assert await kv.kv_batch_get(["b", "c"], "p", missing="skip") == [None, {"v": 3}]
+    assert await kv.kv_batch_get(["a"], "p", fields=["w"]) == [{"w": "x"}]
+    assert await kv.kv_list("other") == {}  # partitions are apart
+    await kv.kv_put("b", {"arr": np.arange(3)}, "p", tag="again")  # a cleared key can come back, fresh
+    (b,) = await kv.kv_batch_get(["b"], "p")
+    assert b is not None and list(b["arr"]) == [0, 1, 2] and "v" not in b
+    with pytest.raises(ConfigError, match="without the fields"):
+        await kv.kv_put("d", {"kv.key": "x"}, "p")
+
+
+def test_kv_embedded_and_after_a_reopen(store: Path) -> None:
+    async def go() -> None:
+        async with Queue("kv", store) as q:
+            await _semantics(q)
+        async with Queue("kv", store) as q:
+            kv = KVInterface(q)
+            assert await kv.kv_list("p") == {"c": "t3", "a": "t1", "b": "again"}
+            assert (await kv.kv_batch_get(["a"], "p"))[0] == {"v": 10, "w": "x"}
+
+    asyncio.run(go())
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = make_broker(tmp_path)
+    try:
+        b.start()
+        yield b
+        assert b.stop() == 0
+    finally:
+        b.ensure_dead()
+
+
+@pytest.mark.slow
+def test_kv_through_the_broker_sees_other_clients_writes(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with Queue("kv", broker=broker.address) as q1, Queue("kv", broker=broker.address) as q2:
+            await _semantics(q1)
+            other = KVInterface(q2)  # another client: its map catches up on every call
+            assert (await other.kv_batch_get(["a"], "p"))[0] == {"v": 10, "w": "x"}
+            await other.kv_put("a", {"v": 11}, "p")
+            assert (await KVInterface(q1).kv_batch_get(["a"], "p"))[0] == {"v": 11, "w": "x"}
+
+    asyncio.run(go())
