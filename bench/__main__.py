@@ -1,5 +1,5 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
-``python -m bench arena``"""
+``python -m bench arena``; ``python -m bench samples``"""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .broker_bench import run_broker_bench
 from .broker_report import render_broker
 from .queue_bench import run_queue_bench
 from .report import FORMATS, render
+from .samples_bench import render_samples, run_samples_bench
 
 PACKAGES = ("persisting", "pylance", "pyarrow", "numpy", "msgpack", "persist-queue", "tqdm")
 
@@ -106,6 +107,22 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    s = sub.add_parser(
+        "samples",
+        help="get_meta (GRPOGroupNSampler) through the broker: 2 producers, 4 consumers of one task, vs the "
+        "protocol's hello round trip",
+    )
+    s.add_argument("--puts", type=int, default=250, help="puts of 64 samples per producer (default 250)")
+    s.add_argument(
+        "--put-interval-ms", type=float, default=0.0, help="each producer puts once per this many ms (0: flat out)"
+    )
+    s.add_argument("--latency-n", type=int, default=2_000, help="timed calls per reference series (hello, get_meta)")
+    s.add_argument("--warmup", type=int, default=200, help="untimed calls per reference series first")
+    s.add_argument("--get-timeout", type=float, default=0.5, help="the consumers' get_meta(wait=True, timeout=...)")
+    s.add_argument("--format", choices=FORMATS, default="console")
+    s.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 
@@ -192,6 +209,41 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
     return 0
 
 
+def _samples_main(args: argparse.Namespace, args_list: list[str], revision: str) -> int:
+    if args.puts < 1 or args.latency_n < 1 or args.warmup < 0 or args.get_timeout <= 0 or args.put_interval_ms < 0:
+        raise SystemExit(
+            "--puts and --latency-n must be at least 1, --warmup and --put-interval-ms at least 0, "
+            "--get-timeout above 0"
+        )
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="psb-", dir=args.dir or "/tmp"))  # short: the ipc socket path lives under it
+    try:
+        result = run_samples_bench(
+            base,
+            puts=args.puts,
+            put_interval_s=args.put_interval_ms / 1e3,
+            latency_n=args.latency_n,
+            warmup=args.warmup,
+            get_timeout=args.get_timeout,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    meta = _meta(args_list, revision, base)
+    meta["packages"] += ", " + ", ".join(f"{n} {importlib.metadata.version(n)}" for n in ("pyzmq",) if _installed(n))
+    meta["records"] = 'tensor batches {"x": float32[64, 16], "len": 64 ints}: 64 samples = 8 GRPO groups of n=8'
+    meta["seed"] = args.seed
+    meta["persisting imported from"] = str(Path(persisting.__file__).parent)
+    meta["broker"] = (
+        f"{sys.executable} -m broker --storage-path {base}/storage --socket ipc://{base}/s/b.sock --log-level WARNING"
+    )
+    result.meta = meta
+    print(render_samples(result, args.format))
+    return 0
+
+
 def _installed(name: str) -> bool:
     try:
         importlib.metadata.version(name)
@@ -208,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         return _broker_main(args, args_list, revision)
     if args.bench == "arena":
         return _arena_main(args, args_list, revision)
+    if args.bench == "samples":
+        return _samples_main(args, args_list, revision)
     ns = args.n or [10_000]
     if any(n < 1 for n in ns):
         raise SystemExit("--n must be at least 1")
