@@ -222,7 +222,10 @@ class TensorPlane:
             ):
                 raise ProtocolError("take lease_seconds must be a number > 0 or nil")
             lease = None if seconds is None else (float(seconds), _peer(req))
-            indexes = await topic.take(partition, task, batch_size, limit, sampler, lease, **kw)
+            need = req.args.get("ready_fields", req.args.get("fields"))  # get_batch: the fields it reads
+            if need is not None and (not isinstance(need, list) or not all(isinstance(f, str) for f in need)):
+                raise ProtocolError("take ready_fields must be a list of str or nil")
+            indexes = await topic.take(partition, task, batch_size, limit, sampler, lease, fields=need, **kw)
             described = await topic.describe(indexes)
             if "fields" not in req.args:
                 return Reply(req.id, True, [indexes, described])
@@ -293,8 +296,9 @@ class TensorPlane:
             payload = ArenaPayload(ext.id, ref, columns)
             # Sealed before the await: the reaper must not free it if the producer dies while we log it.
             extents.seal(ext, topic.name, 2**62)
+            of = None if req.args.get("of") is None else _int_list(req.args["of"], "of")
             first, n = await topic.append(
-                codec.EncodedBatch(rows, all_kinds), partition, req.buffers[0], key, arena=payload
+                codec.EncodedBatch(rows, all_kinds), partition, req.buffers[0], key, arena=payload, of=of
             )
         except BaseException:
             extents.abandon(ext)
@@ -321,6 +325,7 @@ class TensorPlane:
         fields = req.args.get("fields")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ProtocolError("get_data fields must be a list of str")
+        await topic.field_index()  # before arena_runs, which follows fields written by patches
         if arena is not None and extents is not None and req.args.get("zerocopy", True) and indexes:
             tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor")]
             runs = topic.arena_runs(indexes, tensor_fields)
@@ -332,12 +337,8 @@ class TensorPlane:
                         entry[4] = arena.offset_of(entry[4])
                 # The non-tensor fields of arena batches sit beside the views in the tail: no payload copy.
                 plain = [f for f in fields if f not in tensor_fields]
-                others = []
-                for index in indexes:
-                    chunk = topic.arena_chunk(index)
-                    row = chunk.other[index - chunk.first] if chunk is not None else {}
-                    others.append({k: v for k, v in row.items() if k in plain})
                 hold = extents.hold([eid for eid, _ in runs], _peer(req))
+                others = await topic.plain_values(indexes, plain)  # the hold keeps the views valid meanwhile
                 result = {
                     "hold": hold,
                     "generation": arena.generation,
@@ -345,7 +346,5 @@ class TensorPlane:
                     "kinds": {f: topic.kinds[f] for f in plain if f in topic.kinds},
                 }
                 return Reply(req.id, True, result, buffers=[codec.pack(others)])
-        rows, kinds = await topic.rows_at(indexes)
-        keep = set(fields)
-        rows = [{k: v for k, v in row.items() if k in keep} for row in rows]
+        rows, kinds = await topic.sample_rows(indexes, fields)
         return Reply(req.id, True, {"kinds": kinds}, buffers=[codec.pack(rows)])

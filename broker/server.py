@@ -248,7 +248,7 @@ class Broker:
             except Exception as exc:
                 raise ProtocolError(f"put_batch rows are not valid msgpack: {exc}") from exc
             batch = codec.EncodedBatch(codec.check_rows(rows, kinds, count), kinds)
-            first, n = await topic.append(batch, partition, req.buffers[0], key)
+            first, n = await topic.append(batch, partition, req.buffers[0], key, of=_targets(req))
             return Reply(req.id, True, [first, n])
         if req.op == "read":
             offset, limit = arg(req, "offset", int), arg(req, "limit", int)
@@ -312,6 +312,16 @@ class Broker:
                     f"this client asks for {getattr(config, key)!r}"
                 )
         return topic
+
+
+def _targets(req: Request) -> list[int] | None:
+    """The samples a patch put writes fields of (``of``), or None for new samples."""
+    of = req.args.get("of")
+    if of is None:
+        return None
+    if not isinstance(of, list) or not all(type(i) is int and i >= 0 for i in of):
+        raise ProtocolError(f"{req.op} of must be a list of global indexes (ints >= 0)")
+    return of
 
 
 def _timeout(req: Request, name: str) -> float | None:

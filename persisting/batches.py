@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from . import codec, tensors
 from .arena import FIELD_ALIGN_BYTES, Arena, align_up
 from .errors import ConfigError, ProtocolError
+from .fields import ProductionStatus
 from .meta import BatchMeta, FieldMeta, SampleMeta
 from .tensors import Column
 
@@ -54,10 +56,21 @@ def layout(columns: Mapping[str, Column]) -> tuple[list[tuple[str, Column, int, 
 
 
 def batch_meta(
-    first: int, n: int, partition: str, columns: Mapping[str, Column], other: Mapping[str, Any]
+    first: int,
+    n: int,
+    partition: str,
+    columns: Mapping[str, Column],
+    other: Mapping[str, Any],
+    patch: BatchMeta | None = None,
 ) -> BatchMeta:
+    """The meta of a put: its new samples, or (``patch``) the samples it wrote fields of, with those fields."""
     fields = {name: FieldMeta(name, col.kind, col.dtype_name, col.sample_shape) for name, col in columns.items()}
     fields.update({name: FieldMeta(name, "value") for name in other})
+    if patch is not None:
+        return BatchMeta(
+            tuple(replace(s, fields={**s.fields, **fields}) for s in patch.samples),
+            {**patch.extra_info, "fields": None},
+        )
     return BatchMeta(tuple(SampleMeta(first + i, partition, fields) for i in range(n)))
 
 
@@ -71,6 +84,9 @@ def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields:
             for name, (kind, dtype, shape) in desc.items()
             if fields is None or name in fields
         }
+        for name in fields or ():
+            if name not in chosen:  # asked for and not written yet for these samples
+                chosen[name] = FieldMeta(name, "", production_status=ProductionStatus.NOT_PRODUCED)
         samples.extend(SampleMeta(next(it), partition, chosen) for _ in range(int(count)))
     if len(samples) != len(indexes):
         raise ProtocolError(f"field descriptions cover {len(samples)} samples, not {len(indexes)}")

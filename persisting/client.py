@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -177,7 +178,12 @@ class Queue:
     # -- writing ------------------------------------------------------------------------------------
 
     async def put(
-        self, data: Any, partition_id: str | None = None, *, timeout: float | None = None
+        self,
+        data: Any,
+        partition_id: str | None = None,
+        *,
+        batch_meta: BatchMeta | None = None,
+        timeout: float | None = None,
     ) -> BatchMeta | None:
         """Store one record, or a tensor batch; returns once it is acknowledged (see ``durability``).
 
@@ -186,7 +192,21 @@ class Queue:
         values may ride along); each sample becomes one row; returns its ``BatchMeta``. In broker mode the
         batch goes through the shared-memory arena (see ``zerocopy_mode``); a full arena makes this wait up
         to ``timeout`` seconds (default 30) and then raise ``Full``.
+
+        ``batch_meta``: write more fields of samples that exist (the meta from ``put`` or ``get_meta``; row k of
+        ``data`` goes to its k-th sample). Returns that meta with the new fields; ``get_meta`` asking for them
+        hands the samples out once every field it asks for is written. A field written again reads back as its
+        latest value.
         """
+        if batch_meta is not None:
+            if not isinstance(batch_meta, BatchMeta):
+                raise ConfigError(
+                    f"batch_meta must be the BatchMeta of the samples, got {type(batch_meta).__qualname__}"
+                )
+            partition = partition_id if partition_id is not None else _one_partition(batch_meta)
+            if any(s.partition_id != partition for s in batch_meta.samples):
+                raise ConfigError(f"batch_meta holds samples of {batch_meta.partition_ids}, not of {partition!r}")
+            return await self._put_tensors(data, partition, timeout, batch_meta)
         if partition_id is not None or tensors.is_tensor_dict(data):
             return await self._put_tensors(data, partition_id or "default", timeout)
         record = data
@@ -197,13 +217,20 @@ class Queue:
         await self.put_batch([record])
         return None
 
-    async def _put_tensors(self, data: Any, partition: str, timeout: float | None) -> BatchMeta:
+    async def _put_tensors(
+        self, data: Any, partition: str, timeout: float | None, patch: BatchMeta | None = None
+    ) -> BatchMeta:
         if not isinstance(partition, str) or not partition:
             raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
         columns, other, n = tensors.split(data)
+        of = None
+        if patch is not None:
+            if n != patch.size:
+                raise ConfigError(f"data holds {n} samples but batch_meta names {patch.size}; give one row per sample")
+            of = patch.global_indexes
         topic = await self._engine()
         if n == 0:
-            return BatchMeta()
+            return patch if patch is not None else BatchMeta()
         payload = sum(col.array.nbytes for col in columns.values())
         if isinstance(topic, RemoteTopic) and self.zerocopy_mode != "off" and columns:
             if await topic.has_arena():
@@ -216,9 +243,10 @@ class Queue:
                         n,
                         partition,
                         LEASE_TIMEOUT_S if timeout is None else timeout,
+                        of,
                     )
                     self._moved["put_zero_copy_bytes"] += payload
-                    return batches.batch_meta(first, n, partition, columns, other)
+                    return batches.batch_meta(first, n, partition, columns, other, patch)
                 except ConfigError as exc:
                     if self.zerocopy_mode == "force" or "larger than the arena" not in str(exc):
                         raise
@@ -230,9 +258,9 @@ class Queue:
             )
         batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
         blob = await asyncio.to_thread(codec.pack, batch.rows)
-        first, n = await _on(topic, topic.append(batch, partition, blob))
+        first, n = await _on(topic, topic.append(batch, partition, blob, of=of))
         self._moved["put_copied_bytes"] += payload
-        return batches.batch_meta(first, n, partition, columns, other)
+        return batches.batch_meta(first, n, partition, columns, other, patch)
 
     async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> None:
         """Store records atomically (all or none) and in order; one log frame and one sync for the batch."""
@@ -277,8 +305,9 @@ class Queue:
         ``sampler``: which ready samples to hand out (``persisting.samplers``: SequentialSampler, the default;
         RankAwareSampler with ``dp_rank`` and ``batch_index``; GRPOGroupNSampler; or your own in embedded mode).
 
-        A field that no sample has yet is not an error (a consumer may start before its producer); get_data gives
-        ``None`` for a field a sample lacks. Waiting for fields to be produced comes with per-field readiness."""
+        ``fields``: only samples whose every one of these fields is produced (written by their put or by a later
+        ``put(..., batch_meta=...)``) are handed out; the others wait for their fields (``wait=True`` is woken by
+        the put that completes them). None: every sample, with the fields it has."""
         self._check_take_args(batch_size, task_name, partition_id, timeout)
         wanted = None if fields is None else [str(f) for f in fields]
         topic = await self._engine()
@@ -287,12 +316,36 @@ class Queue:
         lease = _lease(delivery, lease_seconds)
         if isinstance(topic, RemoteTopic):
             wire = _sampler_wire(sampler)
-            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw, lease)
+            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw, lease, wanted)
         else:
             _check_sampler(sampler)
-            take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw, lease)
+            take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw, lease, wanted)
             indexes, descs = await _loop.call(take)
         return batches.meta_from(indexes, partition_id, descs, wanted)
+
+    async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
+        """The same samples with each field's current production status (``FieldMeta.production_status``,
+        ``SampleMeta.is_ready``, ``BatchMeta.is_ready``): for ``fields``, or the fields the meta names. Takes
+        nothing; tags and partitions stay as they are."""
+        if not isinstance(batch_meta, BatchMeta):
+            raise ConfigError(f"check_ready takes a BatchMeta, got {type(batch_meta).__qualname__}")
+        if isinstance(fields, str):
+            raise ConfigError("fields must be a list of field names, not one str")
+        wanted = [str(f) for f in fields] if fields is not None else batches.wanted_fields(batch_meta)
+        indexes = batch_meta.global_indexes
+        if not indexes:
+            return batch_meta
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            descs = await topic.describe(indexes)
+        else:
+            descs = await _loop.call(topic.describe(indexes))
+        fresh = batches.meta_from(indexes, "", descs, wanted)
+        samples = tuple(
+            replace(new, partition_id=old.partition_id, custom_meta=old.custom_meta)
+            for new, old in zip(fresh.samples, batch_meta.samples, strict=True)
+        )
+        return BatchMeta(samples, {**batch_meta.extra_info, "fields": wanted})
 
     async def mark_consumed(
         self, task_name: str, global_indexes: Sequence[int] | BatchMeta, partition_id: str = "default"
@@ -348,7 +401,7 @@ class Queue:
             return data
         if self.zerocopy_mode == "force":
             raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
-        rows, kinds = await _loop.call(topic.rows_at(indexes))
+        rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
         data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
         self._moved["get_copied_bytes"] += sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
         return data
@@ -487,6 +540,13 @@ class Queue:
         return topic.count()
 
 
+def _one_partition(meta: BatchMeta) -> str:
+    parts = meta.partition_ids
+    if len(parts) > 1:
+        raise ConfigError(f"batch_meta holds samples of several partitions {parts}; put to each one separately")
+    return parts[0] if parts else "default"
+
+
 def _on(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
     """Where a topic's coroutine runs: an embedded engine on its loop, a broker client on the caller's."""
     return coro if isinstance(topic, RemoteTopic) else _loop.call(coro)
@@ -501,8 +561,10 @@ async def _take_local(
     sampler: Any,
     kw: dict[str, int],
     lease: float | None,
+    fields: list[str] | None,
 ) -> tuple[list[int], list[list[Any]]]:
-    indexes = await topic.take(partition, task, n, timeout, sampler, None if lease is None else (lease, None), **kw)
+    held = None if lease is None else (lease, None)
+    indexes = await topic.take(partition, task, n, timeout, sampler, held, fields=fields, **kw)
     return indexes, await topic.describe(indexes)
 
 

@@ -55,8 +55,11 @@ from .errors import (
     StorageError,
     TopicLockedError,
 )
+from .fields import FieldIndex
 from .layout import (
+    FIELDS_KEY,
     INDEX_KEY,
+    OF_KEY,
     PARTITION_KEY,
     IndexColumn,
     batch_bucket,
@@ -105,6 +108,7 @@ class Topic(Samples):
         self._on_flushed = on_flushed
         # partition -> its global indexes in order (built on first use)
         self._partitions: dict[str, list[int]] | None = None
+        self._fields = FieldIndex()  # own fields and patches of the samples (fields.py), built with _partitions
         self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
         self._consumption_log: ConsumptionLog | None = None
         self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
@@ -159,7 +163,7 @@ class Topic(Samples):
             raise StorageError("write-ahead log not opened")
         top = max([self.flushed_upto - 1, *(c.last() for c in self._columns)])
         for frame in wal.replay():
-            partition, new_kinds, key, ref = (*frame.header, None, None)[:4]
+            partition, new_kinds, key, ref, patch = (*frame.header, None, None, None)[:5]
             self.kinds.update(new_kinds)
             if key is not None:
                 self._remember(key, frame.first_index, frame.count)
@@ -170,7 +174,9 @@ class Topic(Samples):
             rows = frame.rows()
             if ref is not None:
                 rows = self._readopt(ref, rows, frame.first_index)
-            self._add_chunk(frame.first_index, partition, rows, whole=ref is not None)
+            if patch is not None:
+                patch = ([int(i) for i in patch[0]], [str(f) for f in patch[1]])
+            self._add_chunk(frame.first_index, partition, rows, whole=ref is not None, patch=patch)
         self.next_index = top + 1
         self.visible_upto = self.next_index
         wal.rotate(self.next_index)
@@ -253,13 +259,52 @@ class Topic(Samples):
         rows: list[dict[str, Any]],
         arena: ArenaPayload | None = None,
         whole: bool = False,
+        patch: tuple[list[int], list[str]] | None = None,
     ) -> None:
-        self._tail.append(Chunk(first, partition, rows, arena, whole))
+        chunk = Chunk(first, partition, rows, arena, whole, patch)
+        self._tail.append(chunk)
         if arena is not None:
             arena.used = True
         self._tail_firsts.append(first)
         if self._partitions is not None and rows:
-            self._partitions.setdefault(partition, []).extend(range(first, first + len(rows)))
+            self._index_chunk(chunk)
+
+    def _index_chunk(self, chunk: Chunk) -> None:
+        """Add a chunk to the partition index: its samples, or a patch's writes (see fields.py)."""
+        if self._partitions is None:
+            return
+        if chunk.of is not None:
+            self._fields.patch(chunk.first, chunk.of, chunk.patch_fields)
+            return
+        self._partitions.setdefault(chunk.partition, []).extend(range(chunk.first, chunk.first + chunk.count))
+        intern = self._fields.intern
+        self._fields.add(chunk.partition, [intern(chunk.own_fields(i)) for i in range(chunk.count)])
+
+    def _mark_fields(self, out: dict[str, Any], chunk: Chunk, i: int) -> None:
+        """The engine columns a stored row carries so that the field index can be rebuilt at open."""
+        if chunk.of is not None:
+            out[OF_KEY] = chunk.of[i]
+            out[FIELDS_KEY] = self._fields.to_json(self._fields.intern(frozenset(chunk.patch_fields)))
+        else:
+            out[FIELDS_KEY] = self._fields.to_json(self._fields.intern(chunk.own_fields(i)))
+
+    async def _check_targets(self, partition: str, targets: list[int], n: int) -> None:
+        """The samples a patch writes to must be acknowledged samples of its partition, each named once."""
+        if len(targets) != n:
+            raise ConfigError(f"this put writes {n} samples but its batch_meta names {len(targets)}")
+        if len(set(targets)) != len(targets):
+            raise ConfigError("a batch_meta names the same sample twice; one put writes a sample's fields once")
+        indexes = (await self._partition_index()).get(partition, [])
+        unknown = []
+        for target in targets:
+            k = bisect.bisect_left(indexes, target)
+            if k == len(indexes) or indexes[k] != target or target >= self.visible_upto:
+                unknown.append(target)
+        if unknown:
+            raise ConfigError(
+                f"partition {partition!r} has no samples with global indexes {unknown[:10]}: a put with batch_meta "
+                "writes fields of samples that exist (pass the BatchMeta that put or get_meta returned)"
+            )
 
     def _readopt(self, ref: Any, rows: list[dict[str, Any]], first: int) -> list[dict[str, Any]]:
         """Rows of a logged arena batch, with its payload copied from the arena a killed broker left behind."""
@@ -292,13 +337,21 @@ class Topic(Samples):
         rows_blob: bytes,
         key: str | None = None,
         arena: ArenaPayload | None = None,
+        of: list[int] | None = None,
     ) -> tuple[int, int]:
         """Store encoded rows durably; returns (first global index, count) once acknowledged.
 
         ``key`` makes a retry idempotent: a batch whose key was stored already (even before a restart: the key
         travels in its log frame) is not stored again, and the first result is returned.
+
+        ``of``: a patch. Row k writes its fields for the existing sample ``of[k]`` of ``partition`` (see
+        fields.py); the rows get indexes of their own, which are not samples.
         """
         self._check_open()
+        patch = None
+        if of is not None:
+            patch = (list(of), sorted(batch.kinds))
+            await self._check_targets(partition, patch[0], len(batch.rows))
         if key is not None and key in self._recent:
             if self._wal is not None:
                 await self._wal.commit()  # the first attempt may still be waiting for its sync
@@ -318,13 +371,17 @@ class Topic(Samples):
             return self.next_index, 0
         first = self.next_index
         # From here to the commit nothing awaits: indexes, kinds and the frame land together.
-        header = [partition, new_kinds, key] if arena is None else [partition, new_kinds, key, arena.ref]
+        header: list[Any] = [partition, new_kinds, key]
+        if arena is not None or patch is not None:
+            header.append(None if arena is None else arena.ref)
+        if patch is not None:
+            header.append([patch[0], patch[1]])
         wal.append(first, n, header, rows_blob)
         if key is not None:
             self._remember(key, first, n)
         self.kinds.update(new_kinds)
         self.next_index = first + n
-        self._add_chunk(first, partition, batch.rows, arena)
+        self._add_chunk(first, partition, batch.rows, arena, patch=patch)
         t0 = time.perf_counter()
         await wal.commit()
         self.metrics.commit_seconds += time.perf_counter() - t0
@@ -428,6 +485,7 @@ class Topic(Samples):
                             out = dict(chunk.other[i])
                             out[INDEX_KEY] = chunk.first + i
                             out[PARTITION_KEY] = chunk.partition
+                            self._mark_fields(out, chunk, i)
                             per_bucket[b].append(out)
                             per_index[b].append(chunk.first + i)
                     continue
@@ -440,6 +498,7 @@ class Topic(Samples):
                     out = dict(row)
                     out[INDEX_KEY] = index
                     out[PARTITION_KEY] = chunk.partition
+                    self._mark_fields(out, chunk, i)
                     per_bucket[b].append(out)
                     per_index[b].append(index)
             results = await asyncio.gather(

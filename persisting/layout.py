@@ -15,6 +15,8 @@ from .wal import fsync_dir
 
 INDEX_KEY = "_persisting_index"  # the engine's columns in every backend: global index and partition
 PARTITION_KEY = "_persisting_partition"
+OF_KEY = "_persisting_of"  # a patch row: the sample whose fields it writes (fields.py)
+FIELDS_KEY = "_persisting_fields"  # the fields a row writes, as a JSON list
 
 
 def topic_dirname(name: str) -> str:

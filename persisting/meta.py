@@ -1,7 +1,8 @@
 """What ``put`` of a tensor batch returns and what ``get_meta`` hands to ``get_data``: plain, msgpack-safe.
 
 A ``BatchMeta`` names samples (rows of the topic) by global index, within a partition, with each field's kind,
-dtype and per-sample shape, and optional per-sample tags (``custom_meta``). It carries no payload and no pointer
+dtype, per-sample shape and production status (written or not yet: ``is_ready``), and optional per-sample tags
+(``custom_meta``). It carries no payload and no pointer
 into shared memory: ``get_data`` asks for the bytes, so a meta can be sent to another process
 (``to_dict``/``from_dict``) and used there. Metas are immutable: every operation returns a new one.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import ConfigError, InvalidRecordError
+from .fields import ProductionStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +32,21 @@ class FieldMeta:
     kind: str  # "ndarray" (numpy), "tensor" (torch) or a record kind ("int", "str", ...) for non-tensor fields
     dtype: str = ""  # numpy dtype str or torch dtype name; "" for non-tensor fields
     shape: tuple[int, ...] = ()  # per sample
+    production_status: ProductionStatus = ProductionStatus.READY_FOR_CONSUME
+
+    @property
+    def is_ready(self) -> bool:
+        return self.production_status == ProductionStatus.READY_FOR_CONSUME
 
     def to_list(self) -> list[Any]:
-        return [self.name, self.kind, self.dtype, list(self.shape)]
+        return [self.name, self.kind, self.dtype, list(self.shape), int(self.production_status)]
 
     @classmethod
     def from_list(cls, raw: Any) -> FieldMeta:
         try:
-            name, kind, dtype, shape = raw
-            return cls(str(name), str(kind), str(dtype), tuple(int(d) for d in shape))
+            name, kind, dtype, shape, *rest = raw
+            status = ProductionStatus(int(rest[0])) if rest else ProductionStatus.READY_FOR_CONSUME
+            return cls(str(name), str(kind), str(dtype), tuple(int(d) for d in shape), status)
         except (TypeError, ValueError) as exc:
             raise InvalidRecordError(f"not a field meta: {raw!r}") from exc
 
@@ -57,6 +65,11 @@ class SampleMeta:
     @property
     def key(self) -> tuple[str, int]:
         return (self.partition_id, self.global_index)
+
+    @property
+    def is_ready(self) -> bool:
+        """Every field this meta names is produced (written) for the sample."""
+        return all(f.is_ready for f in self.fields.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +98,11 @@ class BatchMeta:
         for s in self.samples:
             names.update(dict.fromkeys(s.fields))
         return list(names)
+
+    @property
+    def is_ready(self) -> bool:
+        """Every field of every sample is produced (see ``Queue.check_ready`` for the current state)."""
+        return all(s.is_ready for s in self.samples)
 
     @property
     def custom_meta(self) -> list[dict[str, Any]]:
@@ -152,15 +170,16 @@ class BatchMeta:
             if known is None:
                 merged[s.key] = s
                 continue
+            fields = dict(known.fields)
             for name, f in s.fields.items():
-                if name in known.fields and known.fields[name] != f:
+                mine = fields.get(name)
+                if mine is not None and mine != f and mine.is_ready and f.is_ready:
                     raise ConfigError(
-                        f"sample {s.global_index}: field {name!r} is {known.fields[name]} in one meta "
-                        f"and {f} in the other"
+                        f"sample {s.global_index}: field {name!r} is {mine} in one meta and {f} in the other"
                     )
-            merged[s.key] = replace(
-                known, fields={**known.fields, **s.fields}, custom_meta={**known.custom_meta, **s.custom_meta}
-            )
+                if mine is None or f.is_ready:  # a field produced since wins over its not-produced entry
+                    fields[name] = f
+            merged[s.key] = replace(known, fields=fields, custom_meta={**known.custom_meta, **s.custom_meta})
         mine, theirs = self.extra_info.get("fields"), other.extra_info.get("fields")
         extra = {**self.extra_info, **other.extra_info}
         extra["fields"] = None if mine is None or theirs is None else list(dict.fromkeys([*mine, *theirs]))

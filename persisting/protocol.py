@@ -14,7 +14,8 @@ Operations (``args``; every topic operation carries ``topic`` and the topic's ``
 restarted reopens the topic on the first request it gets):
 
     hello      {}                                        -> {"broker": str, "pid": int, "storage_path": str}
-    put_batch  {topic, config, partition, kinds, count, key}   + 1 buffer (rows) -> [first, count]
+    put_batch  {topic, config, partition, kinds, count, key[, of]}   + 1 buffer (rows) -> [first, count]
+               (``of``: a patch, the global indexes of the samples whose fields row k writes; see fields.py)
     read       {topic, config, offset, limit[, wait]}    -> {"kinds": map, "count": int, "waited": bool}
                                                             + 1 buffer (rows); with ``wait`` (seconds) a read
                                                             that finds nothing at ``offset`` is answered once
@@ -31,7 +32,7 @@ restarted reopens the topic on the first request it gets):
 The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling process, from /proc):
 
     lease        {nbytes, timeout, peer}                 -> [extent id, arena offset, extent bytes]   (or Full)
-    put_tensors  {topic, config, partition, key, count, kinds, extent, peer,
+    put_tensors  {topic, config, partition, key, count, kinds, extent, peer[, of],
                   fields: [[name, kind, dtype, sample shape, offset in extent, nbytes], ...]}
                                                           + 1 buffer (the non-tensor rows) -> [first, count]
     take         {topic, config, partition, task, batch_size}   -> [indexes, field descriptions]
@@ -43,7 +44,9 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
     release      {hold, peer}                            -> bool
     mark_consumed      {topic, config, partition, task, indexes}   -> None
     reset_consumption  {topic, config, partition, task}   -> None
-    (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery)
+    (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery;
+     and ready_fields: only samples whose every one of these fields is produced are taken; a take with fields,
+     get_batch, uses those)
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ import msgpack
 
 from .errors import ProtocolError
 
-PROTOCOL_VERSION = 2  # 2: the tensor plane operations
+PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take with wait) is held in one request
 OPS = frozenset(

@@ -272,9 +272,11 @@ class RemoteTopic(TensorClient):
         self._count = int(stats.get("total_count", 0))
 
     async def append(
-        self, batch: EncodedBatch, partition: str, rows_blob: bytes, key: str | None = None
+        self, batch: EncodedBatch, partition: str, rows_blob: bytes, key: str | None = None, of: list[int] | None = None
     ) -> tuple[int, int]:
         args = self._args(partition=partition, kinds=batch.kinds, count=len(batch.rows), key=key or uuid.uuid4().hex)
+        if of is not None:
+            args["of"] = of
         reply = await self._conn.request("put_batch", args, [rows_blob])
         first, n = reply.result
         self.kinds.update(batch.kinds)

@@ -53,7 +53,14 @@ class TensorClient:
         return await self._arena() is not None
 
     async def put_tensors(
-        self, columns: dict[str, Column], other: EncodedBatch, other_blob: bytes, n: int, partition: str, timeout: float
+        self,
+        columns: dict[str, Column],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        timeout: float,
+        of: list[int] | None = None,
     ) -> tuple[int, int]:
         arena = await self._arena()
         if arena is None:
@@ -89,11 +96,13 @@ class TensorClient:
             peer=peer_id(),
             lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
         )
+        if of is not None:
+            args["of"] = of
         try:
             result = (await self._conn.request("put_tensors", args, [other_blob])).result
         except errors.ProtocolError as exc:
             if spare_used and "not leased" in str(exc):  # a broker that restarted since: lease afresh
-                return await self.put_tensors(columns, other, other_blob, n, partition, timeout)
+                return await self.put_tensors(columns, other, other_blob, n, partition, timeout, of)
             raise
         first, count = result[0], result[1]
         if len(result) > 2 and result[2]:
@@ -122,8 +131,10 @@ class TensorClient:
         sampler: dict[str, Any] | None = None,
         sampler_kw: dict[str, int] | None = None,
         lease: float | None = None,
+        fields: list[str] | None = None,
     ) -> tuple[list[int], list[list[Any]]]:
-        """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch."""
+        """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch of samples
+        whose ``fields`` are all produced."""
 
         def args(left: float) -> dict[str, Any]:
             return self._args(
@@ -134,6 +145,7 @@ class TensorClient:
                 sampler=sampler,
                 sampler_kw=sampler_kw or {},
                 lease_seconds=lease,
+                ready_fields=fields,
                 peer=peer_id(),
                 release=self._conn.take_releases(),
             )
@@ -141,6 +153,11 @@ class TensorClient:
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
         indexes, descs = reply.result
         return list(indexes), list(descs)
+
+    async def describe(self, indexes: list[int]) -> list[list[Any]]:
+        """The broker's ``Topic.describe``: field descriptions of samples, run-length encoded."""
+        reply = await self._conn.request("describe", self._args(indexes=indexes))
+        return list(reply.result)
 
     async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
         await self._conn.request("mark_consumed", self._args(partition=partition, task=task, indexes=indexes))

@@ -10,15 +10,17 @@ import asyncio
 import bisect
 import contextlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .arena import Peer, peer_alive
 from .codec import RESERVED_PREFIX, decode_sample
 from .consumption import ConsumptionLog
 from .errors import ConfigError
-from .layout import INDEX_KEY, PARTITION_KEY
+from .fields import FieldIndex
+from .layout import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
 from .queue.backend import StorageBackend
-from .samplers import RANK_CACHE_SIZE, Sampler, SequentialSampler
+from .samplers import RANK_CACHE_SIZE, Sampler, SequentialSampler, Shares
 from .tail import Chunk
 
 
@@ -54,6 +56,7 @@ class Samples:
     visible_upto: int
     flushed_upto: int
     _partitions: dict[str, list[int]] | None
+    _fields: FieldIndex
     _consumption: dict[tuple[str, str], Consumption]
     _consumption_log: ConsumptionLog | None
     _rank_cache: OrderedDict[tuple[Any, ...], list[int]]
@@ -69,6 +72,8 @@ class Samples:
 
         def _check_open(self) -> None: ...
 
+        def _index_chunk(self, chunk: Chunk) -> None: ...
+
         async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]: ...
 
         @staticmethod
@@ -79,18 +84,36 @@ class Samples:
             # Under the flush lock, the backends and the tail hold disjoint rows and none moves between them.
             async with self._flush_lock:
                 if self._partitions is None:
-                    found: dict[str, list[int]] = {}
+                    fields = FieldIndex()
+                    found: dict[str, list[tuple[int, int]]] = {}
+                    patches: list[tuple[int, int, int]] = []  # (patch row, sample it writes, field set id)
                     for backend in self._backends:
                         parts = await self._read_column(backend, PARTITION_KEY)
                         indexes = await self._read_column(backend, INDEX_KEY)
-                        for partition, index in zip(parts, indexes, strict=True):
-                            found.setdefault(str(partition), []).append(int(index))
-                    for indexes in found.values():
-                        indexes.sort()
+                        targets = await self._read_column(backend, OF_KEY)
+                        names = await self._read_column(backend, FIELDS_KEY)
+                        for partition, index, of, raw in zip(parts, indexes, targets, names, strict=True):
+                            if of is None:
+                                found.setdefault(str(partition), []).append((int(index), fields.intern_json(raw)))
+                            else:
+                                patches.append((int(index), int(of), fields.intern_json(raw)))
+                    partitions: dict[str, list[int]] = {}
+                    for partition, pairs in found.items():
+                        pairs.sort()
+                        partitions[partition] = [index for index, _ in pairs]
+                        fields.add(partition, [set_id for _, set_id in pairs])
+                    for index, of, set_id in sorted(patches):
+                        fields.patch(index, [of], sorted(fields.sets[set_id]))
+                    self._fields = fields
+                    self._partitions = partitions
                     for chunk in self._tail:
-                        found.setdefault(chunk.partition, []).extend(range(chunk.first, chunk.first + chunk.count))
-                    self._partitions = found
+                        self._index_chunk(chunk)
         return self._partitions
+
+    async def field_index(self) -> FieldIndex:
+        """Own fields and patches of every sample (built with the partition index on first use)."""
+        await self._partition_index()
+        return self._fields
 
     async def take(
         self,
@@ -100,6 +123,7 @@ class Samples:
         timeout: float | None = 0.0,
         sampler: Sampler | None = None,
         lease: tuple[float, Peer | None] | None = None,
+        fields: list[str] | None = None,
         **kw: Any,
     ) -> list[int]:
         """The samples of ``partition`` the sampler picks among those ``task`` has not taken (default: the next
@@ -111,13 +135,16 @@ class Samples:
         (at-least-once; leases are not kept across a restart, so a restart hands them out again).
 
         ``timeout``: wait (notified by puts, not polling) up to this many seconds (None: for ever) until the
-        sampler fills a batch; then hand out what it picks, maybe fewer or none."""
+        sampler fills a batch; then hand out what it picks, maybe fewer or none.
+
+        ``fields``: only samples whose every one of these fields is produced count as ready (fields.py)."""
         self._check_open()
         sampler = sampler if sampler is not None else SequentialSampler()
         cache_key = getattr(sampler, "cache_key", None)
         key = cache_key(**kw) if cache_key is not None else None
         if key is not None and (partition, task, *key) in self._rank_cache:
             return list(self._rank_cache[(partition, task, *key)])  # another rank of this group asked first
+        window = self._window(sampler, batch_size)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         state = self._consumption.setdefault((partition, task), Consumption())
@@ -125,15 +152,14 @@ class Samples:
             indexes = (await self._partition_index()).get(partition, [])
             end = bisect.bisect_left(indexes, self.visible_upto, lo=state.floor)
             next_expiry = state.expire(loop.time()) if state.leased else None
-            taken = state.done if not state.leased else state.done | state.leased.keys()
-            positions = [p for p in range(state.floor, end) if indexes[p] not in taken]
-            ready = [indexes[p] for p in positions]
-            extra: dict[str, Any] = {}
-            length_field = getattr(sampler, "length_field", None)
-            if isinstance(length_field, str):
-                front = ready[: sampler.window(batch_size)]  # type: ignore[attr-defined]
-                extra["lengths"] = await self._field_values(front, length_field)
-            result = sampler.sample(ready, batch_size, positions=positions, **extra, **kw)
+            skip = self._unready(partition, indexes, fields)
+            ready, positions, truncated = self._ready_front(state, indexes, end, window, skip)
+            result = await self._sample(sampler, ready, positions, batch_size, kw)
+            if truncated and len(result[0]) < batch_size:
+                # The front did not make a batch (say, its groups are not whole yet): ask again with every ready
+                # sample, so the answer is the one the whole list gives. Costs what a take cost before windows.
+                ready, positions, _ = self._ready_front(state, indexes, end, None, skip)
+                result = await self._sample(sampler, ready, positions, batch_size, kw)
             sampled, consumed = result[0], result[1]
             shares: dict[tuple[Any, ...], list[int]] = result[2] if len(result) > 2 else {}
             left = None if deadline is None else deadline - loop.time()
@@ -146,7 +172,7 @@ class Samples:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), left)
             self._check_open()
-        allowed = set(ready)
+        allowed = set(ready)  # what the sampler was shown: the window, unless it had to see everything
         if not allowed.issuperset(sampled) or not allowed.issuperset(consumed):
             raise ConfigError(
                 f"sampler {type(sampler).__qualname__} returned samples that were not ready for task {task!r}"
@@ -169,6 +195,70 @@ class Samples:
             if len(self._rank_cache) > RANK_CACHE_SIZE:
                 self._rank_cache.popitem(last=False)
         return list(sampled)
+
+    @staticmethod
+    def _window(sampler: Sampler, batch_size: int) -> int | None:
+        """How many ready samples from the front ``sampler`` asks to see (None: it declares no window, sees all)."""
+        window = getattr(sampler, "window", None)
+        if window is None:
+            return None
+        limit = window(batch_size)
+        if type(limit) is not int or limit < 0:
+            raise ConfigError(
+                f"sampler {type(sampler).__qualname__}.window({batch_size}) must be an int >= 0, got {limit!r}"
+            )
+        return limit
+
+    def _unready(self, partition: str, indexes: list[int], fields: list[str] | None) -> Callable[[int], bool] | None:
+        """A test of a position of ``partition`` (in ``indexes``): True when one of ``fields`` is not produced."""
+        if not fields:
+            return None
+        need = frozenset(fields)
+        ready = self._fields.ready
+        return lambda p: not ready(partition, p, indexes[p], need)
+
+    @staticmethod
+    def _ready_front(
+        state: Consumption,
+        indexes: list[int],
+        end: int,
+        limit: int | None,
+        skip: Callable[[int], bool] | None = None,
+    ) -> tuple[list[int], list[int], bool]:
+        """The first ``limit`` (None: all) samples the task may take among ``indexes[state.floor:end]``: (global
+        indexes, their positions in the partition, whether more were ready after them).
+
+        A sample is ready unless the task took it, holds a lease on it, or ``skip(position)`` says so. The scan stops
+        at the first ready sample past ``limit``, so it costs the window plus the taken or leased samples above the
+        floor, not the backlog."""
+        done, leased = state.done, state.leased
+        ready: list[int] = []
+        positions: list[int] = []
+        for p in range(state.floor, end):
+            index = indexes[p]
+            if index in done or index in leased or (skip is not None and skip(p)):
+                continue
+            if limit is not None and len(ready) >= limit:
+                return ready, positions, True
+            ready.append(index)
+            positions.append(p)
+        return ready, positions, False
+
+    async def _sample(
+        self, sampler: Sampler, ready: list[int], positions: list[int], batch_size: int, kw: dict[str, Any]
+    ) -> tuple[list[int], list[int]] | tuple[list[int], list[int], Shares]:
+        """One call of the sampler; a sampler with a ``length_field`` gets the lengths of the samples it deals."""
+        length_field = getattr(sampler, "length_field", None)
+        if not isinstance(length_field, str):
+            return sampler.sample(ready, batch_size, positions=positions, **kw)
+        front = ready[: self._window(sampler, batch_size)]
+        lengths = await self._field_values(front, length_field)
+        result = sampler.sample(ready, batch_size, positions=positions, lengths=lengths, **kw)
+        missing = [i for i in result[1] if i not in lengths]
+        if missing:  # it dealt samples past the front (groups there were not whole): deal again with their lengths
+            lengths.update(await self._field_values(missing, length_field))
+            result = sampler.sample(ready, batch_size, positions=positions, lengths=lengths, **kw)
+        return result
 
     async def _field_values(self, indexes: list[int], name: str) -> dict[int, Any]:
         """One plain field's values for samples (arena batches: from memory; others: their rows)."""
@@ -243,6 +333,19 @@ class Samples:
         offset of the run's first sample, samples in the run, bytes per sample], ...]). Nothing awaits here, so
         the answer stays true until the caller's next await (a hold taken before it keeps it true after).
         """
+        sources = self._fields.sources
+        if sources and any(i in sources for i in indexes):
+            # Some fields were written later by patches: each field's runs follow the rows that hold it.
+            runs = []
+            for name in fields:
+                part = self._arena_field_runs([self._fields.source(i, name) for i in indexes], [name])
+                if part is None:
+                    return None
+                runs.extend(part)
+            return runs
+        return self._arena_field_runs(indexes, fields)
+
+    def _arena_field_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
         runs: list[tuple[int, list[list[Any]]]] = []
         for chunk, at, count in self._arena_groups(indexes):
             if chunk is None or chunk.arena is None:
@@ -300,7 +403,31 @@ class Samples:
     async def describe(self, indexes: list[int]) -> list[list[Any]]:
         """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}], ...]``
         (dtype and per-sample shape for tensor fields, "" and [] for others). Samples of one batch share a run,
-        so a meta of hundreds of samples costs one description per batch, not one per sample."""
+        so a meta of hundreds of samples costs one description per batch, not one per sample. Fields written
+        later by patches are described from the rows that hold them."""
+        descs = await self._describe_each(indexes)
+        sources = (await self.field_index()).sources
+        patched = [(n, sources[i]) for n, i in enumerate(indexes) if i in sources]
+        if patched:
+            rows = sorted({src for _, written in patched for src in written.values()})
+            found = dict(zip(rows, await self._describe_each(rows), strict=True))
+            for n, written in patched:
+                desc = dict(descs[n] or {})
+                for name, src in written.items():
+                    held = (found[src] or {}).get(name)
+                    if held is not None:
+                        desc[name] = held
+                descs[n] = desc
+        runs: list[list[Any]] = []
+        for entry in descs:
+            if runs and (runs[-1][1] is entry or runs[-1][1] == entry):
+                runs[-1][0] += 1
+            else:
+                runs.append([1, entry or {}])
+        return runs
+
+    async def _describe_each(self, indexes: list[int]) -> list[dict[str, list[Any]] | None]:
+        """Each row's own field descriptions (samples of one arena batch share one dict)."""
         descs: list[dict[str, list[Any]] | None] = [None] * len(indexes)
         need: list[int] = []
         for chunk, at, count in self._arena_groups(indexes):
@@ -332,10 +459,56 @@ class Samples:
                     else:
                         found[name] = [kind, "", []]
                 descs[n] = found
-        runs: list[list[Any]] = []
-        for entry in descs:
-            if runs and (runs[-1][1] is entry or runs[-1][1] == entry):
-                runs[-1][0] += 1
-            else:
-                runs.append([1, entry or {}])
-        return runs
+        return descs
+
+    async def plain_values(self, indexes: list[int], names: list[str]) -> list[dict[str, Any]]:
+        """Stored values of non-tensor fields of samples, read beside the arena views without encoding any
+        payload: from the arena batches' own rows where they lie there, else from the rows that hold them."""
+        keep = set(names)
+        out: list[dict[str, Any]] = []
+        later: list[tuple[int, str, int]] = []  # (position, field, row holding it) to read from storage
+        sources = self._fields.sources
+        for n, index in enumerate(indexes):
+            chunk = self.arena_chunk(index)
+            if chunk is None:
+                out.append({})
+                later.extend((n, name, self._fields.source(index, name)) for name in names)
+                continue
+            out.append({k: v for k, v in chunk.other[index - chunk.first].items() if k in keep})
+            for name, src in sources.get(index, {}).items():
+                if name not in keep:
+                    continue
+                holder = self.arena_chunk(src)
+                if holder is not None:
+                    out[n][name] = holder.other[src - holder.first].get(name)
+                else:
+                    later.append((n, name, src))
+        if later:
+            need = sorted({src for _, _, src in later})
+            rows, _kinds = await self.rows_at(need)
+            by_index = dict(zip(need, rows, strict=True))
+            for n, name, src in later:
+                value = by_index[src].get(name)
+                if value is None:
+                    out[n].pop(name, None)
+                else:
+                    out[n][name] = value
+        return out
+
+    async def sample_rows(self, indexes: list[int], fields: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The stored values of ``fields`` of samples, each field from the latest row that wrote it (the sample
+        itself, or a patch), in the order given."""
+        rows, kinds = await self.rows_at(indexes)
+        sources = (await self.field_index()).sources
+        keep = set(fields)
+        out = [{k: v for k, v in row.items() if k in keep} for row in rows]
+        wanted = [
+            (n, name, src) for n, i in enumerate(indexes) for name, src in sources.get(i, {}).items() if name in keep
+        ]
+        if wanted:
+            need = sorted({src for _, _, src in wanted})
+            patch_rows, kinds = await self.rows_at(need)
+            by_index = dict(zip(need, patch_rows, strict=True))
+            for n, name, src in wanted:
+                out[n][name] = by_index[src].get(name)
+        return out, kinds

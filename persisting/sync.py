@@ -36,6 +36,7 @@ class SyncQueue:
     get_meta = _blocking("get_meta")
     get_data = _blocking("get_data")
     get_batch = _blocking("get_batch")
+    check_ready = _blocking("check_ready")
     mark_consumed = _blocking("mark_consumed")
     reset_consumption = _blocking("reset_consumption")
     stats = _blocking("stats")

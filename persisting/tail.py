@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from .codec import encode_sample
+from .fields import own_fields
 from .tensors import Column
 
 
@@ -36,7 +37,7 @@ class ArenaPayload:
 class Chunk:
     """One put_batch waiting in memory until it is flushed."""
 
-    __slots__ = ("_rows", "arena", "count", "first", "other", "partition", "whole")
+    __slots__ = ("_rows", "arena", "count", "first", "of", "other", "partition", "patch_fields", "whole")
 
     def __init__(
         self,
@@ -45,11 +46,15 @@ class Chunk:
         rows: list[dict[str, Any]],
         arena: ArenaPayload | None = None,
         whole: bool = False,
+        patch: tuple[list[int], list[str]] | None = None,
     ) -> None:
         self.first = first
         self.partition = partition
         self.count = len(rows)
         self.arena = arena
+        # A patch (fields written for existing samples): row k adds ``patch_fields`` to sample ``of[k]``.
+        self.of: list[int] | None = patch[0] if patch is not None else None
+        self.patch_fields: list[str] = patch[1] if patch is not None else []
         # An arena batch (live, or replayed from its log frame): it goes to one bucket whole, see _whole_batch.
         self.whole = whole or arena is not None
         # An arena batch keeps its non-tensor rows apart; its full rows are made only when needed (a flush).
@@ -59,6 +64,11 @@ class Chunk:
     def forget_rows(self) -> None:
         if self.arena is not None:
             self._rows = None  # the encoded copy served its flush
+
+    def own_fields(self, i: int) -> frozenset[str]:
+        """The fields sample ``first + i`` of this chunk was written with."""
+        extra = self.arena.columns if self.arena is not None else ()
+        return own_fields(self.other[i], extra)
 
     @property
     def rows(self) -> list[dict[str, Any]]:

@@ -1,0 +1,144 @@
+"""Per-field readiness: samples written in several steps (put with batch_meta), in embedded and broker mode."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from persisting import BatchMeta, ConfigError, Queue, SchemaConflictError, SyncQueue
+from persisting.fields import ProductionStatus
+
+from .broker_fixture import BrokerProcess, make_broker
+
+
+def test_a_sample_is_handed_out_once_every_field_asked_for_is_written(store: Path) -> None:
+    with SyncQueue("f", store) as q:
+        meta = q.put({"x": np.arange(16).reshape(8, 2)}, partition_id="p")
+        assert q.get_meta(["x", "reward"], 8, "train", "p").size == 0  # no reward yet: nothing is ready
+        first = meta.select_samples(range(4))
+        patched = q.put({"reward": np.arange(4, dtype=np.float32)}, partition_id="p", batch_meta=first)
+        assert patched.global_indexes == [0, 1, 2, 3] and set(patched.field_names) == {"x", "reward"}
+        got = q.get_meta(["x", "reward"], 8, "train", "p")
+        assert got.global_indexes == [0, 1, 2, 3] and got.is_ready
+        data = q.get_data(got)
+        assert data["x"].tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        assert data["reward"].tolist() == [0.0, 1.0, 2.0, 3.0]
+        # another task asking only for x was never held back, and patch rows are never samples
+        assert q.get_meta(["x"], 100, "other", "p").global_indexes == list(range(8))
+        assert q.get_meta(None, 100, "all", "p").global_indexes == list(range(8))
+
+
+def test_check_ready_reports_each_fields_production_status(store: Path) -> None:
+    with SyncQueue("f", store) as q:
+        meta = q.put({"x": np.zeros((3, 2))}, partition_id="p")
+        q.put({"score": [0.5]}, partition_id="p", batch_meta=meta.select_samples([1]))
+        status = q.check_ready(meta, ["x", "score"])
+        assert [s.is_ready for s in status.samples] == [False, True, False] and not status.is_ready
+        field = status.samples[0].fields["score"]
+        assert field.production_status == ProductionStatus.NOT_PRODUCED and not field.is_ready
+        assert status.samples[1].fields["score"].is_ready and status.samples[0].fields["x"].is_ready
+        assert q.check_ready(meta.select_samples([1]), ["x", "score"]).is_ready
+
+
+def test_a_field_written_again_reads_back_as_its_latest_value(store: Path) -> None:
+    with SyncQueue("f", store) as q:
+        meta = q.put({"x": np.arange(3), "tag": ["a", "b", "c"]}, partition_id="p")
+        q.put({"tag": ["B"]}, partition_id="p", batch_meta=meta.select_samples([1]))
+        q.put({"tag": ["A", "BB"]}, partition_id="p", batch_meta=meta.select_samples([0, 1]))
+        assert q.get_data(q.get_meta(["x", "tag"], 3, "t", "p"))["tag"] == ["A", "BB", "c"]
+
+
+def test_fields_and_readiness_survive_a_reopen(store: Path) -> None:
+    with SyncQueue("f", store) as q:
+        meta = q.put({"x": np.arange(6)}, partition_id="p")
+        q.put({"y": np.arange(3) * 10}, partition_id="p", batch_meta=meta.select_samples([0, 2, 4]))
+        q.put({"x": np.arange(2) + 100}, partition_id="p")  # new samples without y
+    with SyncQueue("f", store) as q:  # everything was flushed to Lance at close: rebuilt from its columns
+        got = q.get_meta(["x", "y"], 10, "t", "p")
+        assert got.global_indexes == [0, 2, 4]
+        data = q.get_data(got)
+        assert data["x"].tolist() == [0, 2, 4] and data["y"].tolist() == [0, 10, 20]
+        assert q.get_meta(["x"], 10, "t2", "p").size == 8
+
+
+def test_waiting_for_a_field_is_woken_by_the_put_that_writes_it(store: Path) -> None:
+    async def go() -> None:
+        async with Queue("f", store) as q:
+            meta = await q.put({"x": np.arange(4)}, partition_id="p")
+            waiter = asyncio.ensure_future(q.get_meta(["x", "r"], 4, "train", "p", wait=True, timeout=10))
+            await asyncio.sleep(0.2)
+            assert not waiter.done()
+            await q.put({"r": [1, 2, 3, 4]}, partition_id="p", batch_meta=meta)
+            got = await asyncio.wait_for(waiter, 5)
+            assert got.global_indexes == [0, 1, 2, 3]
+
+    asyncio.run(go())
+
+
+def test_bad_patches_are_refused_and_leave_the_queue_usable(store: Path) -> None:
+    with SyncQueue("f", store) as q:
+        meta = q.put({"x": np.arange(4)}, partition_id="p")
+        other = q.put({"x": np.arange(2)}, partition_id="q")
+        with pytest.raises(ConfigError, match="2 samples but batch_meta names 4"):
+            q.put({"r": [1, 2]}, partition_id="p", batch_meta=meta)
+        with pytest.raises(ConfigError, match="not of 'p'"):
+            q.put({"r": [1, 2]}, partition_id="p", batch_meta=other)
+        patch = q.put({"r": [1]}, partition_id="p", batch_meta=meta.select_samples([0]))
+        for bogus in (99, 6):  # an index never given out; the patch row just written (not a sample)
+            fake = BatchMeta.from_dict({"samples": [[bogus, "p", [], {}]]})
+            with pytest.raises(ConfigError, match="no samples with global indexes"):
+                q.put({"r": [1]}, partition_id="p", batch_meta=fake)
+        assert patch.global_indexes == [0]
+        with pytest.raises(SchemaConflictError):
+            q.put({"x": ["not an int array"] * 4}, partition_id="p", batch_meta=meta)
+        assert q.get_meta(["x"], 10, "t", "p").global_indexes == [0, 1, 2, 3]
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = make_broker(tmp_path)
+    try:
+        b.start()
+        yield b
+    finally:
+        b.ensure_dead()
+
+
+@pytest.mark.slow
+def test_fields_through_the_broker_arena_and_after_a_kill_9(broker: BrokerProcess) -> None:
+    async def before() -> None:
+        async with Queue("bf", broker=broker.address, durability="process") as q:
+            meta = await q.put({"x": np.arange(12, dtype=np.int64).reshape(6, 2)}, partition_id="p")
+            assert (await q.get_meta(["x", "logp"], 6, "train", "p")).size == 0
+            logp = np.arange(6, dtype=np.float32).reshape(3, 2) / 2
+            await q.put(
+                {"logp": logp, "ok": [True, False, True]}, partition_id="p", batch_meta=meta.select_samples([2, 3, 4])
+            )
+            data, got = await q.get_batch(["x", "logp", "ok"], 6, "train", "p")
+            assert got.global_indexes == [2, 3, 4]
+            assert data["x"].tolist() == [[4, 5], [6, 7], [8, 9]]
+            assert data["logp"].tolist() == logp.tolist() and data["ok"] == [True, False, True]
+            assert not data["x"].flags.writeable  # views on the arena, both the sample's and the patch's field
+            data.release()
+            status = await q.check_ready(meta, ["x", "logp"])
+            assert [s.is_ready for s in status.samples] == [False, False, True, True, True, False]
+
+    asyncio.run(before())
+    broker.kill()  # nothing was flushed on purpose: the log replay rebuilds fields and patches
+    broker.start()
+
+    async def after() -> None:
+        async with Queue("bf", broker=broker.address, durability="process") as q:
+            assert (await q.get_meta(["x", "logp"], 6, "train", "p")).size == 0  # taken before the kill
+            got = await q.get_meta(["x", "logp"], 6, "again", "p")
+            assert got.global_indexes == [2, 3, 4]
+            data = await q.get_data(got)
+            assert data["logp"].tolist() == [[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]
+            assert data["x"].tolist() == [[4, 5], [6, 7], [8, 9]]
+
+    asyncio.run(after())
+    assert broker.stop() == 0
