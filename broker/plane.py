@@ -40,9 +40,8 @@ from .extents import Extents, Peer
 
 log = logging.getLogger("persisting.broker")
 
-OPS = frozenset(
-    {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
-)
+SAMPLE_OPS = frozenset({"take", "describe", "get_data", "mark_consumed", "reset_consumption", "clear", "partitions"})
+OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS
 REAP_INTERVAL_SECONDS = 1.0
 FLUSH_AT_ARENA_SHARE = 0.5  # a topic flushes at once when this share of the arena waits to reach Lance
 MAX_LEASE_WAIT_SECONDS = 60.0
@@ -171,7 +170,7 @@ class TensorPlane:
 
     async def handle(self, req: Request, topic: Topic | None) -> Reply:
         arena, extents = self.arena, self.extents
-        if topic is not None and req.op in ("take", "describe", "get_data", "mark_consumed", "reset_consumption"):
+        if topic is not None and req.op in SAMPLE_OPS:
             return await self._samples(req, topic)
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
@@ -203,6 +202,12 @@ class TensorPlane:
         if req.op == "reset_consumption":
             topic.reset_consumption(arg(req, "partition", str), arg(req, "task", str))
             return Reply(req.id, True, None)
+        if req.op == "clear":
+            raw = req.args.get("indexes")
+            chosen = None if raw is None else _int_list(raw, "indexes")
+            return Reply(req.id, True, await topic.clear(arg(req, "partition", str), chosen))
+        if req.op == "partitions":
+            return Reply(req.id, True, await topic.partitions())
         if req.op == "take":
             partition, task = arg(req, "partition", str), arg(req, "task", str)
             batch_size = arg(req, "batch_size", int)

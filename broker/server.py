@@ -253,17 +253,17 @@ class Broker:
         if req.op == "read":
             offset, limit = arg(req, "offset", int), arg(req, "limit", int)
             wait = _timeout(req, "wait")
-            rows, kinds = await topic.read(offset, limit)
+            rows, kinds, end = await topic.read_window(offset, limit)
             # A read with "wait" is a long-poll: a consumer at the end of the data gets its next page in one
             # round trip instead of read, wait, read. "waited" tells the client this broker honoured it.
             if (
-                not rows
+                end <= offset
                 and wait is not None
                 and limit > 0
                 and await topic.wait_beyond(offset, min(wait, protocol.WAIT_SLICE_SECONDS))
             ):
-                rows, kinds = await topic.read(offset, limit)
-            result = {"kinds": kinds, "count": topic.count(), "waited": wait is not None}
+                rows, kinds, end = await topic.read_window(offset, limit)
+            result = {"kinds": kinds, "count": topic.count(), "waited": wait is not None, "end": end}
             return Reply(req.id, True, result, buffers=[codec.pack(rows)])
         if req.op == "wait":
             timeout = _timeout(req, "timeout")

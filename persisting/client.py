@@ -370,6 +370,33 @@ class Queue:
         else:
             await _loop.call(_reset_local(topic, partition_id, task_name))
 
+    async def clear(
+        self, global_indexes: Sequence[int] | BatchMeta | None = None, partition_id: str = "default"
+    ) -> int:
+        """Delete samples of ``partition_id`` (None: all of them); returns how many were newly cleared.
+
+        Durable (logged, and synced with ``durability="sync"``) before it returns. Cleared samples are never
+        handed out again, ``get_data`` of them raises ``ConfigError``, ``get()``/``stream()`` skip them, and no
+        other sample's global index changes. Their rows leave the Lance datasets at the topic's next open."""
+        self._check_take_args(0, "clear", partition_id, None)
+        indexes = None
+        if global_indexes is not None:
+            indexes = global_indexes.global_indexes if isinstance(global_indexes, BatchMeta) else list(global_indexes)
+            if not all(type(i) is int and i >= 0 for i in indexes):
+                raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta, or None for the whole partition)")
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            return await topic.clear(partition_id, indexes)
+        return await _loop.call(topic.clear(partition_id, indexes))
+
+    async def partitions(self) -> dict[str, dict[str, Any]]:
+        """Every partition of the topic: ``{partition: {"samples": n, "cleared": n, "tasks": {task: {"consumed":
+        n, "leased": n}}}}`` (samples not cleared; per task, what it took and what it holds leased now)."""
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            return await topic.partitions()
+        return await _loop.call(topic.partitions())
+
     @staticmethod
     def _check_take_args(batch_size: Any, task_name: Any, partition_id: Any, timeout: Any) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
@@ -470,14 +497,14 @@ class Queue:
                 raise ConfigError(f"{label} must be an int >= 0, got {v!r}")
         topic = await self._engine()
         if wait and isinstance(topic, RemoteTopic):
-            rows, kinds = await topic.read_waiting(offset, limit, timeout)
+            rows, kinds, end = await topic.read_waiting(offset, limit, timeout)
         else:
-            rows, kinds = await _on(topic, topic.read(offset, limit))
+            rows, kinds, end = await _on(topic, topic.read_window(offset, limit))
         if len(rows) > OFFLOAD_RECORDS:
             records = await asyncio.to_thread(_decode, rows, kinds)
         else:
             records = _decode(rows, kinds)
-        return records, offset + len(rows)
+        return records, end
 
     async def stream(
         self,
@@ -497,11 +524,15 @@ class Queue:
         long_poll = wait and isinstance(await self._engine(), RemoteTopic)
         while remaining is None or remaining > 0:
             want = self.batch_size if remaining is None else min(self.batch_size, remaining)
-            records, pos = await self._read(want, pos, wait=long_poll, timeout=timeout)
+            records, end = await self._read(want, pos, wait=long_poll, timeout=timeout)
             if records:
+                pos = end
                 if remaining is not None:
                     remaining -= len(records)
                 yield records
+                continue
+            if end > pos:  # a window of cleared samples' rows only
+                pos = end
                 continue
             if not wait or long_poll:
                 return

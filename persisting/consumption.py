@@ -1,4 +1,5 @@
-"""The consumption log: which samples each task has taken, kept across a restart and a kill -9.
+"""The consumption log: which samples each task has taken, and which samples were cleared, kept across a
+restart and a kill -9.
 
 One file per topic, ``<topic>/consumption.log``, of checksummed frames::
 
@@ -6,6 +7,8 @@ One file per topic, ``<topic>/consumption.log``, of checksummed frames::
     record = ["take", partition, task, [global indexes]]    samples handed to task (consume-on-fetch)
            | ["reset", partition, task]                     reset_consumption: the task starts over
            | ["taken", partition, task, [[lo, hi], ...]]    a snapshot: every index in these ranges is taken
+           | ["clear", partition, [global indexes]]         clear(): the samples are deleted
+           | ["cleared", partition, [[lo, hi], ...]]        a snapshot of cleared samples
 
 A take is written (write(2), no fsync) before its answer leaves the engine, so a kill -9 of the process keeps it;
 a power loss may forget the last takes (those samples are then handed out again: consumption is at-most-once per
@@ -30,6 +33,7 @@ _FRAME = struct.Struct("<II")
 COMPACT_AT_BYTES = 4 * 1024 * 1024
 
 Taken = dict[tuple[str, str], set[int]]
+Cleared = dict[str, set[int]]  # partition -> its cleared samples
 
 
 def _ranges(indexes: set[int]) -> list[list[int]]:
@@ -46,10 +50,13 @@ class ConsumptionLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = -1
+        self.cleared: Cleared = {}  # filled by open()
 
     def open(self) -> Taken:
-        """Replay the log (cutting a torn tail), compact it if long, and keep it open for appends."""
+        """Replay the log (cutting a torn tail), compact it if long, and keep it open for appends. Returns what
+        each task took; ``cleared`` holds the cleared samples."""
         taken: Taken = {}
+        cleared = self.cleared = {}
         try:
             data = self.path.read_bytes() if self.path.exists() else b""
         except OSError as exc:
@@ -61,33 +68,38 @@ class ConsumptionLog:
             if len(body) < size or zlib.crc32(body) != crc:
                 break
             try:
-                _apply(taken, msgpack.unpackb(body, raw=False, use_list=True))
+                _apply(taken, cleared, msgpack.unpackb(body, raw=False, use_list=True))
             except (ValueError, TypeError, msgpack.UnpackException):
                 break
             pos += _FRAME.size + size
         try:
             if pos >= COMPACT_AT_BYTES or pos < len(data):
-                self._rewrite(taken)  # a long log gets short again; a torn tail is cut
+                self._rewrite(taken, cleared)  # a long log gets short again; a torn tail is cut
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path}: {exc}") from exc
         return taken
 
-    def _rewrite(self, taken: Taken) -> None:
+    def _rewrite(self, taken: Taken, cleared: Cleared) -> None:
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
             for (partition, task), indexes in taken.items():
                 f.write(_frame(["taken", partition, task, _ranges(indexes)]))
+            for partition, indexes in cleared.items():
+                f.write(_frame(["cleared", partition, _ranges(indexes)]))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
 
-    def append(self, record: list[Any]) -> None:
+    def append(self, record: list[Any], sync: bool = False) -> None:
+        """Write one record (``sync``: and fdatasync it, so it survives a power loss too)."""
         if self._fd < 0:
             raise StorageError(f"{self.path} is not open")
         try:
             os.write(self._fd, _frame(record))
+            if sync:
+                os.fdatasync(self._fd)
         except OSError as exc:
             raise StorageError(f"cannot write {self.path}: {exc}") from exc
 
@@ -105,8 +117,17 @@ def _frame(record: list[Any]) -> bytes:
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-def _apply(taken: Taken, record: Any) -> None:
-    kind, partition, task = record[0], str(record[1]), str(record[2])
+def _apply(taken: Taken, cleared: Cleared, record: Any) -> None:
+    kind, partition = record[0], str(record[1])
+    if kind == "clear":
+        cleared.setdefault(partition, set()).update(int(i) for i in record[2])
+        return
+    if kind == "cleared":
+        target = cleared.setdefault(partition, set())
+        for lo, hi in record[2]:
+            target.update(range(int(lo), int(hi)))
+        return
+    task = str(record[2])
     if kind == "take":
         taken.setdefault((partition, task), set()).update(int(i) for i in record[3])
     elif kind == "taken":

@@ -68,6 +68,7 @@ from .layout import (
     topic_dirname,
     write_json_atomic,
 )
+from .partitions import Partitions
 from .queue.backend import StorageBackend
 from .samples import Consumption, Samples
 from .tail import ArenaPayload, Chunk, arena_columns, materialize, whole_batch
@@ -92,7 +93,7 @@ BackendFactory = Callable[..., StorageBackend]
 ArenaResolver = Callable[[bytes, int, int], np.ndarray | None]
 
 
-class Topic(Samples):
+class Topic(Samples, Partitions):
     def __init__(
         self,
         name: str,
@@ -111,6 +112,7 @@ class Topic(Samples):
         self._fields = FieldIndex()  # own fields and patches of the samples (fields.py), built with _partitions
         self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
         self._consumption_log: ConsumptionLog | None = None
+        self._cleared: set[int] = set()  # samples deleted by clear() (partitions.py)
         self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
         self.config = config
         self.path = storage_path / topic_dirname(name)
@@ -182,6 +184,7 @@ class Topic(Samples):
         wal.rotate(self.next_index)
         if self._tail:
             await self._flush_once()  # completes whatever flush a crash interrupted
+        await self._purge_cleared()  # nothing reads yet, so no position can move under a reader
         self._flusher = asyncio.ensure_future(self._flush_loop())
 
     def _open_files(self) -> None:
@@ -227,6 +230,7 @@ class Topic(Samples):
         self._wal = WriteAheadLog(self.path / "wal", sync=self.config.durability == "sync")
         self._consumption_log = ConsumptionLog(self.path / "consumption.log")
         self._consumption = {key: Consumption(done) for key, done in self._consumption_log.open().items()}
+        self._cleared = set().union(*self._consumption_log.cleared.values())
         kwargs = dict(self.config.backend_kwargs)
         self._backends = [
             self._factory(b, str(self.path), batch_size=self.config.batch_size, **kwargs)
@@ -277,8 +281,8 @@ class Topic(Samples):
             self._fields.patch(chunk.first, chunk.of, chunk.patch_fields)
             return
         self._partitions.setdefault(chunk.partition, []).extend(range(chunk.first, chunk.first + chunk.count))
-        intern = self._fields.intern
-        self._fields.add(chunk.partition, [intern(chunk.own_fields(i)) for i in range(chunk.count)])
+        fields = self._fields
+        fields.add(chunk.partition, [chunk.own_fields_id(i, fields) for i in range(chunk.count)])
 
     def _mark_fields(self, out: dict[str, Any], chunk: Chunk, i: int) -> None:
         """The engine columns a stored row carries so that the field index can be rebuilt at open."""
@@ -286,7 +290,7 @@ class Topic(Samples):
             out[OF_KEY] = chunk.of[i]
             out[FIELDS_KEY] = self._fields.to_json(self._fields.intern(frozenset(chunk.patch_fields)))
         else:
-            out[FIELDS_KEY] = self._fields.to_json(self._fields.intern(chunk.own_fields(i)))
+            out[FIELDS_KEY] = self._fields.to_json(chunk.own_fields_id(i, self._fields))
 
     async def _check_targets(self, partition: str, targets: list[int], n: int) -> None:
         """The samples a patch writes to must be acknowledged samples of its partition, each named once."""
@@ -300,6 +304,7 @@ class Topic(Samples):
             k = bisect.bisect_left(indexes, target)
             if k == len(indexes) or indexes[k] != target or target >= self.visible_upto:
                 unknown.append(target)
+        self.check_not_cleared(targets)
         if unknown:
             raise ConfigError(
                 f"partition {partition!r} has no samples with global indexes {unknown[:10]}: a put with batch_meta "
@@ -578,12 +583,19 @@ class Topic(Samples):
 
     async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Rows with global index in [offset, offset+limit), in index order, and the kinds to decode them."""
+        rows, kinds, _end = await self.read_window(offset, limit)
+        return rows, kinds
+
+    async def read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
+        """``read``, and where the window ended: the next read starts there (rows of cleared samples are skipped,
+        so a window may hold fewer rows than it spans)."""
         self._check_open()
         lo, hi = offset, min(offset + limit, self.visible_upto)
         if lo >= hi:
-            return [], dict(self.kinds)
+            return [], dict(self.kinds), lo
         flushed = self.flushed_upto
         kinds = dict(self.kinds)
+        cleared = self._cleared
         # Snapshot the tail now: a flush may move it into the backends while we await them.
         tail_rows: list[dict[str, Any]] = []
         if hi > flushed:
@@ -594,7 +606,9 @@ class Topic(Samples):
                     break
                 a = max(start - chunk.first, 0)
                 b = min(hi - chunk.first, len(chunk.rows))
-                if a < b:
+                if a < b and cleared:
+                    tail_rows.extend(r for i, r in enumerate(chunk.rows[a:b], chunk.first + a) if i not in cleared)
+                elif a < b:
                     tail_rows.extend(chunk.rows[a:b])
         stored: list[dict[str, Any]] = []
         if lo < flushed:
@@ -611,10 +625,10 @@ class Topic(Samples):
             for part in parts:
                 merged.extend((row[INDEX_KEY], row) for row in part)
             merged.sort(key=lambda pair: pair[0])
-            stored = [row for _, row in merged]
+            stored = [row for i, row in merged if i not in cleared] if cleared else [row for _, row in merged]
         self.metrics.gets += 1
         self.metrics.records_read += len(stored) + len(tail_rows)
-        return stored + tail_rows, kinds
+        return stored + tail_rows, kinds, hi
 
     async def wait_beyond(self, index: int, timeout: float | None) -> bool:
         """Wait until a record with global index >= ``index`` is visible; False on timeout."""

@@ -50,6 +50,7 @@ class FieldIndex:
         self.sets: list[frozenset[str]] = [frozenset()]
         self._ids: dict[frozenset[str], int] = {}
         self._json: dict[int, str] = {}
+        self._by_keys: dict[tuple[str, ...], int] = {}
         self.own: dict[str, list[int]] = {}
         self.sources: dict[int, dict[str, int]] = {}
 
@@ -58,6 +59,17 @@ class FieldIndex:
         if found is None:
             found = self._ids[names] = len(self.sets)
             self.sets.append(names)
+        return found
+
+    def row_id(self, row: Mapping[str, Any], extra: tuple[str, ...] = ()) -> int:
+        """The id of a stored row's own fields. Rows of one put usually share their keys and have no None, so
+        the answer is cached by the keys: a flush and a put pay a tuple and a dict lookup per row."""
+        if None in row.values():
+            return self.intern(own_fields(row, extra))
+        keys = (*row, *extra) if extra else tuple(row)
+        found = self._by_keys.get(keys)
+        if found is None:
+            found = self._by_keys[keys] = self.intern(own_fields(row, extra))
         return found
 
     def intern_json(self, raw: Any) -> int:

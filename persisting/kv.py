@@ -38,15 +38,16 @@ class KVInterface:
 
     async def _catch_up(self) -> None:
         while True:
-            rows = await self.queue.get(limit=READ_PAGE, offset=self._seen)
-            if not rows:
+            rows, end = await self.queue._read(READ_PAGE, self._seen)
+            if end <= self._seen:
                 return
             for n, record in enumerate(rows):
                 key = record.get(KEY_FIELD)
                 if isinstance(key, str):
                     partition = record.get("kv.partition", "default")
+                    # Only the order matters ("latest"): with no cleared rows this is the record's global index.
                     self._latest[(str(partition), key)] = (self._seen + n, record)
-            self._seen += len(rows)
+            self._seen = end
 
     @staticmethod
     def _check(keys: Sequence[str], partition_id: str) -> None:

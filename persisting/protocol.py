@@ -16,13 +16,12 @@ restarted reopens the topic on the first request it gets):
     hello      {}                                        -> {"broker": str, "pid": int, "storage_path": str}
     put_batch  {topic, config, partition, kinds, count, key[, of]}   + 1 buffer (rows) -> [first, count]
                (``of``: a patch, the global indexes of the samples whose fields row k writes; see fields.py)
-    read       {topic, config, offset, limit[, wait]}    -> {"kinds": map, "count": int, "waited": bool}
+    read       {topic, config, offset, limit[, wait]}    -> {"kinds": map, "count": int, "waited": bool, "end": int}
                                                             + 1 buffer (rows); with ``wait`` (seconds) a read
                                                             that finds nothing at ``offset`` is answered once
                                                             rows exist there or the time passes (the broker
-                                                            caps it at 30 s). Brokers before this answered at
-                                                            once and without "waited"; clients then fall back
-                                                            to ``wait``.
+                                                            caps it at 30 s); "end": where the next read starts
+                                                            (rows of cleared samples are skipped).
     wait       {topic, config, index, timeout}           -> bool (a record with index >= index is visible)
     flush      {topic, config}                           -> None
     stats      {topic, config}                           -> map
@@ -44,6 +43,8 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
     release      {hold, peer}                            -> bool
     mark_consumed      {topic, config, partition, task, indexes}   -> None
     reset_consumption  {topic, config, partition, task}   -> None
+    clear        {topic, config, partition, indexes}     -> int (newly cleared; indexes nil: the whole partition)
+    partitions   {topic, config}                         -> {partition: {"samples", "cleared", "tasks"}}
     (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery;
      and ready_fields: only samples whose every one of these fields is produced are taken; a take with fields,
      get_batch, uses those)
@@ -64,6 +65,7 @@ WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take
 OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
     | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
+    | {"clear", "partitions"}
 )
 
 

@@ -284,38 +284,45 @@ class RemoteTopic(TensorClient):
         return int(first), int(n)
 
     async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        rows, _waited = await self._read(self._args(offset=offset, limit=limit))
-        return rows, self.kinds
+        rows, kinds, _end = await self.read_window(offset, limit)
+        return rows, kinds
+
+    async def read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
+        rows, _waited, end = await self._read(self._args(offset=offset, limit=limit))
+        return rows, self.kinds, end
 
     async def read_waiting(
         self, offset: int, limit: int, timeout: float | None
-    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        """Like read, but at the end of the data wait up to ``timeout`` seconds (None: for ever) for rows at
-        ``offset``: a long-poll in the broker, so a consumer that keeps up pays one round trip per page."""
+    ) -> tuple[list[dict[str, Any]], dict[str, str], int]:
+        """Like read_window, but at the end of the data wait up to ``timeout`` seconds (None: for ever) for rows
+        at ``offset``: a long-poll in the broker, so a consumer that keeps up pays one round trip per page."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = WAIT_SLICE_SECONDS if deadline is None else min(max(0.0, deadline - loop.time()), WAIT_SLICE_SECONDS)
             args = self._args(offset=offset, limit=limit, wait=left)
-            rows, waited = await self._read(args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
-            if rows or (deadline is not None and loop.time() >= deadline):
-                return rows, self.kinds
+            rows, waited, end = await self._read(args, timeout=left + REQUEST_TIMEOUT_SECONDS, hold=left)
+            if rows or end > offset or (deadline is not None and loop.time() >= deadline):
+                return rows, self.kinds, end
             # A broker from before read took "wait" answered at once: wait the old way.
             if not waited and not await self.wait_beyond(
                 offset, None if deadline is None else max(0.0, deadline - loop.time())
             ):
-                return [], self.kinds
+                return [], self.kinds, offset
 
     async def _read(
         self, args: dict[str, Any], timeout: float | None = None, hold: float = 0.0
-    ) -> tuple[list[dict[str, Any]], bool]:
+    ) -> tuple[list[dict[str, Any]], bool, int]:
         reply = await self._conn.request("read", args, timeout=timeout, hold=hold)
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("read reply without its rows buffer")
         rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
         self.kinds = dict(reply.result["kinds"])
         self._count = int(reply.result["count"])
-        return rows, bool(reply.result.get("waited"))
+        end = reply.result.get("end")
+        if type(end) is not int:
+            raise errors.ProtocolError("read reply without the end of its window")
+        return rows, bool(reply.result.get("waited")), end
 
     async def wait_beyond(self, index: int, timeout: float | None) -> bool:
         loop = asyncio.get_running_loop()

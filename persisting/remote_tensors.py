@@ -154,6 +154,14 @@ class TensorClient:
         indexes, descs = reply.result
         return list(indexes), list(descs)
 
+    async def clear(self, partition: str, indexes: list[int] | None) -> int:
+        reply = await self._conn.request("clear", self._args(partition=partition, indexes=indexes))
+        return int(reply.result)
+
+    async def partitions(self) -> dict[str, dict[str, Any]]:
+        reply = await self._conn.request("partitions", self._args())
+        return dict(reply.result)
+
     async def describe(self, indexes: list[int]) -> list[list[Any]]:
         """The broker's ``Topic.describe``: field descriptions of samples, run-length encoded."""
         reply = await self._conn.request("describe", self._args(indexes=indexes))

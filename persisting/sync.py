@@ -37,6 +37,8 @@ class SyncQueue:
     get_data = _blocking("get_data")
     get_batch = _blocking("get_batch")
     check_ready = _blocking("check_ready")
+    clear = _blocking("clear")
+    partitions = _blocking("partitions")
     mark_consumed = _blocking("mark_consumed")
     reset_consumption = _blocking("reset_consumption")
     stats = _blocking("stats")

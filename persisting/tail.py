@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from .codec import encode_sample
-from .fields import own_fields
+from .fields import FieldIndex
 from .tensors import Column
 
 
@@ -65,10 +65,10 @@ class Chunk:
         if self.arena is not None:
             self._rows = None  # the encoded copy served its flush
 
-    def own_fields(self, i: int) -> frozenset[str]:
-        """The fields sample ``first + i`` of this chunk was written with."""
-        extra = self.arena.columns if self.arena is not None else ()
-        return own_fields(self.other[i], extra)
+    def own_fields_id(self, i: int, index: FieldIndex) -> int:
+        """The field-set id (in ``index``) of the fields sample ``first + i`` of this chunk was written with."""
+        extra = tuple(self.arena.columns) if self.arena is not None else ()
+        return index.row_id(self.other[i], extra)
 
     @property
     def rows(self) -> list[dict[str, Any]]:

@@ -142,3 +142,71 @@ def test_fields_through_the_broker_arena_and_after_a_kill_9(broker: BrokerProces
 
     asyncio.run(after())
     assert broker.stop() == 0
+
+
+def test_clear_deletes_samples_and_changes_no_other_index(store: Path) -> None:
+    with SyncQueue("c", store, batch_size=1000) as q:
+        meta = q.put({"x": np.arange(10)}, partition_id="p")
+        q.put({"x": np.arange(3) + 50}, partition_id="other")
+        assert q.get_meta(["x"], 2, "train", "p").global_indexes == [0, 1]
+        assert q.clear([2, 3, 7], partition_id="p") == 3
+        assert q.clear(meta.select_samples([2]), partition_id="p") == 0  # already cleared: nothing new
+        with pytest.raises(ConfigError, match="has no samples with global indexes"):
+            q.clear([10], partition_id="p")  # a sample of another partition
+        assert q.get_meta(["x"], 100, "train", "p").global_indexes == [4, 5, 6, 8, 9]
+        assert q.get_meta(["x"], 100, "fresh", "p").global_indexes == [0, 1, 4, 5, 6, 8, 9]
+        with pytest.raises(ConfigError, match=r"\[2, 3\] were cleared"):
+            q.get_data(meta.select_samples([1, 2, 3]))
+        with pytest.raises(ConfigError, match=r"\[7\] were cleared"):
+            q.put({"y": [1]}, partition_id="p", batch_meta=meta.select_samples([7]))
+        kept = [r["x"].item() for r in q.get(limit=100)]
+        assert kept == [0, 1, 4, 5, 6, 8, 9, 50, 51, 52]  # records skip cleared rows; stream too
+        assert [r["x"].item() for page in q.stream() for r in page] == kept
+        parts = q.partitions()
+        assert parts["p"]["samples"] == 7 and parts["p"]["cleared"] == 3 and parts["other"]["samples"] == 3
+        assert parts["p"]["tasks"]["train"]["consumed"] == 7
+        assert q.get_data(q.get_meta(["x"], 3, "t", "other"))["x"].tolist() == [50, 51, 52]
+    lance_rows = sum(lance_count(b) for b in (store / "c").glob("bucket-*.lance"))
+    assert lance_rows == 13  # flushed at close; the rows leave Lance at the next open
+    with SyncQueue("c", store) as q:
+        assert sum(lance_count(b) for b in (store / "c").glob("bucket-*.lance")) == 10
+        assert q.get_meta(["x"], 100, "fresh2", "p").global_indexes == [0, 1, 4, 5, 6, 8, 9]
+        assert [r["x"].item() for r in q.get(limit=100)] == [0, 1, 4, 5, 6, 8, 9, 50, 51, 52]
+        assert q.get_data(q.get_meta(["x"], 100, "t2", "other"))["x"].tolist() == [50, 51, 52]
+        assert q.clear(None, partition_id="other") == 3
+        assert q.partitions()["other"] == {
+            "samples": 0,
+            "cleared": 3,
+            "tasks": {"t": {"consumed": 0, "leased": 0}, "t2": {"consumed": 0, "leased": 0}},
+        }
+        q.put({"x": np.arange(2) + 90}, partition_id="p")  # new samples continue the indexes
+        assert q.get_meta(["x"], 100, "fresh", "p").global_indexes == [13, 14]
+
+
+def lance_count(uri: Path) -> int:
+    import lance
+
+    return int(lance.dataset(str(uri)).count_rows())
+
+
+@pytest.mark.slow
+def test_clear_through_the_broker_survives_a_kill_9(broker: BrokerProcess) -> None:
+    async def before() -> None:
+        async with Queue("bc", broker=broker.address, durability="sync") as q:
+            await q.put({"x": np.arange(8, dtype=np.float32)}, partition_id="p")
+            assert await q.clear([0, 5], partition_id="p") == 2
+            assert (await q.partitions())["p"]["cleared"] == 2
+
+    asyncio.run(before())
+    broker.kill()
+    broker.start()
+
+    async def after() -> None:
+        async with Queue("bc", broker=broker.address, durability="sync") as q:
+            got = await q.get_meta(["x"], 100, "train", "p")
+            assert got.global_indexes == [1, 2, 3, 4, 6, 7]
+            assert (await q.get_data(got))["x"].tolist() == [1, 2, 3, 4, 6, 7]
+            assert [r["x"].item() for r in await q.get(limit=100)] == [1, 2, 3, 4, 6, 7]
+
+    asyncio.run(after())
+    assert broker.stop() == 0

@@ -32,11 +32,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, SchemaConflictError, StorageError
+from ..layout import INDEX_KEY
 from ._stream import StreamMixin
 
 log = logging.getLogger(__name__)
 
 NULLS_COLUMN = "_persisting_nulls"
+DELETE_CHUNK_ROWS = 1000  # global indexes per delete predicate
 METADATA_CACHE_BYTES = 64 * 1024 * 1024
 INDEX_CACHE_BYTES = 16 * 1024 * 1024
 _LANCE_RESERVED_PREFIX = "_row"
@@ -235,6 +237,28 @@ class LanceBackend(StreamMixin):
         table = await asyncio.to_thread(ds.to_table, columns=[column_name(name)])
         values: list[Any] = table.column(0).to_pylist()
         return values
+
+    async def delete_rows(self, indexes: list[int]) -> None:
+        """Engine extension: delete the stored rows with these global indexes (the engine calls it at open,
+        before any read, because positions after them move down). Compaction later rewrites the fragments."""
+        await self.flush()
+        async with self._lock:
+            if self._ds is None or not indexes:
+                return
+            self._ds = await asyncio.to_thread(self._delete, indexes)
+            self._stored = self._ds.count_rows()
+
+    def _delete(self, indexes: list[int]) -> lance.LanceDataset:
+        try:
+            ds = lance.dataset(str(self.uri), session=shared_session())
+            column = column_name(INDEX_KEY)
+            for k in range(0, len(indexes), DELETE_CHUNK_ROWS):
+                part = ", ".join(str(int(i)) for i in indexes[k : k + DELETE_CHUNK_ROWS])
+                ds.delete(f"{column} IN ({part})")
+            self._sync_files()
+        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
+            raise StorageError(f"deleting rows from {self.uri} failed: {exc}") from exc
+        return ds
 
     async def maintain(self) -> None:
         async with self._lock:

@@ -1,0 +1,124 @@
+"""Partitions of a topic: listing them with their counts, and clearing samples.
+
+A mixin of ``engine.Topic`` (like samples.py), on the engine's loop. ``clear(partition, indexes)`` deletes
+samples: it is written to the consumption log first (fdatasync'ed when the topic's durability is "sync"), so it
+survives a restart, a kill -9 and a power loss like an acknowledged put. From then on the samples are never
+handed out, ``get_data``/``check_ready`` of them raise ``ConfigError`` naming them, puts with a ``batch_meta``
+naming them are refused, and ``get()``/``stream()`` skip their rows. No other index changes: global indexes are
+never shifted or reused.
+
+Space: the rows of cleared samples (and the patch rows that wrote their fields) are deleted from the backends
+the next time the topic opens (a broker restart, an embedded reopen), before anything reads it, so no reader
+ever sees positions move; Lance's compaction and version cleanup then give the disk space back. Their arena
+extents are recycled like any other once flushed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .consumption import ConsumptionLog
+from .errors import ConfigError
+from .layout import OF_KEY, IndexColumn
+from .queue.backend import StorageBackend
+
+if TYPE_CHECKING:
+    from .config import TopicConfig
+    from .samples import Consumption
+
+log = logging.getLogger(__name__)
+
+
+class Partitions:
+    name: str
+    visible_upto: int
+    config: TopicConfig
+    _cleared: set[int]
+    _consumption: dict[tuple[str, str], Consumption]
+    _consumption_log: ConsumptionLog | None
+    _backends: list[StorageBackend]
+    _columns: list[IndexColumn]
+
+    if TYPE_CHECKING:  # provided by engine.Topic and samples.Samples
+
+        def _check_open(self) -> None: ...
+
+        async def _partition_index(self) -> dict[str, list[int]]: ...
+
+        @staticmethod
+        async def _read_column(backend: StorageBackend, key: str) -> list[Any]: ...
+
+        async def _read_indexes(self, backend: StorageBackend) -> list[Any]: ...
+
+    def check_not_cleared(self, indexes: list[int]) -> None:
+        if self._cleared:
+            gone = [i for i in indexes if i in self._cleared]
+            if gone:
+                raise ConfigError(f"samples with global indexes {gone[:10]} were cleared (clear()); they have no data")
+
+    async def clear(self, partition: str, indexes: list[int] | None) -> int:
+        """Delete samples of ``partition`` (None: every sample it has); returns how many were newly cleared."""
+        self._check_open()
+        samples = (await self._partition_index()).get(partition, [])
+        if indexes is None:
+            targets = [i for i in samples[: bisect.bisect_left(samples, self.visible_upto)] if i not in self._cleared]
+        else:
+            unknown = []
+            for index in indexes:
+                k = bisect.bisect_left(samples, index)
+                if k == len(samples) or samples[k] != index or index >= self.visible_upto:
+                    unknown.append(index)
+            if unknown:
+                raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}")
+            targets = [i for i in dict.fromkeys(indexes) if i not in self._cleared]
+        if not targets:
+            return 0
+        if self._consumption_log is not None:
+            self._consumption_log.append(["clear", partition, targets], sync=self.config.durability == "sync")
+        self._cleared.update(targets)
+        for (where, _task), state in self._consumption.items():
+            if where == partition:
+                for index in targets:
+                    state.leased.pop(index, None)
+        return len(targets)
+
+    async def partitions(self) -> dict[str, dict[str, Any]]:
+        """Per partition: samples (not cleared), cleared, and per task how many it has taken (and holds leased)."""
+        self._check_open()
+        out: dict[str, dict[str, Any]] = {}
+        for partition, samples in (await self._partition_index()).items():
+            visible = samples[: bisect.bisect_left(samples, self.visible_upto)]
+            cleared = sum(1 for i in visible if i in self._cleared) if self._cleared else 0
+            tasks: dict[str, dict[str, int]] = {}
+            for (where, task), state in self._consumption.items():
+                if where == partition:
+                    taken = len(state.done - self._cleared) if self._cleared else len(state.done)
+                    tasks[task] = {"consumed": taken, "leased": len(state.leased)}
+            out[partition] = {"samples": len(visible) - cleared, "cleared": cleared, "tasks": tasks}
+        return out
+
+    async def _purge_cleared(self) -> None:
+        """At open, before any read: delete the rows of cleared samples (and their patch rows) from the backends
+        that can (``delete_rows``), then reload each bucket's index column."""
+        if not self._cleared:
+            return
+        cleared = np.fromiter(self._cleared, dtype=np.int64, count=len(self._cleared))
+        for b, backend in enumerate(self._backends):
+            delete = getattr(backend, "delete_rows", None)
+            if delete is None:
+                continue
+            view = self._columns[b].view()
+            doomed = [int(i) for i in view[np.isin(view, cleared)]]
+            targets = await self._read_column(backend, OF_KEY)
+            doomed += [
+                int(i) for i, of in zip(view.tolist(), targets, strict=True) if of is not None and of in self._cleared
+            ]
+            if not doomed:
+                continue
+            await delete(sorted(set(doomed)))
+            self._columns[b] = IndexColumn(await self._read_indexes(backend))
+            log.info("topic %r bucket %d: deleted %d rows of cleared samples", self.name, b, len(doomed))
