@@ -56,6 +56,7 @@ class Samples:
     visible_upto: int
     flushed_upto: int
     _partitions: dict[str, list[int]] | None
+    _cleared: set[int]
     _fields: FieldIndex
     _consumption: dict[tuple[str, str], Consumption]
     _consumption_log: ConsumptionLog | None
@@ -73,6 +74,8 @@ class Samples:
         def _check_open(self) -> None: ...
 
         def _index_chunk(self, chunk: Chunk) -> None: ...
+
+        def check_not_cleared(self, indexes: list[int]) -> None: ...
 
         async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]: ...
 
@@ -186,7 +189,8 @@ class Samples:
                 # Written before the answer leaves: a kill -9 after this never hands these samples out again.
                 self._consumption_log.append(["take", partition, task, list(consumed)])
             state.done.update(consumed)
-        while state.floor < len(indexes) and indexes[state.floor] in state.done:
+        cleared = self._cleared
+        while state.floor < len(indexes) and (indexes[state.floor] in state.done or indexes[state.floor] in cleared):
             state.floor += 1
         for other_key, share in shares.items():  # the other ranks' parts of this step
             self._rank_cache[(partition, task, *other_key)] = list(share)
@@ -210,12 +214,14 @@ class Samples:
         return limit
 
     def _unready(self, partition: str, indexes: list[int], fields: list[str] | None) -> Callable[[int], bool] | None:
-        """A test of a position of ``partition`` (in ``indexes``): True when one of ``fields`` is not produced."""
+        """A test of a position of ``partition`` (in ``indexes``): True when the sample was cleared or one of
+        ``fields`` is not produced for it."""
+        cleared = self._cleared
         if not fields:
-            return None
+            return (lambda p: indexes[p] in cleared) if cleared else None
         need = frozenset(fields)
         ready = self._fields.ready
-        return lambda p: not ready(partition, p, indexes[p], need)
+        return lambda p: indexes[p] in cleared or not ready(partition, p, indexes[p], need)
 
     @staticmethod
     def _ready_front(
@@ -279,7 +285,7 @@ class Samples:
         """Acknowledge samples for ``task``: they are never handed to it again (logged like a take)."""
         self._check_open()
         known = set((await self._partition_index()).get(partition, []))
-        unknown = [i for i in indexes if i not in known or i >= self.visible_upto]
+        unknown = [i for i in indexes if i not in known or i >= self.visible_upto or i in self._cleared]
         if unknown:
             raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}")
         state = self._consumption.setdefault((partition, task), Consumption())
@@ -383,6 +389,7 @@ class Samples:
 
     async def rows_at(self, indexes: list[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once."""
+        self.check_not_cleared(indexes)
         out: dict[int, dict[str, Any]] = {}
         kinds = dict(self.kinds)
         ordered = sorted(set(indexes))
