@@ -319,7 +319,7 @@ def test_a_read_with_wait_is_a_long_poll(broker: BrokerProcess) -> None:
 
 
 def test_stream_falls_back_to_wait_with_a_broker_whose_read_does_not_wait(tmp_path: Path) -> None:
-    # A stand-in for a broker from before read took "wait": it answers reads at once, without "waited".
+    # A stand-in for a broker whose read ignores "wait": it answers at once, without "waited".
     address = f"ipc://{tmp_path}/old.sock"
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
@@ -343,8 +343,11 @@ def test_stream_falls_back_to_wait_with_a_broker_whose_read_does_not_wait(tmp_pa
                 visible = 1  # the record "arrives" while the client waits
                 result = True
             elif req["op"] == "read":
-                rows = [{"id": 7}] if req["args"]["offset"] < visible else []
-                result, buffers = {"kinds": {"id": "int"}, "count": visible}, [msgpack.packb(rows)]
+                offset = req["args"]["offset"]
+                rows = [{"id": 7}] if offset < visible else []
+                end = offset + len(rows)
+                result = {"kinds": {"id": "int"}, "count": visible, "end": end}
+                buffers = [msgpack.packb(rows)]
             else:
                 result = {}
             reply = {"v": PROTOCOL_VERSION, "id": req["id"], "ok": True, "result": result}
