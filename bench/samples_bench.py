@@ -18,7 +18,9 @@ never timed; ``time.monotonic`` is one clock for all processes on Linux.
    "train", "p", sampler=GRPOGroupNSampler(8), wait=True, timeout=...)`` until every sample is taken. Per call
    latency is kept for calls that returned samples; it includes waiting in the broker for a put when the
    consumers are ahead of the producers. The backlog (samples put, not yet taken) is sampled every 50 ms by this
-   process.
+   process, which also times a ``hello`` round trip every 10 ms (the floor of a request on the loaded machine);
+   each process's CPU time until every sample is taken is kept (``time.process_time`` in the workers,
+   ``/proc/<pid>/stat`` for the broker), to tell the take's own work from waiting for a core or for the broker.
    Checks: every global index 0..N-1 taken exactly once across the 4 consumers, nothing else taken, and every
    returned batch made of whole groups (runs of 8 indexes [8k, 8k+8), in order).
 """
@@ -30,6 +32,7 @@ import contextlib
 import json
 import math
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -56,6 +59,8 @@ START_TIMEOUT_S = 120.0
 CASE_LIMIT_S = 120.0  # the workload's processes must be done by then
 GET_TIMEOUT_S = 0.5  # get_meta(wait=True, timeout=...): how long an idle consumer waits before it looks again
 LATENCY_ROUNDS = 8
+PROBE_INTERVAL_S = 0.01  # hello round trips timed during the workload, one per this many seconds
+BACKLOG_EVERY_S = 0.05  # backlog sampling period during the workload
 AIM_P50_MS = 0.5
 BACKLOG = 32_768  # untaken samples in the backlog reference
 BACKLOG_CALLS = 100
@@ -88,6 +93,9 @@ class SamplesBenchResult:
     idle: Series = field(default_factory=lambda: Series("get_meta-idle", "get_meta, samples ready"))
     backlog: Series = field(default_factory=lambda: Series("get_meta-backlog", "get_meta, 32,768 untaken"))
     live: Series = field(default_factory=lambda: Series("get_meta-live", "get_meta, 2 producers + 4 consumers"))
+    hello_live: Series = field(default_factory=lambda: Series("hello-live", "protocol hello during the workload"))
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds during the workload: broker, producers, ...
+    workload_s: float = 0.0  # wall seconds the CPU times above were taken over (barrier -> every sample taken)
     max_backlog: int = 0  # most samples put and not yet taken, sampled every 50 ms during the workload
     total: int = 0  # samples the producers set out to put
     produced: int = 0  # samples whose put returned
@@ -212,6 +220,7 @@ async def _producer(spec: dict[str, Any], info: dict[str, Any]) -> None:
     try:
         spec["barrier"].wait(START_TIMEOUT_S)
         info["t0"] = time.monotonic()
+        cpu0 = time.process_time()
         interval = spec["put_interval_s"]
         for i in range(spec["puts"]):
             if interval > 0:
@@ -221,6 +230,7 @@ async def _producer(spec: dict[str, Any], info: dict[str, Any]) -> None:
             with spec["put_count"].get_lock():
                 spec["put_count"].value += PUT_ROWS
         info["t1"] = time.monotonic()
+        info["cpu_s"] = time.process_time() - cpu0
     finally:
         await q.aclose()
 
@@ -244,6 +254,7 @@ async def _consumer(spec: dict[str, Any], info: dict[str, Any]) -> None:
     try:
         spec["barrier"].wait(START_TIMEOUT_S)
         info["t0"] = time.monotonic()
+        cpu0 = time.process_time()
         deadline = time.monotonic() + CASE_LIMIT_S
         while time.monotonic() < deadline:
             t0 = time.perf_counter_ns()
@@ -252,6 +263,7 @@ async def _consumer(spec: dict[str, Any], info: dict[str, Any]) -> None:
             info["calls"] += 1
             if len(meta):
                 info["t1"] = time.monotonic()
+                info["cpu_s"] = time.process_time() - cpu0  # up to its last batch: not the idle wait at the end
                 info["lat_us"].append(dt)
                 info["batches"].append(meta.global_indexes)
                 with taken.get_lock():
@@ -276,8 +288,21 @@ def _whole_groups(indexes: list[int]) -> bool:
     return True
 
 
+def _proc_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (None: unknown, e.g. not Linux)."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on: "pid (comm) " may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
 def _workload(
     broker: str,
+    broker_pid: int | None,
     work: Path,
     puts: int,
     put_interval_s: float,
@@ -333,18 +358,38 @@ def _workload(
     ]
     for p in [*prods, *cons]:
         p.start()
-    seen = 0
-    try:
+    seen = [0]
+
+    async def monitor() -> None:
+        conn = connection(broker)
+        await conn.request("hello", {})  # connected before the clock starts
         barrier.wait(START_TIMEOUT_S)
-        deadline = time.monotonic() + CASE_LIMIT_S + 10
+        t_start, broker_cpu0 = time.monotonic(), _proc_cpu_s(broker_pid)
+        deadline = t_start + CASE_LIMIT_S + 10
+        next_backlog = t_start
         while any(p.is_alive() for p in cons) and time.monotonic() < deadline:
             if not producers_done.is_set() and not any(p.is_alive() for p in prods):
                 producers_done.set()
-            got = taken.value
-            result.max_backlog = max(result.max_backlog, put_count.value - got)
-            tick(got - seen)
-            seen = got
-            time.sleep(0.05)
+            if not result.workload_s and taken.value >= total:  # the busy part is over (consumers idle from here)
+                result.workload_s = time.monotonic() - t_start
+                broker_cpu1 = _proc_cpu_s(broker_pid)
+                if broker_cpu0 is not None and broker_cpu1 is not None:
+                    result.cpu_s["broker"] = broker_cpu1 - broker_cpu0
+                result.cpu_s["bench process"] = time.process_time() - cpu0
+            t0 = time.perf_counter_ns()
+            await conn.request("hello", {})
+            result.hello_live.samples_us.append((time.perf_counter_ns() - t0) / 1e3)
+            if time.monotonic() >= next_backlog:
+                got = taken.value
+                result.max_backlog = max(result.max_backlog, put_count.value - got)
+                tick(got - seen[0])
+                seen[0] = got
+                next_backlog += BACKLOG_EVERY_S
+            await asyncio.sleep(PROBE_INTERVAL_S)
+
+    cpu0 = time.process_time()
+    try:
+        asyncio.run(monitor())
     except Exception as exc:
         result.errors.append(f"start failed: {exc!r}")
     producers_done.set()
@@ -356,7 +401,7 @@ def _workload(
             result.errors.append(f"{p.name} did not finish; terminated")
         elif p.exitcode:
             result.errors.append(f"{p.name} exit code {p.exitcode}")
-    tick(taken.value - seen)
+    tick(taken.value - seen[0])
 
     t0s: list[float] = []
     prod_t1: list[float] = []
@@ -372,6 +417,8 @@ def _workload(
             result.errors.append(f"{p.name}: {info['error']}")
         if "t0" in info:
             t0s.append(info["t0"])
+        role = "producers" if p in prods else "consumers"
+        result.cpu_s[role] = result.cpu_s.get(role, 0.0) + float(info.get("cpu_s", 0.0))
         if p in prods:
             result.produced += int(info.get("produced", 0))
             if "t1" in info:
@@ -439,11 +486,11 @@ def run_samples_bench(
     total = 2 * (latency_n + warmup) + BACKLOG_CALLS + PRODUCERS * puts * PUT_ROWS
     with tqdm(total=total, unit="op", unit_scale=True, file=sys.stderr, disable=not progress) as bar:
         bar.set_description("starting broker")
-        with broker_process(base / "storage", address, log_path, (), "WARNING"):
+        with broker_process(base / "storage", address, log_path, (), "WARNING") as proc:
             bar.set_description("reference: hello / get_meta, idle")
             asyncio.run(_reference(address, latency_n, warmup, result, bar.update))
             bar.set_description("2 producers, 4 consumers")
-            _workload(address, work, puts, put_interval_s, get_timeout, seed, result, bar.update)
+            _workload(address, proc.pid, work, puts, put_interval_s, get_timeout, seed, result, bar.update)
     if log_path.exists():
         result.broker_log = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     result.wall_s = time.perf_counter() - t_start
@@ -469,8 +516,10 @@ def rows(result: SamplesBenchResult) -> list[list[str]]:
         "get_meta-backlog": f"get_meta {TAKE} (GRPO n={GROUP_N}), {BACKLOG:,} samples ready, 1 caller, idle broker",
         "get_meta-live": f"get_meta {TAKE} (GRPO n={GROUP_N}, wait=True), {CONSUMERS} consumers during "
         f"{PRODUCERS} producers' puts; calls that returned samples",
+        "hello-live": f"protocol `hello` round trip during the workload (bench process, one per "
+        f"{PROBE_INTERVAL_S * 1e3:g} ms)",
     }
-    for s in (result.hello, result.idle, result.backlog, result.live):
+    for s in (result.hello, result.idle, result.backlog, result.live, result.hello_live):
         p50 = s.p(0.5)
         ratio = f"{p50 / floor:.2f}x" if p50 is not None and floor else "-"
         out.append([labels[s.key], f"{len(s.samples_us):,}", _ms(p50), _ms(s.p(0.99)), ratio])
@@ -488,6 +537,12 @@ def workload_rows(result: SamplesBenchResult) -> list[list[str]]:
         ["batches not whole aligned groups", f"{result.bad_batches} of {len(result.live.samples_us):,}"],
         ["get_meta calls (empty after timeout)", f"{result.calls:,} ({result.empty_calls:,})"],
         ["largest backlog seen (put, not taken)", f"{result.max_backlog:,} samples"],
+        [
+            f"CPU during the workload ({result.workload_s:.2f} s wall, {os.cpu_count()} cores), % of one core",
+            ", ".join(f"{k} {v / result.workload_s:.0%}" for k, v in result.cpu_s.items())
+            if result.workload_s
+            else "-",
+        ],
         ["correct", "yes" if result.correct else "NO"],
     ]
 
@@ -522,7 +577,11 @@ def _notes(result: SamplesBenchResult) -> list[str]:
         "Workload latency: per get_meta call that returned samples, in the consumer, perf_counter around the await; "
         "it includes waiting in the broker for the next put when the consumers are ahead of the producers, and "
         "the machine's cores are shared by 7 processes. Empty calls (the timeout ran out) are counted, not timed. "
-        "The backlog is sampled every 50 ms from the producers' and consumers' shared counters.",
+        f"The backlog is sampled every {BACKLOG_EVERY_S * 1e3:g} ms from the producers' and consumers' shared "
+        f"counters; the bench process times one hello every {PROBE_INTERVAL_S * 1e3:g} ms meanwhile. CPU: "
+        "process_time of each worker from the barrier to its last put or last batch, the broker's utime+stime from "
+        "/proc and the bench process's own up to the moment every sample was taken; as a share of that wall time "
+        "(barrier -> every sample taken, seen by the 10 ms probe loop).",
         f"Reference: {s['latency_n']:,} calls per series after {s['warmup']:,} untimed, hello and get_meta "
         f"interleaved in {LATENCY_ROUNDS} rounds, in the bench's process, before the workload (broker otherwise "
         "idle); get_meta there is on its own topic kept at 64-128 untaken samples by untimed puts, wait=False, "
@@ -552,7 +611,11 @@ def render_samples(result: SamplesBenchResult, fmt: str) -> str:
                 "meta": result.meta,
                 "settings": result.settings,
                 "wall_s": result.wall_s,
-                "series": [s.to_json() for s in (result.hello, result.idle, result.backlog, result.live)],
+                "series": [
+                    s.to_json() for s in (result.hello, result.idle, result.backlog, result.live, result.hello_live)
+                ],
+                "cpu_s": result.cpu_s,
+                "workload_s": result.workload_s,
                 "workload": dict(workload_rows(result)),
                 "aims": [dict(zip(AIM_HEADERS, a, strict=True)) for a in aims(result)],
                 "errors": result.errors,

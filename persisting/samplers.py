@@ -11,6 +11,14 @@ there) plus what the caller passed (``dp_rank``, ``batch_index``, ...). ``sample
 gives other ranks' parts of the same step by cache key (LengthBalancedSampler). A sampler that cannot fill
 a whole batch returns what it can: ``get_meta(wait=True)`` waits until it fills one.
 
+Optionally ``window(batch_size) -> int``: how many ready samples from the front the sampler needs to see. The
+engine then passes only the first ``window`` ready samples (and their positions), so a call costs the same
+whatever the backlog; if the sampler does not fill the batch from them (fewer than ``batch_size`` sampled) and
+more samples were ready, it is asked again with the whole list. A sampler declaring a window promises that
+whenever it fills a batch from a window, it would have picked the same from the whole list (true of any sampler
+that picks greedily from the front, like the built-in ones). Without ``window``, ``ready`` is every sample the
+task may still take.
+
 Built-in samplers work in embedded and broker mode (the broker rebuilds them from ``to_wire()``); a custom
 sampler works in embedded mode only, because nothing from the wire is unpickled.
 
@@ -43,6 +51,10 @@ class SequentialSampler:
     """The first ``batch_size`` ready samples, in index order."""
 
     name = "sequential"
+
+    def window(self, batch_size: int) -> int:
+        """Ready samples (from the front) the sampler needs to see: the batch itself."""
+        return batch_size
 
     def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
         picked = list(ready[:batch_size])
@@ -82,6 +94,11 @@ class GRPOGroupNSampler:
         if type(n_samples_per_prompt) is not int or n_samples_per_prompt < 1:
             raise ConfigError(f"n_samples_per_prompt must be an int >= 1, got {n_samples_per_prompt!r}")
         self.n = n_samples_per_prompt
+
+    def window(self, batch_size: int) -> int:
+        """Ready samples (from the front) the sampler needs to see: the batch, plus slack for groups at the front
+        that are not whole yet (skipped); one more group so that a batch cut by an unaligned put still fits."""
+        return 2 * batch_size + self.n
 
     def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
         if batch_size % self.n:
@@ -130,7 +147,8 @@ class LengthBalancedSampler:
         self.groups = GRPOGroupNSampler(n_samples_per_prompt)
 
     def window(self, batch_size: int) -> int:
-        """How many ready samples (from the front) the sampler needs lengths for."""
+        """Ready samples (from the front) the sampler needs to see, and the ones it is given lengths for: a step
+        of ``batch_size * dp_size``, with as much again as slack for groups that are not whole yet."""
         return 2 * batch_size * self.dp_size
 
     def cache_key(self, **kw: Any) -> tuple[Any, ...] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -166,5 +167,137 @@ def test_length_balanced_through_the_broker(broker: BrokerProcess) -> None:
     async def go() -> None:
         async with Queue("lb", broker=broker.address) as q:
             await _balanced(q)
+
+    asyncio.run(go())
+
+
+# -- windows: a built-in sampler sees only the front of the ready list; the answer must not change -------------
+
+
+class _Pick:
+    """A custom sampler handing out exactly ``picks`` (to lease a chosen pattern of samples)."""
+
+    def __init__(self, picks: list[int]) -> None:
+        self.picks = picks
+
+    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
+        return list(self.picks), list(self.picks)
+
+
+@pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the engine's ready scans: stopped at a window, or over every ready sample."""
+    from persisting.samples import Samples
+
+    counts = {"window": 0, "full": 0}
+    original = Samples._ready_front
+
+    def counting(*args: Any, **kwargs: Any) -> tuple[list[int], list[int], bool]:
+        counts["full" if args[3] is None else "window"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(Samples, "_ready_front", staticmethod(counting))
+    return counts
+
+
+def _expected(sampler: Any, model: dict[str, Any], batch_size: int, kw: dict[str, int]) -> tuple[list[int], list[int]]:
+    """What the sampler answers given every ready sample of the partition (the answer before windows)."""
+    order: list[int] = model["indexes"]
+    gone = model["done"] | model["leased"]
+    positions = [p for p, i in enumerate(order) if i not in gone]
+    ready = [order[p] for p in positions]
+    extra = {"lengths": {i: model["lengths"][i] for i in ready}} if hasattr(sampler, "length_field") else {}
+    result = sampler.sample(ready, batch_size, positions=positions, **extra, **kw)
+    return result[0], result[1]
+
+
+def test_a_window_gives_what_the_whole_ready_list_gives(store: Path, seed: int, scans: dict[str, int]) -> None:
+    rng = random.Random(seed)
+
+    async def go() -> None:
+        async with Queue("win", store) as q:
+            # Partitions whose puts interleave (global indexes have gaps) and come in sizes that are not multiples
+            # of the group size (groups get cut), so that GRPO's front is not always whole.
+            layouts: dict[str, list[int]] = {f"p{k}": [] for k in range(6)}
+            lengths: dict[int, int] = {}
+            put_sizes = [1, 2, 3, 4, 5, 8, 8, 8, 12, 16]
+            while any(len(v) < 160 for v in layouts.values()):
+                part = rng.choice([p for p, v in layouts.items() if len(v) < 160])
+                size = rng.choice(put_sizes)
+                lens = [rng.randrange(1, 1000) for _ in range(size)]
+                meta = await q.put({"x": np.zeros(size), "len": lens}, partition_id=part)
+                assert meta is not None
+                layouts[part] += meta.global_indexes
+                lengths.update(zip(meta.global_indexes, lens, strict=True))
+            for case in range(40):
+                part = rng.choice(list(layouts))
+                task = f"t{case}"
+                order = layouts[part]
+                model: dict[str, Any] = {"indexes": order, "lengths": lengths, "done": set(), "leased": set()}
+                # taken: a prefix (moves the floor), then random holes, some of them half groups
+                cut = rng.randrange(0, len(order) // 2)
+                done = set(order[:cut]) | {i for i in order[cut:] if rng.random() < rng.choice([0.0, 0.05, 0.3])}
+                if done:
+                    await q.mark_consumed(task, sorted(done), part)
+                model["done"] = done
+                leased = sorted(i for i in order if i not in done and rng.random() < rng.choice([0.0, 0.05, 0.2]))
+                if leased:
+                    got = await q.get_meta(["x"], len(leased), task, part, _Pick(leased), delivery="ack",
+                                           lease_seconds=600)  # fmt: skip
+                    assert got.global_indexes == leased
+                model["leased"] = set(leased)
+                n = rng.choice([1, 2, 4])
+                sampler: Any
+                kind = rng.choice(["sequential", "rank_aware", "grpo", "length_balanced"])
+                if kind == "sequential":
+                    sampler, batch, kw = SequentialSampler(), rng.randrange(0, 24), {}
+                elif kind == "rank_aware":
+                    sampler, batch, kw = RankAwareSampler(), rng.randrange(1, 24), {"dp_rank": 0, "batch_index": 0}
+                elif kind == "grpo":
+                    sampler, batch, kw = GRPOGroupNSampler(n), n * rng.randrange(1, 6), {}
+                else:
+                    dp = rng.randrange(1, 4)
+                    sampler = LengthBalancedSampler("len", dp_size=dp, n_samples_per_prompt=n)
+                    batch, kw = n * rng.randrange(1, 4), {"dp_rank": rng.randrange(dp), "batch_index": 0}
+                for step in range(3):  # successive takes, each from what the previous ones left
+                    if "batch_index" in kw:
+                        kw = {**kw, "batch_index": step}
+                    sampled, consumed = _expected(sampler, model, batch, kw)
+                    meta = await q.get_meta(["x"], batch, task, part, sampler, **kw)
+                    label = f"seed={seed} case={case} {kind} batch={batch} n={n} step={step}"
+                    assert meta.global_indexes == sampled, label
+                    model["done"] |= set(consumed)
+
+    asyncio.run(go())
+    assert scans["window"] > 0 and scans["full"] > 0, scans  # both paths ran: the front filled, and it did not
+
+
+def test_a_big_backlog_still_hands_out_correct_batches(store: Path, scans: dict[str, int]) -> None:
+    backlog = 40_000  # samples put, none taken: the front is what a take looks at
+
+    async def go() -> None:
+        async with Queue("big", store) as q:
+            await q.put({"x": np.arange(backlog)}, partition_id="p")
+            for i in range(0, 64, 8):  # every group's first sample taken: none of them whole any more
+                await q.mark_consumed("broken", [i], "p")
+            scans["window"] = scans["full"] = 0
+            seq = [(await q.get_meta(["x"], 16, "seq", "p")).global_indexes for _ in range(3)]
+            assert seq == [list(range(k, k + 16)) for k in (0, 16, 32)]
+            grpo = [(await q.get_meta(["x"], 16, "grpo", "p", GRPOGroupNSampler(8))).global_indexes for _ in range(3)]
+            assert grpo == [list(range(k, k + 16)) for k in (0, 16, 32)]
+            assert scans == {"window": 6, "full": 0}  # the front made every batch: no scan of the backlog
+            # Leased samples at the front are passed over; the batch comes from behind them.
+            leased = await q.get_meta(["x"], 24, "ack", "p", GRPOGroupNSampler(8), delivery="ack", lease_seconds=600)
+            after = await q.get_meta(["x"], 16, "ack", "p", GRPOGroupNSampler(8))
+            assert leased.global_indexes == list(range(24)) and after.global_indexes == list(range(24, 40))
+            # The first 8 groups are broken for this task: the window (40) holds no whole group, so the engine
+            # asks again with every ready sample and still gets the first whole groups.
+            broken = await q.get_meta(["x"], 16, "broken", "p", GRPOGroupNSampler(8))
+            assert broken.global_indexes == list(range(64, 80))
+            assert scans["full"] == 1
+            # the last samples of the partition, after most of it was taken
+            await q.mark_consumed("tail", list(range(backlog - 20)), "p")
+            tail = await q.get_meta(["x"], 16, "tail", "p", GRPOGroupNSampler(8))
+            assert tail.global_indexes == list(range(backlog - 16, backlog))
 
     asyncio.run(go())
