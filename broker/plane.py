@@ -40,7 +40,9 @@ from .extents import Extents, Peer
 
 log = logging.getLogger("persisting.broker")
 
-SAMPLE_OPS = frozenset({"take", "describe", "get_data", "mark_consumed", "reset_consumption", "clear", "partitions"})
+SAMPLE_OPS = frozenset(
+    {"take", "describe", "get_data", "mark_consumed", "reset_consumption", "clear", "partitions", "set_tags"}
+)
 OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS
 REAP_INTERVAL_SECONDS = 1.0
 FLUSH_AT_ARENA_SHARE = 0.5  # a topic flushes at once when this share of the arena waits to reach Lance
@@ -208,6 +210,14 @@ class TensorPlane:
             return Reply(req.id, True, await topic.clear(arg(req, "partition", str), chosen))
         if req.op == "partitions":
             return Reply(req.id, True, await topic.partitions())
+        if req.op == "set_tags":
+            items = req.args.get("items")
+            if not isinstance(items, list) or not all(
+                isinstance(it, list) and len(it) == 2 and type(it[0]) is int and isinstance(it[1], dict) for it in items
+            ):
+                raise ProtocolError("set_tags items must be a list of [global index, {key: value}]")
+            await topic.set_tags(arg(req, "partition", str), [(it[0], it[1]) for it in items])
+            return Reply(req.id, True, None)
         if req.op == "take":
             partition, task = arg(req, "partition", str), arg(req, "task", str)
             batch_size = arg(req, "batch_size", int)

@@ -75,10 +75,11 @@ def batch_meta(
 
 
 def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields: list[str] | None) -> BatchMeta:
-    """A BatchMeta from ``Topic.describe``'s runs; the samples of one run share one fields mapping."""
+    """A BatchMeta from ``Topic.describe``'s runs; the samples of one run share one fields mapping (and tags)."""
     samples: list[SampleMeta] = []
     it = iter(indexes)
-    for count, desc in runs:
+    for count, desc, *rest in runs:
+        tags = dict(rest[0]) if rest and rest[0] else None
         chosen = {
             name: FieldMeta(name, str(kind), str(dtype), tuple(int(d) for d in shape))
             for name, (kind, dtype, shape) in desc.items()
@@ -87,7 +88,10 @@ def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields:
         for name in fields or ():
             if name not in chosen:  # asked for and not written yet for these samples
                 chosen[name] = FieldMeta(name, "", production_status=ProductionStatus.NOT_PRODUCED)
-        samples.extend(SampleMeta(next(it), partition, chosen) for _ in range(int(count)))
+        if tags is None:
+            samples.extend(SampleMeta(next(it), partition, chosen) for _ in range(int(count)))
+        else:
+            samples.extend(SampleMeta(next(it), partition, chosen, dict(tags)) for _ in range(int(count)))
     if len(samples) != len(indexes):
         raise ProtocolError(f"field descriptions cover {len(samples)} samples, not {len(indexes)}")
     return BatchMeta(tuple(samples), {"fields": list(fields) if fields is not None else None})

@@ -326,7 +326,7 @@ class Queue:
     async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
         """The same samples with each field's current production status (``FieldMeta.production_status``,
         ``SampleMeta.is_ready``, ``BatchMeta.is_ready``): for ``fields``, or the fields the meta names. Takes
-        nothing; tags and partitions stay as they are."""
+        nothing; partitions stay as they are, tags are the stored ones updated by the meta's own."""
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"check_ready takes a BatchMeta, got {type(batch_meta).__qualname__}")
         if isinstance(fields, str):
@@ -342,7 +342,7 @@ class Queue:
             descs = await _loop.call(topic.describe(indexes))
         fresh = batches.meta_from(indexes, "", descs, wanted)
         samples = tuple(
-            replace(new, partition_id=old.partition_id, custom_meta=old.custom_meta)
+            replace(new, partition_id=old.partition_id, custom_meta={**new.custom_meta, **old.custom_meta})
             for new, old in zip(fresh.samples, batch_meta.samples, strict=True)
         )
         return BatchMeta(samples, {**batch_meta.extra_info, "fields": wanted})
@@ -388,6 +388,22 @@ class Queue:
         if isinstance(topic, RemoteTopic):
             return await topic.clear(partition_id, indexes)
         return await _loop.call(topic.clear(partition_id, indexes))
+
+    async def set_custom_meta(self, batch_meta: BatchMeta) -> None:
+        """Store the samples' tags (``custom_meta``, set with ``BatchMeta.with_custom_meta``) with the samples.
+
+        Merged into what each sample has (a key set again takes the new value); durable when this returns (synced
+        with ``durability="sync"``); every later ``get_meta``, ``get_batch`` and ``check_ready``, in any process and
+        after a restart, hands the samples out with them. Values must be msgpack-safe."""
+        if not isinstance(batch_meta, BatchMeta):
+            raise ConfigError(f"set_custom_meta takes a BatchMeta, got {type(batch_meta).__qualname__}")
+        by_partition: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for sample in batch_meta.samples:
+            if sample.custom_meta:
+                by_partition.setdefault(sample.partition_id, []).append((sample.global_index, sample.custom_meta))
+        topic = await self._engine()
+        for partition, items in by_partition.items():
+            await _on(topic, topic.set_tags(partition, items))
 
     async def partitions(self) -> dict[str, dict[str, Any]]:
         """Every partition of the topic: ``{partition: {"samples": n, "cleared": n, "tasks": {task: {"consumed":

@@ -1,5 +1,5 @@
-"""The consumption log: which samples each task has taken, and which samples were cleared, kept across a
-restart and a kill -9.
+"""The consumption log: which samples each task has taken, which samples were cleared and the samples' tags,
+kept across a restart and a kill -9.
 
 One file per topic, ``<topic>/consumption.log``, of checksummed frames::
 
@@ -9,11 +9,15 @@ One file per topic, ``<topic>/consumption.log``, of checksummed frames::
            | ["taken", partition, task, [[lo, hi], ...]]    a snapshot: every index in these ranges is taken
            | ["clear", partition, [global indexes]]         clear(): the samples are deleted
            | ["cleared", partition, [[lo, hi], ...]]        a snapshot of cleared samples
+           | ["tags", partition, [[index, {key: value}], ...]]   set_custom_meta(): merged into the samples' tags
+                                                            (also the snapshot of a partition's tags)
 
 A take is written (write(2), no fsync) before its answer leaves the engine, so a kill -9 of the process keeps it;
 a power loss may forget the last takes (those samples are then handed out again: consumption is at-most-once per
-process crash, at-least-once per power loss). Replay stops at the first torn or corrupt frame and cuts the file
-there. At open, a log longer than ``COMPACT_AT_BYTES`` is rewritten as one snapshot (tmp file, fsync, rename).
+process crash, at-least-once per power loss). Clears and tags are written before their call returns, and
+fdatasync'ed too when the topic's durability is "sync". Replay stops at the first torn or corrupt frame and cuts
+the file there. At open, a log longer than ``COMPACT_AT_BYTES`` is rewritten as one snapshot (tmp file, fsync,
+rename).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ COMPACT_AT_BYTES = 4 * 1024 * 1024
 
 Taken = dict[tuple[str, str], set[int]]
 Cleared = dict[str, set[int]]  # partition -> its cleared samples
+Tags = dict[str, dict[int, dict[str, Any]]]  # partition -> global index -> that sample's tags
 
 
 def _ranges(indexes: set[int]) -> list[list[int]]:
@@ -51,12 +56,14 @@ class ConsumptionLog:
         self.path = path
         self._fd = -1
         self.cleared: Cleared = {}  # filled by open()
+        self.tags: Tags = {}  # filled by open()
 
     def open(self) -> Taken:
         """Replay the log (cutting a torn tail), compact it if long, and keep it open for appends. Returns what
-        each task took; ``cleared`` holds the cleared samples."""
+        each task took; ``cleared`` holds the cleared samples, ``tags`` the samples' tags."""
         taken: Taken = {}
         cleared = self.cleared = {}
+        tags = self.tags = {}
         try:
             data = self.path.read_bytes() if self.path.exists() else b""
         except OSError as exc:
@@ -68,25 +75,30 @@ class ConsumptionLog:
             if len(body) < size or zlib.crc32(body) != crc:
                 break
             try:
-                _apply(taken, cleared, msgpack.unpackb(body, raw=False, use_list=True))
+                _apply(taken, cleared, tags, msgpack.unpackb(body, raw=False, use_list=True))
             except (ValueError, TypeError, msgpack.UnpackException):
                 break
             pos += _FRAME.size + size
         try:
             if pos >= COMPACT_AT_BYTES or pos < len(data):
-                self._rewrite(taken, cleared)  # a long log gets short again; a torn tail is cut
+                self._rewrite(taken, cleared, tags)  # a long log gets short again; a torn tail is cut
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path}: {exc}") from exc
         return taken
 
-    def _rewrite(self, taken: Taken, cleared: Cleared) -> None:
+    def _rewrite(self, taken: Taken, cleared: Cleared, tags: Tags) -> None:
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
             for (partition, task), indexes in taken.items():
                 f.write(_frame(["taken", partition, task, _ranges(indexes)]))
             for partition, indexes in cleared.items():
                 f.write(_frame(["cleared", partition, _ranges(indexes)]))
+            for partition, tagged in tags.items():
+                gone = cleared.get(partition, set())
+                kept = [[i, t] for i, t in tagged.items() if i not in gone]  # a cleared sample's tags go with it
+                if kept:
+                    f.write(_frame(["tags", partition, kept]))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -117,8 +129,13 @@ def _frame(record: list[Any]) -> bytes:
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-def _apply(taken: Taken, cleared: Cleared, record: Any) -> None:
+def _apply(taken: Taken, cleared: Cleared, tags: Tags, record: Any) -> None:
     kind, partition = record[0], str(record[1])
+    if kind == "tags":
+        tagged = tags.setdefault(partition, {})
+        for index, values in record[2]:
+            tagged.setdefault(int(index), {}).update(dict(values))
+        return
     if kind == "clear":
         cleared.setdefault(partition, set()).update(int(i) for i in record[2])
         return

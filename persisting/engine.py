@@ -113,6 +113,7 @@ class Topic(Samples, Partitions):
         self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
         self._consumption_log: ConsumptionLog | None = None
         self._cleared: set[int] = set()  # samples deleted by clear() (partitions.py)
+        self._tags: dict[int, dict[str, Any]] = {}  # global index -> the sample's tags (partitions.py)
         self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
         self.config = config
         self.path = storage_path / topic_dirname(name)
@@ -231,6 +232,7 @@ class Topic(Samples, Partitions):
         self._consumption_log = ConsumptionLog(self.path / "consumption.log")
         self._consumption = {key: Consumption(done) for key, done in self._consumption_log.open().items()}
         self._cleared = set().union(*self._consumption_log.cleared.values())
+        self._tags = {i: tags for tagged in self._consumption_log.tags.values() for i, tags in tagged.items()}
         kwargs = dict(self.config.backend_kwargs)
         self._backends = [
             self._factory(b, str(self.path), batch_size=self.config.batch_size, **kwargs)
@@ -298,18 +300,9 @@ class Topic(Samples, Partitions):
             raise ConfigError(f"this put writes {n} samples but its batch_meta names {len(targets)}")
         if len(set(targets)) != len(targets):
             raise ConfigError("a batch_meta names the same sample twice; one put writes a sample's fields once")
-        indexes = (await self._partition_index()).get(partition, [])
-        unknown = []
-        for target in targets:
-            k = bisect.bisect_left(indexes, target)
-            if k == len(indexes) or indexes[k] != target or target >= self.visible_upto:
-                unknown.append(target)
+        why = ": a put with batch_meta writes fields of samples that exist (pass the BatchMeta of put or get_meta)"
+        await self.check_in_partition(partition, targets, why)
         self.check_not_cleared(targets)
-        if unknown:
-            raise ConfigError(
-                f"partition {partition!r} has no samples with global indexes {unknown[:10]}: a put with batch_meta "
-                "writes fields of samples that exist (pass the BatchMeta that put or get_meta returned)"
-            )
 
     def _readopt(self, ref: Any, rows: list[dict[str, Any]], first: int) -> list[dict[str, Any]]:
         """Rows of a logged arena batch, with its payload copied from the arena a killed broker left behind."""

@@ -1,4 +1,4 @@
-"""Partitions of a topic: listing them with their counts, and clearing samples.
+"""Partitions of a topic: listing them with their counts, clearing samples, and the samples' tags.
 
 A mixin of ``engine.Topic`` (like samples.py), on the engine's loop. ``clear(partition, indexes)`` deletes
 samples: it is written to the consumption log first (fdatasync'ed when the topic's durability is "sync"), so it
@@ -11,14 +11,20 @@ Space: the rows of cleared samples (and the patch rows that wrote their fields) 
 the next time the topic opens (a broker restart, an embedded reopen), before anything reads it, so no reader
 ever sees positions move; Lance's compaction and version cleanup then give the disk space back. Their arena
 extents are recycled like any other once flushed.
+
+Tags (``custom_meta``): ``set_tags`` merges ``{key: value}`` maps into samples' tags, written to the consumption
+log like a clear before it returns; ``describe`` hands them out with the samples, so every process sees them
+and they survive a restart. A cleared sample's tags go at the next compaction of the log.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgpack
 import numpy as np
 
 from .consumption import ConsumptionLog
@@ -38,6 +44,7 @@ class Partitions:
     visible_upto: int
     config: TopicConfig
     _cleared: set[int]
+    _tags: dict[int, dict[str, Any]]
     _consumption: dict[tuple[str, str], Consumption]
     _consumption_log: ConsumptionLog | None
     _backends: list[StorageBackend]
@@ -60,31 +67,66 @@ class Partitions:
             if gone:
                 raise ConfigError(f"samples with global indexes {gone[:10]} were cleared (clear()); they have no data")
 
+    async def check_in_partition(self, partition: str, indexes: Sequence[int], why: str = "") -> None:
+        """Raise ``ConfigError`` naming the indexes that are not acknowledged samples of ``partition``."""
+        samples = (await self._partition_index()).get(partition, [])
+        unknown = []
+        for index in indexes:
+            k = bisect.bisect_left(samples, index)
+            if k == len(samples) or samples[k] != index or index >= self.visible_upto:
+                unknown.append(index)
+        if unknown:
+            raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}{why}")
+
+    def _log_durably(self, record: list[Any]) -> None:
+        """Write a clear or tags record before the call returns (synced too with durability="sync")."""
+        if self._consumption_log is not None:
+            self._consumption_log.append(record, sync=self.config.durability == "sync")
+
     async def clear(self, partition: str, indexes: list[int] | None) -> int:
         """Delete samples of ``partition`` (None: every sample it has); returns how many were newly cleared."""
         self._check_open()
-        samples = (await self._partition_index()).get(partition, [])
         if indexes is None:
+            samples = (await self._partition_index()).get(partition, [])
             targets = [i for i in samples[: bisect.bisect_left(samples, self.visible_upto)] if i not in self._cleared]
         else:
-            unknown = []
-            for index in indexes:
-                k = bisect.bisect_left(samples, index)
-                if k == len(samples) or samples[k] != index or index >= self.visible_upto:
-                    unknown.append(index)
-            if unknown:
-                raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}")
+            await self.check_in_partition(partition, indexes)
             targets = [i for i in dict.fromkeys(indexes) if i not in self._cleared]
         if not targets:
             return 0
-        if self._consumption_log is not None:
-            self._consumption_log.append(["clear", partition, targets], sync=self.config.durability == "sync")
+        self._log_durably(["clear", partition, targets])
         self._cleared.update(targets)
         for (where, _task), state in self._consumption.items():
             if where == partition:
                 for index in targets:
                     state.leased.pop(index, None)
         return len(targets)
+
+    async def set_tags(self, partition: str, items: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        """Merge tags into samples of ``partition``: ``[(global index, {key: value}), ...]``, values msgpack-safe.
+        Durable when it returns; a key set again takes the new value."""
+        self._check_open()
+        indexes = [index for index, _ in items]
+        await self.check_in_partition(partition, indexes)
+        self.check_not_cleared(indexes)
+        record: list[tuple[int, dict[str, Any]]] = []
+        for index, tags in items:
+            if not isinstance(tags, dict) or not all(isinstance(k, str) for k in tags):
+                raise ConfigError(f"the tags of sample {index} must be a dict with str keys, got {tags!r}")
+            try:  # a copy through msgpack: what the broker would store, nothing shared with the caller
+                tags = msgpack.unpackb(msgpack.packb(tags), raw=False)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise ConfigError(
+                    f"the tags of sample {index} must be msgpack-safe (str, int, float, bool, None, bytes, lists "
+                    f"and dicts of them): {exc}"
+                ) from exc
+            if tags:
+                record.append((index, tags))
+        if not record:
+            return
+        self._log_durably(["tags", partition, record])
+        for index, tags in record:
+            self._tags.setdefault(index, {}).update(tags)
 
     async def partitions(self) -> dict[str, dict[str, Any]]:
         """Per partition: samples (not cleared), cleared, and per task how many it has taken (and holds leased)."""

@@ -36,7 +36,7 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
                                                           + 1 buffer (the non-tensor rows) -> [first, count]
     take         {topic, config, partition, task, batch_size}   -> [indexes, field descriptions]
     describe     {topic, config, indexes}                -> field descriptions: [[count, {field: [kind, dtype,
-                                                            shape]}], ...] for runs of samples alike
+                                                            shape]}[, tags]], ...] for runs of samples alike
     get_data     {topic, config, indexes, fields, zerocopy, peer}
                  -> {"hold": id, "runs": [[[field, kind, dtype, shape, offset, samples, bytes per sample]]]}
                     (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy)
@@ -45,6 +45,7 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
     reset_consumption  {topic, config, partition, task}   -> None
     clear        {topic, config, partition, indexes}     -> int (newly cleared; indexes nil: the whole partition)
     partitions   {topic, config}                         -> {partition: {"samples", "cleared", "tasks"}}
+    set_tags     {topic, config, partition, items: [[index, {key: value}], ...]}   -> None (merged, durable)
     (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery;
      and ready_fields: only samples whose every one of these fields is produced are taken; a take with fields,
      get_batch, uses those)
@@ -59,13 +60,13 @@ import msgpack
 
 from .errors import ProtocolError
 
-PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields
+PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take with wait) is held in one request
 OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
     | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
-    | {"clear", "partitions"}
+    | {"clear", "partitions", "set_tags"}
 )
 
 

@@ -158,6 +158,9 @@ class TensorClient:
         reply = await self._conn.request("clear", self._args(partition=partition, indexes=indexes))
         return int(reply.result)
 
+    async def set_tags(self, partition: str, items: list[tuple[int, dict[str, Any]]]) -> None:
+        await self._conn.request("set_tags", self._args(partition=partition, items=[list(i) for i in items]))
+
     async def partitions(self) -> dict[str, dict[str, Any]]:
         reply = await self._conn.request("partitions", self._args())
         return dict(reply.result)

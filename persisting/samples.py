@@ -10,7 +10,7 @@ import asyncio
 import bisect
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .arena import Peer, peer_alive
@@ -57,6 +57,7 @@ class Samples:
     flushed_upto: int
     _partitions: dict[str, list[int]] | None
     _cleared: set[int]
+    _tags: dict[int, dict[str, Any]]
     _fields: FieldIndex
     _consumption: dict[tuple[str, str], Consumption]
     _consumption_log: ConsumptionLog | None
@@ -76,6 +77,8 @@ class Samples:
         def _index_chunk(self, chunk: Chunk) -> None: ...
 
         def check_not_cleared(self, indexes: list[int]) -> None: ...
+
+        async def check_in_partition(self, partition: str, indexes: Sequence[int], why: str = "") -> None: ...
 
         async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]: ...
 
@@ -284,10 +287,8 @@ class Samples:
     async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
         """Acknowledge samples for ``task``: they are never handed to it again (logged like a take)."""
         self._check_open()
-        known = set((await self._partition_index()).get(partition, []))
-        unknown = [i for i in indexes if i not in known or i >= self.visible_upto or i in self._cleared]
-        if unknown:
-            raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}")
+        await self.check_in_partition(partition, indexes)
+        self.check_not_cleared(indexes)
         state = self._consumption.setdefault((partition, task), Consumption())
         if self._consumption_log is not None and indexes:
             self._consumption_log.append(["take", partition, task, list(indexes)])
@@ -408,10 +409,11 @@ class Samples:
         return [out[i] for i in indexes], kinds
 
     async def describe(self, indexes: list[int]) -> list[list[Any]]:
-        """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}], ...]``
-        (dtype and per-sample shape for tensor fields, "" and [] for others). Samples of one batch share a run,
-        so a meta of hundreds of samples costs one description per batch, not one per sample. Fields written
-        later by patches are described from the rows that hold them."""
+        """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}
+        [, tags]], ...]`` (dtype and per-sample shape for tensor fields, "" and [] for others; ``tags``: the
+        samples' stored tags, absent when they have none). Samples of one batch share a run, so a meta of
+        hundreds of samples costs one description per batch, not one per sample. Fields written later by patches
+        are described from the rows that hold them."""
         descs = await self._describe_each(indexes)
         sources = (await self.field_index()).sources
         patched = [(n, sources[i]) for n, i in enumerate(indexes) if i in sources]
@@ -426,11 +428,13 @@ class Samples:
                         desc[name] = held
                 descs[n] = desc
         runs: list[list[Any]] = []
-        for entry in descs:
-            if runs and (runs[-1][1] is entry or runs[-1][1] == entry):
+        tags = self._tags
+        for index, entry in zip(indexes, descs, strict=True):
+            tagged = tags.get(index) if tags else None
+            if runs and (runs[-1][1] is entry or runs[-1][1] == entry) and (runs[-1][2:] or [None])[0] == tagged:
                 runs[-1][0] += 1
             else:
-                runs.append([1, entry or {}])
+                runs.append([1, entry or {}] if tagged is None else [1, entry or {}, tagged])
         return runs
 
     async def _describe_each(self, indexes: list[int]) -> list[dict[str, list[Any]] | None]:

@@ -39,6 +39,7 @@ class SyncQueue:
     check_ready = _blocking("check_ready")
     clear = _blocking("clear")
     partitions = _blocking("partitions")
+    set_custom_meta = _blocking("set_custom_meta")
     mark_consumed = _blocking("mark_consumed")
     reset_consumption = _blocking("reset_consumption")
     stats = _blocking("stats")

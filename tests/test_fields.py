@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from persisting import BatchMeta, ConfigError, Queue, SchemaConflictError, SyncQueue
+from persisting import BatchMeta, ConfigError, Queue, SchemaConflictError, SyncQueue, consumption
 from persisting.fields import ProductionStatus
+from persisting.meta import SampleMeta
 
 from .broker_fixture import BrokerProcess, make_broker
 
@@ -189,13 +190,51 @@ def lance_count(uri: Path) -> int:
     return int(lance.dataset(str(uri)).count_rows())
 
 
+def test_tags_are_stored_with_the_samples_and_survive_a_reopen(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scored = {"score": 0.75, "ok": True}
+    with SyncQueue("t", store) as q:
+        meta = q.put({"x": np.arange(6)}, partition_id="p")
+        other = q.put({"x": np.arange(2)}, partition_id="o")
+        q.set_custom_meta(meta.with_custom_meta({1: {"score": 0.5, "ok": True}, 2: {"score": 1.0}}))
+        q.set_custom_meta(meta.with_custom_meta({1: {"score": 0.75}}))  # merged; a key set again takes the new value
+        q.set_custom_meta(other.with_custom_meta({other.global_indexes[0]: {"src": "o"}}))
+        assert q.get_meta(["x"], 6, "train", "p").custom_meta == [{}, scored, {"score": 1.0}, {}, {}, {}]
+        _, got = q.get_batch(["x"], 6, "again", "p")
+        assert got.custom_meta == [{}, scored, {"score": 1.0}, {}, {}, {}]
+        assert q.get_meta(["x"], 6, "train", "o").custom_meta == [{"src": "o"}, {}]
+        draft = meta.with_custom_meta({3: {"draft": 1}})  # not stored: check_ready keeps it over the stored ones
+        assert q.check_ready(draft).custom_meta[1:4] == [scored, {"score": 1.0}, {"draft": 1}]
+        # bad tags: a clear error naming what is wrong, nothing stored
+        stranger = BatchMeta((SampleMeta(99, "p", {}, {"a": 1}),), {})
+        with pytest.raises(ConfigError, match=r"has no samples with global indexes \[99\]"):
+            q.set_custom_meta(stranger)
+        with pytest.raises(ConfigError, match="msgpack-safe"):
+            q.set_custom_meta(meta.with_custom_meta({4: {"f": object()}}))
+        with pytest.raises(ConfigError, match="takes a BatchMeta"):
+            q.set_custom_meta({4: {"a": 1}})  # type: ignore[arg-type]
+        q.clear([5], partition_id="p")
+        with pytest.raises(ConfigError, match=r"\[5\] were cleared"):
+            q.set_custom_meta(meta.with_custom_meta({5: {"a": 1}}))
+        assert q.check_ready(meta.select_samples([4])).custom_meta == [{}]
+    for task in ("fresh", "fresher"):  # reopened: first from the log's records, then from the snapshot that open wrote
+        monkeypatch.setattr(consumption, "COMPACT_AT_BYTES", 0)  # every open rewrites the log as a snapshot
+        with SyncQueue("t", store) as q:
+            got = q.get_meta(["x"], 6, task, "p")
+            assert got.global_indexes == [0, 1, 2, 3, 4]
+            assert got.custom_meta == [{}, scored, {"score": 1.0}, {}, {}]
+            assert q.get_meta(["x"], 6, task, "o").custom_meta == [{"src": "o"}, {}]
+
+
 @pytest.mark.slow
-def test_clear_through_the_broker_survives_a_kill_9(broker: BrokerProcess) -> None:
+def test_clear_and_tags_through_the_broker_survive_a_kill_9(broker: BrokerProcess) -> None:
     async def before() -> None:
         async with Queue("bc", broker=broker.address, durability="sync") as q:
-            await q.put({"x": np.arange(8, dtype=np.float32)}, partition_id="p")
+            meta = await q.put({"x": np.arange(8, dtype=np.float32)}, partition_id="p")
             assert await q.clear([0, 5], partition_id="p") == 2
             assert (await q.partitions())["p"]["cleared"] == 2
+            await q.set_custom_meta(meta.with_custom_meta({1: {"reward": 1.5}, 7: {"reward": -1}}))
+            with pytest.raises(ConfigError, match="were cleared"):
+                await q.set_custom_meta(meta.with_custom_meta({0: {"reward": 0}}))
 
     asyncio.run(before())
     broker.kill()
@@ -205,6 +244,7 @@ def test_clear_through_the_broker_survives_a_kill_9(broker: BrokerProcess) -> No
         async with Queue("bc", broker=broker.address, durability="sync") as q:
             got = await q.get_meta(["x"], 100, "train", "p")
             assert got.global_indexes == [1, 2, 3, 4, 6, 7]
+            assert got.custom_meta == [{"reward": 1.5}, {}, {}, {}, {}, {"reward": -1}]
             assert (await q.get_data(got))["x"].tolist() == [1, 2, 3, 4, 6, 7]
             assert [r["x"].item() for r in await q.get(limit=100)] == [1, 2, 3, 4, 6, 7]
 
