@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .broker_fixture import BrokerProcess, make_broker
 
 
 @pytest.fixture
@@ -18,3 +21,23 @@ def seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     return tmp_path / "data"
+
+
+@pytest.fixture
+def broker_args() -> list[str]:
+    """Extra command-line arguments of the ``broker`` fixture's broker (a module overrides this fixture)."""
+    return []
+
+
+@pytest.fixture
+def broker(tmp_path: Path, broker_args: list[str]) -> Iterator[BrokerProcess]:
+    """A real broker subprocess on fresh storage, started; stopped cleanly (exit 0) if the test left it running."""
+    b = make_broker(tmp_path)
+    b.extra_args = list(broker_args)
+    try:
+        b.start()
+        yield b
+        if b.proc is not None and b.proc.poll() is None:
+            assert b.stop() == 0
+    finally:
+        b.ensure_dead()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from persisting import BatchMeta, ConfigError, Queue, SchemaConflictError, SyncQ
 from persisting.fields import ProductionStatus
 from persisting.meta import SampleMeta
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess
 
 
 def test_a_sample_is_handed_out_once_every_field_asked_for_is_written(store: Path) -> None:
@@ -97,16 +96,6 @@ def test_bad_patches_are_refused_and_leave_the_queue_usable(store: Path) -> None
         with pytest.raises(SchemaConflictError):
             q.put({"x": ["not an int array"] * 4}, partition_id="p", batch_meta=meta)
         assert q.get_meta(["x"], 10, "t", "p").global_indexes == [0, 1, 2, 3]
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    try:
-        b.start()
-        yield b
-    finally:
-        b.ensure_dead()
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 
 from persisting import ConfigError, KVInterface, Queue
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess
 
 
 async def _semantics(q: Queue) -> None:
@@ -45,17 +44,6 @@ def test_kv_embedded_and_after_a_reopen(store: Path) -> None:
             assert (await kv.kv_batch_get(["a"], "p"))[0] == {"v": 10, "w": "x"}
 
     asyncio.run(go())
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    try:
-        b.start()
-        yield b
-        assert b.stop() == 0
-    finally:
-        b.ensure_dead()
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import asyncio
 import random
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 
 from persisting import ConfigError, GRPOGroupNSampler, LengthBalancedSampler, Queue, RankAwareSampler, SequentialSampler
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess
 
 WORKER = Path(__file__).with_name("arena_worker.py")
 
@@ -93,15 +93,8 @@ def test_sampler_rules_embedded(store: Path) -> None:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    b.extra_args = ["--arena-bytes", str(8 * 1024 * 1024)]
-    try:
-        b.start()
-        yield b
-        assert b.stop() == 0
-    finally:
-        b.ensure_dead()
+def broker_args() -> list[str]:
+    return ["--arena-bytes", str(8 * 1024 * 1024)]  # a small arena: these tests move little data
 
 
 @pytest.mark.slow
