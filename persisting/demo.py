@@ -1,4 +1,5 @@
-"""The demo: an embedded queue on ./data, then a broker on the same storage with producer and consumer processes.
+"""The demo: an embedded queue on ./data, then a broker on the same storage with producer and consumer processes
+(records, tensor batches through the arena, and an RL step: demo_rl.py).
 
 Run with ``./dev demo`` (or ``python -m persisting.demo [--storage-path DIR] [--records N]``).
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import Queue, SyncQueue
+from . import Queue, SyncQueue, demo_rl
 
 
 async def demo(storage_path: str, n_records: int) -> None:
@@ -165,6 +166,8 @@ def broker_demo(storage_path: str, n_per_producer: int) -> None:
         producer = subprocess.Popen([*me, "tensor-produce", address, str(batches), "0"])
         if producer.wait() != 0 or consumer.wait() != 0:
             raise SystemExit("demo: the tensor producer or consumer failed")
+        print("an RL step: a rollout process, a reward process adding a field, 2 trainer ranks taking GRPO groups:")
+        demo_rl.run(address)
     finally:
         broker.send_signal(signal.SIGTERM)
         code = broker.wait(timeout=120)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import contextlib
 import fcntl
 import logging
@@ -109,6 +110,9 @@ class Topic(Samples, Partitions):
         self._on_flushed = on_flushed
         # partition -> its global indexes in order (built on first use)
         self._partitions: dict[str, list[int]] | None = None
+        # Patches appended but not yet acknowledged, in index order: they count (readiness, the row a field is
+        # read from) only once visible, so no sample is handed out with a field that a crash could still lose.
+        self._pending_patches: collections.deque[Chunk] = collections.deque()
         self._fields = FieldIndex()  # own fields and patches of the samples (fields.py), built with _partitions
         self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
         self._consumption_log: ConsumptionLog | None = None
@@ -280,11 +284,20 @@ class Topic(Samples, Partitions):
         if self._partitions is None:
             return
         if chunk.of is not None:
-            self._fields.patch(chunk.first, chunk.of, chunk.patch_fields)
+            self._pending_patches.append(chunk)
+            self._apply_visible_patches()
             return
         self._partitions.setdefault(chunk.partition, []).extend(range(chunk.first, chunk.first + chunk.count))
         fields = self._fields
         fields.add(chunk.partition, [chunk.own_fields_id(i, fields) for i in range(chunk.count)])
+
+    def _apply_visible_patches(self) -> None:
+        """Count the pending patches that are acknowledged now (in index order, so the latest write wins)."""
+        pending = self._pending_patches
+        while pending and pending[0].first + pending[0].count <= self.visible_upto:
+            chunk = pending.popleft()
+            if chunk.of is not None:
+                self._fields.patch(chunk.first, chunk.of, chunk.patch_fields)
 
     def _mark_fields(self, out: dict[str, Any], chunk: Chunk, i: int) -> None:
         """The engine columns a stored row carries so that the field index can be rebuilt at open."""
@@ -357,6 +370,8 @@ class Topic(Samples, Partitions):
         wal = self._wal
         if wal is None:
             raise QueueClosedError(f"topic {self.name!r} is not open")
+        if self._stopping:  # close() takes what is in the log when it starts, and nothing after
+            raise QueueClosedError(f"topic {self.name!r} is closing")
         new_kinds: dict[str, str] = {}
         for field_name, kind in batch.kinds.items():
             stored = self.kinds.get(field_name)
@@ -385,6 +400,7 @@ class Topic(Samples, Partitions):
         self.metrics.commit_seconds += time.perf_counter() - t0
         if first + n > self.visible_upto:
             self.visible_upto = first + n
+            self._apply_visible_patches()
             self._changed.set()
             self._changed = asyncio.Event()
         self.metrics.puts += 1
@@ -674,6 +690,15 @@ class Topic(Samples, Partitions):
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    async def _acknowledge_logged(self) -> None:
+        """At close: rows already in the log count as acknowledged (a reopen would replay them anyway), so the
+        last flush takes them too. A put still waiting for its sync when close began would otherwise stay in the
+        log alone, and a broker removes its arena after a clean stop: the replay would find its tensors gone."""
+        if self._wal is not None and self.visible_upto < self.next_index:
+            await self._wal.commit()
+            self.visible_upto = self.next_index
+            self._apply_visible_patches()
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -686,6 +711,7 @@ class Topic(Samples, Partitions):
         try:
             if self._flusher is not None:
                 await asyncio.shield(self._flusher)
+            await self._acknowledge_logged()
             await self._flush_once()
             if self._durable_backend:  # a reopen then skips the log's flushed frames without decoding them
                 await asyncio.to_thread(

@@ -239,3 +239,91 @@ def test_clear_and_tags_through_the_broker_survive_a_kill_9(broker: BrokerProces
 
     asyncio.run(after())
     assert broker.stop() == 0
+
+
+def test_a_patch_counts_only_once_it_is_acknowledged(store: Path) -> None:
+    """A patch appended but not yet durable must not make a sample ready, nor be where its field is read from:
+    a crash before the sync would lose a field that a consumer was already given."""
+    from persisting import codec
+    from persisting.config import TopicConfig
+    from persisting.engine import Topic
+    from persisting.queue import LanceBackend
+
+    async def main() -> None:
+        topic = Topic("pend", store, TopicConfig(), LanceBackend)
+        await topic.open()
+        try:
+            samples = codec.encode_batch([{"x": 1}, {"x": 2}], topic.kinds)
+            await topic.append(samples, "p", codec.pack(samples.rows))
+
+            async def patch(values: list[float], of: list[int]) -> tuple[int, int]:
+                batch = codec.encode_batch([{"r": v} for v in values], topic.kinds)
+                return await topic.append(batch, "p", codec.pack(batch.rows), of=of)
+
+            first, _ = await patch([0.5], [0])
+            wal = topic._wal
+            assert wal is not None
+            gate = asyncio.Event()
+            real_commit = wal.commit
+
+            async def held_commit() -> None:
+                await gate.wait()
+                await real_commit()
+
+            wal.commit = held_commit  # type: ignore[method-assign]
+            pending = asyncio.create_task(patch([0.75, 0.25], [0, 1]))  # appended to the log, its sync held back
+            while topic.next_index < first + 3:
+                await asyncio.sleep(0)
+            assert topic.visible_upto == first + 1
+            assert (await topic.field_index()).source(0, "r") == first  # still read from the acknowledged patch
+            other = codec.encode_batch([{"x": 3}], topic.kinds)
+            waiting = asyncio.create_task(topic.append(other, "p", codec.pack(other.rows)))
+            for _ in range(10):
+                await asyncio.sleep(0)
+            assert await topic.take("p", "t", 2, 0.0, None, None, fields=["x", "r"]) == [0]  # not sample 1
+            gate.set()
+            assert (await pending)[0] == first + 1 and await waiting == (first + 3, 1)
+            assert (await topic.field_index()).source(0, "r") == first + 1  # acknowledged: the latest write wins
+            assert await topic.take("p", "t", 2, 0.0, None, None, fields=["x", "r"]) == [1]
+            assert (await topic.rows_at([first + 1]))[0][0]["r"] == 0.75
+        finally:
+            await topic.close()
+
+    asyncio.run(main())
+
+
+def test_close_takes_rows_whose_put_still_waited_for_its_sync(store: Path) -> None:
+    """A put cancelled while its sync runs (a broker's request at shutdown) leaves rows in the log that it never
+    marked acknowledged; close flushes them too, so nothing stays in the log alone (a broker removes its arena
+    after a clean stop: such rows would come back without their tensors)."""
+    from persisting import codec
+    from persisting.config import TopicConfig
+    from persisting.engine import Topic
+    from persisting.errors import QueueClosedError
+    from persisting.queue import LanceBackend
+
+    async def main() -> None:
+        topic = Topic("settle", store, TopicConfig(), LanceBackend)
+        await topic.open()
+        samples = codec.encode_batch([{"x": 1}, {"x": 2}], topic.kinds)
+        await topic.append(samples, "p", codec.pack(samples.rows))
+        patch = codec.encode_batch([{"r": 0.5}], topic.kinds)
+        task = asyncio.create_task(topic.append(patch, "p", codec.pack(patch.rows), of=[1]))
+        while topic.next_index < 3:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await topic.close()
+        assert topic.flushed_upto == 3
+        with pytest.raises(QueueClosedError):
+            await topic.append(samples, "p", codec.pack(samples.rows))
+        reopened = Topic("settle", store, TopicConfig(), LanceBackend)
+        await reopened.open()
+        try:
+            assert await reopened.take("p", "t", 2, 0.0, None, None, fields=["x", "r"]) == [1]
+            assert (await reopened.rows_at([2]))[0][0]["r"] == 0.5
+        finally:
+            await reopened.close()
+
+    asyncio.run(main())
