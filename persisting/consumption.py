@@ -4,7 +4,12 @@ kept across a restart and a kill -9.
 One file per topic, ``<topic>/consumption.log``, of checksummed frames::
 
     frame = length u32 | crc32 u32 | msgpack record
-    record = ["take", partition, task, [global indexes]]    samples handed to task (consume-on-fetch)
+    record = ["take", partition, task, [global indexes][, answers]]   samples handed to task (consume-on-fetch);
+                                                            answers: [[cache key, [indexes]], ...], what
+                                                            RankAware/LengthBalanced give the other ranks
+                                                            asking with those keys (in the same frame:
+                                                            the take and its answers land together)
+           | ["answers", partition, task, answers]          a snapshot of remembered answers
            | ["reset", partition, task]                     reset_consumption: the task starts over
            | ["taken", partition, task, [[lo, hi], ...]]    a snapshot: every index in these ranges is taken
            | ["clear", partition, [global indexes]]         clear(): the samples are deleted
@@ -25,12 +30,14 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
 from .errors import StorageError
+from .samplers import RANK_CACHE_SIZE
 from .wal import fsync_dir
 
 _FRAME = struct.Struct("<II")
@@ -39,6 +46,7 @@ COMPACT_AT_BYTES = 4 * 1024 * 1024
 Taken = dict[tuple[str, str], set[int]]
 Cleared = dict[str, set[int]]  # partition -> its cleared samples
 Tags = dict[str, dict[int, dict[str, Any]]]  # partition -> global index -> that sample's tags
+Answers = OrderedDict[tuple[Any, ...], list[int]]  # (partition, task, *cache key) -> the batch, oldest first
 
 
 def _ranges(indexes: set[int]) -> list[list[int]]:
@@ -57,6 +65,7 @@ class ConsumptionLog:
         self._fd = -1
         self.cleared: Cleared = {}  # filled by open()
         self.tags: Tags = {}  # filled by open()
+        self.answers: Answers = OrderedDict()  # filled by open(): the latest RANK_CACHE_SIZE
 
     def open(self) -> Taken:
         """Replay the log (cutting a torn tail), compact it if long, and keep it open for appends. Returns what
@@ -64,6 +73,7 @@ class ConsumptionLog:
         taken: Taken = {}
         cleared = self.cleared = {}
         tags = self.tags = {}
+        answers = self.answers = OrderedDict()
         try:
             data = self.path.read_bytes() if self.path.exists() else b""
         except OSError as exc:
@@ -75,19 +85,19 @@ class ConsumptionLog:
             if len(body) < size or zlib.crc32(body) != crc:
                 break
             try:
-                _apply(taken, cleared, tags, msgpack.unpackb(body, raw=False, use_list=True))
+                _apply(taken, cleared, tags, answers, msgpack.unpackb(body, raw=False, use_list=True))
             except (ValueError, TypeError, msgpack.UnpackException):
                 break
             pos += _FRAME.size + size
         try:
             if pos >= COMPACT_AT_BYTES or pos < len(data):
-                self._rewrite(taken, cleared, tags)  # a long log gets short again; a torn tail is cut
+                self._rewrite(taken, cleared, tags, answers)  # a long log gets short again; a torn tail is cut
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path}: {exc}") from exc
         return taken
 
-    def _rewrite(self, taken: Taken, cleared: Cleared, tags: Tags) -> None:
+    def _rewrite(self, taken: Taken, cleared: Cleared, tags: Tags, answers: Answers) -> None:
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
             for (partition, task), indexes in taken.items():
@@ -99,6 +109,8 @@ class ConsumptionLog:
                 kept = [[i, t] for i, t in tagged.items() if i not in gone]  # a cleared sample's tags go with it
                 if kept:
                     f.write(_frame(["tags", partition, kept]))
+            for (partition, task, *key), batch in answers.items():  # one frame each: their order is kept
+                f.write(_frame(["answers", partition, task, [[key, batch]]]))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -129,7 +141,16 @@ def _frame(record: list[Any]) -> bytes:
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-def _apply(taken: Taken, cleared: Cleared, tags: Tags, record: Any) -> None:
+def _remember(answers: Answers, partition: str, task: str, entries: Any) -> None:
+    for key, indexes in entries:
+        full = (partition, task, *key)
+        answers.pop(full, None)
+        answers[full] = [int(i) for i in indexes]
+    while len(answers) > RANK_CACHE_SIZE:
+        answers.popitem(last=False)
+
+
+def _apply(taken: Taken, cleared: Cleared, tags: Tags, answers: Answers, record: Any) -> None:
     kind, partition = record[0], str(record[1])
     if kind == "tags":
         tagged = tags.setdefault(partition, {})
@@ -147,11 +168,17 @@ def _apply(taken: Taken, cleared: Cleared, tags: Tags, record: Any) -> None:
     task = str(record[2])
     if kind == "take":
         taken.setdefault((partition, task), set()).update(int(i) for i in record[3])
+        if len(record) > 4:
+            _remember(answers, partition, task, record[4])
+    elif kind == "answers":
+        _remember(answers, partition, task, record[3])
     elif kind == "taken":
         target = taken.setdefault((partition, task), set())
         for lo, hi in record[3]:
             target.update(range(int(lo), int(hi)))
     elif kind == "reset":
         taken.pop((partition, task), None)
+        for full in [k for k in answers if k[:2] == (partition, task)]:
+            del answers[full]
     else:
         raise ValueError(f"unknown consumption record {kind!r}")

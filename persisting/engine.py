@@ -237,6 +237,7 @@ class Topic(Samples, Partitions):
         self._consumption = {key: Consumption(done) for key, done in self._consumption_log.open().items()}
         self._cleared = set().union(*self._consumption_log.cleared.values())
         self._tags = {i: tags for tagged in self._consumption_log.tags.values() for i, tags in tagged.items()}
+        self._rank_cache = OrderedDict(self._consumption_log.answers)
         kwargs = dict(self.config.backend_kwargs)
         self._backends = [
             self._factory(b, str(self.path), batch_size=self.config.batch_size, **kwargs)

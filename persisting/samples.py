@@ -189,8 +189,13 @@ class Samples:
                 state.leased[index] = (until, lease[1])
         elif consumed:
             if self._consumption_log is not None:
-                # Written before the answer leaves: a kill -9 after this never hands these samples out again.
-                self._consumption_log.append(["take", partition, task, list(consumed)])
+                # Written before the answer leaves: a kill -9 after this never hands these samples out again, and
+                # the other ranks of this step still get their part of it (the answers ride in the same frame).
+                record: list[Any] = ["take", partition, task, list(consumed)]
+                answers = _durable_answers(key, sampled, shares)
+                if answers:
+                    record.append(answers)
+                self._consumption_log.append(record)
             state.done.update(consumed)
         cleared = self._cleared
         while state.floor < len(indexes) and (indexes[state.floor] in state.done or indexes[state.floor] in cleared):
@@ -199,8 +204,8 @@ class Samples:
             self._rank_cache[(partition, task, *other_key)] = list(share)
         if key is not None:
             self._rank_cache[(partition, task, *key)] = list(sampled)
-            if len(self._rank_cache) > RANK_CACHE_SIZE:
-                self._rank_cache.popitem(last=False)
+        while len(self._rank_cache) > RANK_CACHE_SIZE:  # a step's shares can add several entries at once
+            self._rank_cache.popitem(last=False)
         return list(sampled)
 
     @staticmethod
@@ -523,3 +528,18 @@ class Samples:
             for n, name, src in wanted:
                 out[n][name] = by_index[src].get(name)
         return out, kinds
+
+
+def _plain_key(key: tuple[Any, ...]) -> bool:
+    return all(type(part) in (int, str, float, bool) for part in key)
+
+
+def _durable_answers(
+    key: tuple[Any, ...] | None, sampled: list[int], shares: dict[tuple[Any, ...], list[int]]
+) -> list[list[Any]]:
+    """The cache entries a consume-on-fetch take creates, for its log frame: the built-in samplers' keys are
+    ints; a custom sampler's key of other types is remembered in memory only."""
+    entries = [[list(k), list(v)] for k, v in shares.items() if _plain_key(k)]
+    if key is not None and _plain_key(key):
+        entries.append([list(key), list(sampled)])
+    return entries

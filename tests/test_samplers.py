@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from persisting import ConfigError, GRPOGroupNSampler, LengthBalancedSampler, Queue, RankAwareSampler, SequentialSampler
+from persisting import (
+    ConfigError,
+    GRPOGroupNSampler,
+    LengthBalancedSampler,
+    Queue,
+    RankAwareSampler,
+    SequentialSampler,
+    consumption,
+)
 
 from .broker_fixture import BrokerProcess
 
@@ -162,6 +170,61 @@ def test_length_balanced_through_the_broker(broker: BrokerProcess) -> None:
             await _balanced(q)
 
     asyncio.run(go())
+
+
+async def _answers_before(q: Queue) -> tuple[list[int], list[int]]:
+    """Rank 0 of dp group 0 takes a RankAware batch; rank 1 of a LengthBalanced step takes its part (so dp_rank 0's
+    part is only remembered)."""
+    await q.put({"x": np.arange(16), "len": [10 * (i // 2) for i in range(16)]}, partition_id="p")
+    ra = await q.get_meta(["x"], 4, "ra", "p", RankAwareSampler(), dp_rank=0, batch_index=0)
+    sampler = LengthBalancedSampler("len", dp_size=2, n_samples_per_prompt=2)
+    lb1 = await q.get_meta(["x"], 8, "lb", "p", sampler, dp_rank=1, batch_index=0)
+    return ra.global_indexes, lb1.global_indexes
+
+
+async def _answers_after(q: Queue, ra: list[int], lb1: list[int]) -> None:
+    """After a restart: the other ranks of those steps get what they would have got without one."""
+    again = await q.get_meta(["x"], 4, "ra", "p", RankAwareSampler(), dp_rank=0, batch_index=0)
+    assert again.global_indexes == ra == [0, 1, 2, 3]
+    other = await q.get_meta(["x"], 4, "ra", "p", RankAwareSampler(), dp_rank=1, batch_index=0)
+    assert other.global_indexes == [4, 5, 6, 7]
+    sampler = LengthBalancedSampler("len", dp_size=2, n_samples_per_prompt=2)
+    lb0 = await q.get_meta(["x"], 8, "lb", "p", sampler, dp_rank=0, batch_index=0)
+    assert sorted(lb0.global_indexes + lb1) == list(range(16))  # the rest of that step, nothing new taken
+    assert (await q.get_meta(["x"], 8, "lb", "p", sampler, dp_rank=0, batch_index=1)).size == 0
+
+
+def test_answers_for_other_ranks_survive_a_reopen(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def go() -> None:
+        async with Queue("ans", store) as q:
+            ra, lb1 = await _answers_before(q)
+        monkeypatch.setattr(consumption, "COMPACT_AT_BYTES", 0)  # the reopen rewrites the log as a snapshot
+        async with Queue("ans", store) as q:
+            pass
+        async with Queue("ans", store) as q:  # and this one reads that snapshot
+            await _answers_after(q, ra, lb1)
+            await q.reset_consumption("ra", "p")  # a reset forgets the task's answers too
+            fresh = await q.get_meta(["x"], 4, "ra", "p", RankAwareSampler(), dp_rank=1, batch_index=0)
+            assert fresh.global_indexes == [0, 1, 2, 3]
+
+    asyncio.run(go())
+
+
+@pytest.mark.slow
+def test_answers_for_other_ranks_survive_kill_9_of_the_broker(broker: BrokerProcess) -> None:
+    async def before() -> tuple[list[int], list[int]]:
+        async with Queue("ans", broker=broker.address, durability="process") as q:
+            return await _answers_before(q)
+
+    ra, lb1 = asyncio.run(before())
+    broker.kill()
+    broker.start()
+
+    async def after() -> None:
+        async with Queue("ans", broker=broker.address, durability="process") as q:
+            await _answers_after(q, ra, lb1)
+
+    asyncio.run(after())
 
 
 # -- windows: a built-in sampler sees only the front of the ready list; the answer must not change -------------
