@@ -24,8 +24,9 @@ that key (or with ``None``) goes to ``global_index % num_buckets``. Exception: t
 that went through the broker's arena, when none has the bucket column, go to one bucket together
 (``layout.batch_bucket`` of the batch's first index), so its payload is written as whole columns.
 
-Beside this module: ``tail.py`` (the chunks waiting for a flush, arena batches among them) and ``samples.py``
-(partitions, consume-on-fetch and where tensor fields lie, a mixin of Topic).
+Beside this module, mixins of Topic: ``flushing.py`` (tail -> backends, and when), ``samples.py`` (partitions,
+consume-on-fetch and where tensor fields lie) and ``partitions.py`` (listing, clear, tags); ``tail.py`` holds the
+chunks waiting for a flush, arena batches among them.
 """
 
 from __future__ import annotations
@@ -57,14 +58,10 @@ from .errors import (
     TopicLockedError,
 )
 from .fields import FieldIndex
+from .flushing import Flushing
 from .layout import (
-    FIELDS_KEY,
     INDEX_KEY,
-    OF_KEY,
-    PARTITION_KEY,
     IndexColumn,
-    batch_bucket,
-    bucket_of,
     read_json,
     topic_dirname,
     write_json_atomic,
@@ -72,21 +69,13 @@ from .layout import (
 from .partitions import Partitions
 from .queue.backend import StorageBackend
 from .samples import Consumption, Samples
-from .tail import ArenaPayload, Chunk, arena_columns, materialize, whole_batch
+from .tail import ArenaPayload, Chunk, materialize
 from .tensors import Column, storage_dtype
-from .wal import ROTATE_AT_BYTES, WriteAheadLog
+from .wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-# Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
-# its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
-IDEMPOTENCY_WINDOW_SECONDS = 120.0
-# Background flushes start at most this often (flush(), close() and arena pressure do not wait for it).
-MIN_FLUSH_SPACING_SECONDS = float(os.environ.get("PERSISTING_MIN_FLUSH_SPACING", "0.25"))
-# ... and, when flushes are slow (megabytes of tensor payload to disk), at most a quarter of the time: the
-# rest belongs to hand-overs. The arena asks for a flush sooner when it fills (flush_soon).
-FLUSH_DUTY_FACTOR = 3.0
 IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
@@ -94,7 +83,7 @@ BackendFactory = Callable[..., StorageBackend]
 ArenaResolver = Callable[[bytes, int, int], np.ndarray | None]
 
 
-class Topic(Samples, Partitions):
+class Topic(Flushing, Samples, Partitions):
     def __init__(
         self,
         name: str,
@@ -300,14 +289,6 @@ class Topic(Samples, Partitions):
             if chunk.of is not None:
                 self._fields.patch(chunk.first, chunk.of, chunk.patch_fields)
 
-    def _mark_fields(self, out: dict[str, Any], chunk: Chunk, i: int) -> None:
-        """The engine columns a stored row carries so that the field index can be rebuilt at open."""
-        if chunk.of is not None:
-            out[OF_KEY] = chunk.of[i]
-            out[FIELDS_KEY] = self._fields.to_json(self._fields.intern(frozenset(chunk.patch_fields)))
-        else:
-            out[FIELDS_KEY] = self._fields.to_json(chunk.own_fields_id(i, self._fields))
-
     async def _check_targets(self, partition: str, targets: list[int], n: int) -> None:
         """The samples a patch writes to must be acknowledged samples of its partition, each named once."""
         if len(targets) != n:
@@ -421,170 +402,6 @@ class Topic(Samples, Partitions):
         self._recent[key] = (first, n)
         if len(self._recent) > IDEMPOTENCY_KEYS_KEPT:
             self._recent.popitem(last=False)
-
-    # -- flushing -----------------------------------------------------------------------------------
-
-    async def _flush_loop(self) -> None:
-        interval = self.config.auto_flush_interval_sec or None
-        while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flush_wanted.wait(), interval)
-            self._flush_wanted.clear()
-            if self._stopping:
-                return
-            try:
-                started = time.monotonic()
-                await self._flush_once()
-                await self._maintain()
-                self._flush_error = None
-                # Under a steady stream, space background flushes out: every flush costs one Lance commit per
-                # bucket (~5 ms of CPU each) whatever its size, and the log already keeps the rows durable.
-                took = time.monotonic() - started
-                spacing = max(MIN_FLUSH_SPACING_SECONDS, FLUSH_DUTY_FACTOR * took)
-                rest = started + spacing - time.monotonic()
-                if rest > 0 and not self._urgent.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._urgent.wait(), rest)
-                self._urgent.clear()
-            except Exception as exc:  # kept for stats(); the next flush() retries and raises it
-                log.exception("background flush of topic %r failed; will retry", self.name)
-                self._flush_error = exc
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), 1.0)
-
-    def flush_soon(self) -> None:
-        """Start a background flush now, without the usual spacing (the arena needs the space)."""
-        self._urgent.set()
-        self._flush_wanted.set()
-
-    async def flush(self) -> None:
-        """Return once every record acknowledged before this call is stored in the backends."""
-        self._check_open()
-        await self._flush_once()
-        self._flush_wanted.set()  # housekeeping (compaction, cleanup) follows in the background
-
-    async def _flush_once(self) -> None:
-        async with self._flush_lock:
-            cut = self.visible_upto
-            if cut <= self.flushed_upto:
-                return
-            wal = self._wal
-            if wal is None:
-                return
-            t0 = time.perf_counter()
-            if wal.current_bytes() >= ROTATE_AT_BYTES:
-                wal.rotate(self.next_index)
-            k = bisect.bisect_left(self._tail_firsts, cut)
-            chunks = self._tail[:k]
-            per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
-            per_index: list[list[int]] = [[] for _ in self._backends]
-            # per bucket: (position in its rows, arena batch, samples skipped) for batches written as columns
-            per_arena: list[list[tuple[int, Chunk, int]]] = [[] for _ in self._backends]
-            col, n = self.config.bucket_column, self.config.num_buckets
-            columnar = all(hasattr(b, "put_columns") for b in self._backends)
-            whole = {id(c) for c in chunks if whole_batch(c, col)}
-            slow = [c for c in chunks if c.arena is not None and not (columnar and id(c) in whole)]
-            if slow:
-                # Encoding tensor samples copies megabytes: off the loop, so hand-overs go on meanwhile.
-                await asyncio.to_thread(lambda: [c.rows for c in slow])
-            for chunk in chunks:
-                batch_b = batch_bucket(chunk.first, n) if id(chunk) in whole else None
-                if chunk.arena is not None and columnar and batch_b is not None:
-                    # A tensor batch without the bucket column goes to one bucket whole, so its payload is
-                    # written as columns straight from the arena (no Python object per sample).
-                    b = batch_b
-                    skip = max(0, self._columns[b].last() - chunk.first + 1)
-                    if skip < chunk.count:
-                        per_arena[b].append((len(per_bucket[b]), chunk, skip))
-                        for i in range(skip, chunk.count):
-                            out = dict(chunk.other[i])
-                            out[INDEX_KEY] = chunk.first + i
-                            out[PARTITION_KEY] = chunk.partition
-                            self._mark_fields(out, chunk, i)
-                            per_bucket[b].append(out)
-                            per_index[b].append(chunk.first + i)
-                    continue
-                # Buckets are decided here, once per row, not on the put path.
-                for i, row in enumerate(chunk.rows):
-                    index = chunk.first + i
-                    b = batch_b if batch_b is not None else bucket_of(row.get(col), index, n)
-                    if index <= self._columns[b].last():
-                        continue  # already stored by a flush whose completion was not recorded
-                    out = dict(row)
-                    out[INDEX_KEY] = index
-                    out[PARTITION_KEY] = chunk.partition
-                    self._mark_fields(out, chunk, i)
-                    per_bucket[b].append(out)
-                    per_index[b].append(index)
-            results = await asyncio.gather(
-                *(self._flush_bucket(b, rows, per_index[b], per_arena[b]) for b, rows in enumerate(per_bucket) if rows),
-                return_exceptions=True,
-            )
-            for result in results:
-                if isinstance(result, BaseException):
-                    raise result
-            # One loop step: readers see the rows either in the tail or in the backends, never neither.
-            for chunk in chunks:
-                if chunk.arena is not None:
-                    # Flushed, but its extent stays mapped until the arena needs the space: consumers keep
-                    # getting views instead of reading the payload back from Lance.
-                    chunk.forget_rows()
-                    self._resident.append(chunk)
-                    self._resident_firsts.append(chunk.first)
-            del self._tail[:k]
-            del self._tail_firsts[:k]
-            self.flushed_upto = cut
-            if self._durable_backend:
-                await asyncio.to_thread(self._persist_progress, wal, cut)
-            if self._on_flushed is not None:
-                self._on_flushed(self.name, cut)
-            self.metrics.flushes += 1
-            self.metrics.records_flushed += sum(len(x) for x in per_index)
-            self.metrics.flush_seconds += time.perf_counter() - t0
-
-    async def _flush_bucket(
-        self, b: int, rows: list[dict[str, Any]], indexes: list[int], arena: list[tuple[int, Chunk, int]]
-    ) -> None:
-        try:
-            if arena:
-                columns = await asyncio.to_thread(arena_columns, rows, arena)
-                await self._backends[b].put_columns(rows, columns)  # type: ignore[attr-defined]
-            else:
-                await self._backends[b].put_batch(rows)
-                await self._backends[b].flush()
-        except Exception:
-            # The rows may or may not have landed (a Lance commit can land and still raise). Start the bucket
-            # afresh from what is on disk, so the retry stores exactly what is missing.
-            if self._durable_backend:
-                await self._reopen_bucket(b)
-            raise
-        # Reads never look at indexes at or above flushed_upto, so growing the column early is safe; it makes a
-        # retry after another bucket's failure skip the rows this bucket already holds.
-        self._columns[b].extend(indexes)
-
-    async def _reopen_bucket(self, b: int) -> None:
-        backend = await asyncio.to_thread(
-            self._factory, b, str(self.path), batch_size=self.config.batch_size, **self.config.backend_kwargs
-        )
-        self._backends[b] = backend
-        self._columns[b] = IndexColumn(await self._read_indexes(backend))
-
-    def _persist_progress(self, wal: WriteAheadLog, cut: int) -> None:
-        # Before any frame leaves the log: the kinds it carried go to schema.json, and state.json records what
-        # is in the backends (the start-up floor for indexes and the point replay can skip to).
-        if self.kinds != self._kinds_written:
-            write_json_atomic(self.path / "schema.json", self.kinds)
-            self._kinds_written = dict(self.kinds)
-        segments = wal.droppable(cut, IDEMPOTENCY_WINDOW_SECONDS)
-        if segments:
-            write_json_atomic(self.path / "state.json", {"flushed_upto": cut})
-            wal.drop(segments)
-
-    async def _maintain(self) -> None:
-        for backend in self._backends:
-            maintain = getattr(backend, "maintain", None)
-            if maintain is not None:
-                await maintain()
 
     # -- reading ------------------------------------------------------------------------------------
 
