@@ -24,9 +24,10 @@ that key (or with ``None``) goes to ``global_index % num_buckets``. Exception: t
 that went through the broker's arena, when none has the bucket column, go to one bucket together
 (``layout.batch_bucket`` of the batch's first index), so its payload is written as whole columns.
 
-Beside this module, mixins of Topic: ``flushing.py`` (tail -> backends, and when), ``samples.py`` (partitions,
-consume-on-fetch and where tensor fields lie) and ``partitions.py`` (listing, clear, tags); ``tail.py`` holds the
-chunks waiting for a flush, arena batches among them.
+Beside this module, mixins of Topic: ``flushing.py`` (tail -> backends, and when), ``samples.py`` (the
+partition index, consume-on-fetch and leases; its base ``sample_data.py``: where fields lie) and
+``partitions.py`` (listing, clear, tags); ``tail.py`` holds the chunks waiting for a flush, arena batches among
+them.
 """
 
 from __future__ import annotations

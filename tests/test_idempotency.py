@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from persisting import codec, engine
+from persisting import codec, flushing
 from persisting.config import TopicConfig
 from persisting.engine import Topic
 from persisting.queue import LanceBackend
@@ -39,7 +39,7 @@ def test_same_key_is_stored_once_across_reopen(store: Path) -> None:
 def test_key_survives_when_its_flushed_segment_has_rotated(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Flushed log segments stay for the retry window: a retry after a restart is recognized even when the
     frame carrying its key is already in Lance and its segment was rotated out."""
-    monkeypatch.setattr(engine, "ROTATE_AT_BYTES", 1)  # a new segment at every flush
+    monkeypatch.setattr(flushing, "ROTATE_AT_BYTES", 1)  # a new segment at every flush
 
     async def main() -> None:
         topic = Topic("rot", store, TopicConfig(batch_size=10**6), LanceBackend)
