@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -12,17 +13,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import persisting
 
-from .arena_bench import render_arena, run_arena_bench
+from .arena_bench import run_arena_bench
+from .arena_report import render_arena
 from .broker_bench import run_broker_bench
 from .broker_report import render_broker
+from .layout import FORMATS
 from .queue_bench import run_queue_bench
-from .report import FORMATS, render
-from .samples_bench import render_samples, run_samples_bench
+from .report import render
+from .samples_bench import run_samples_bench
+from .samples_report import render_samples
 
 PACKAGES = ("persisting", "pylance", "pyarrow", "numpy", "msgpack", "persist-queue", "tqdm")
 
@@ -55,9 +60,18 @@ def _git_revision() -> str:
     return head + (" + local changes in persisting/" if dirty else "")
 
 
+def _common_args(p: argparse.ArgumentParser) -> None:
+    """The options every benchmark takes, after its own."""
+    p.add_argument("--format", choices=FORMATS, default="console")
+    p.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="bench", required=True)
+    # queue: the options _common_args adds, but --format and --dir before its own (the order --help shows)
     q = sub.add_parser("queue", help="persisting Queue vs persist-queue: write, read, flush cost")
     q.add_argument("--n", type=int, action="append", help="record count; repeat for several (default 10000)")
     q.add_argument("--format", choices=FORMATS, default="console")
@@ -83,10 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--pq-records", type=int, default=20_000, help="records in the persist-queue 2x2 run; 0: skip")
     b.add_argument("--pq-limit-s", type=float, default=20.0, help="time limit of each persist-queue worker")
-    b.add_argument("--format", choices=FORMATS, default="console")
-    b.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _common_args(b)
     a = sub.add_parser(
         "arena",
         help="tensor batches producer -> consumer through the broker's shared-memory arena vs memcpy and "
@@ -103,10 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         "--beyond-arena-bytes", type=int, default=256 * 1024**2, help="arena of the beyond run (default 256 MiB)"
     )
     a.add_argument("--no-torch", action="store_true", help="skip the torch.multiprocessing.Queue reference")
-    a.add_argument("--format", choices=FORMATS, default="console")
-    a.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _common_args(a)
     s = sub.add_parser(
         "samples",
         help="get_meta (GRPOGroupNSampler) through the broker: 2 producers, 4 consumers of one task, vs the "
@@ -119,15 +127,36 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--latency-n", type=int, default=2_000, help="timed calls per reference series (hello, get_meta)")
     s.add_argument("--warmup", type=int, default=200, help="untimed calls per reference series first")
     s.add_argument("--get-timeout", type=float, default=0.5, help="the consumers' get_meta(wait=True, timeout=...)")
-    s.add_argument("--format", choices=FORMATS, default="console")
-    s.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _common_args(s)
     return parser
 
 
-def _meta(args_list: list[str], revision: str, base: Path) -> dict[str, Any]:
-    return {
+@contextlib.contextmanager
+def _work_dir(parent: Path | None, prefix: str) -> Iterator[Path]:
+    """A fresh temp folder under ``parent`` (default /tmp), removed afterwards. Keep ``prefix`` short: the brokers'
+    ipc socket paths live under it and a unix socket path has a limit of 107 bytes."""
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=parent or "/tmp"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _meta(
+    args_list: list[str],
+    revision: str,
+    base: Path,
+    *,
+    packages: Sequence[str] = (),
+    records: str | None = None,
+    seed: int | None = None,
+    broker: str | None = None,
+) -> dict[str, Any]:
+    """The run's description; ``packages``: more versions to name (where installed); ``broker``: the broker's
+    arguments, ``{base}`` standing for the work dir."""
+    meta: dict[str, Any] = {
         "command": shlex.join([sys.executable, "-m", "bench", *args_list]),
         "python": f"{platform.python_implementation()} {platform.python_version()} on {platform.platform()}",
         "cpus": os.cpu_count(),
@@ -136,6 +165,16 @@ def _meta(args_list: list[str], revision: str, base: Path) -> dict[str, Any]:
         "records": 'about 100 bytes: {"id": int, "text": 70 random ASCII chars, "score": float}',
         "work dir": str(base),
     }
+    if packages:
+        meta["packages"] += ", " + ", ".join(f"{n} {importlib.metadata.version(n)}" for n in packages if _installed(n))
+    if records is not None:
+        meta["records"] = records
+    if seed is not None:
+        meta["seed"] = seed
+    if broker is not None:
+        meta["persisting imported from"] = str(Path(persisting.__file__).parent)
+        meta["broker"] = f"{sys.executable} -m broker " + broker.format(base=base)
+    return meta
 
 
 def _broker_main(args: argparse.Namespace, args_list: list[str], revision: str) -> int:
@@ -144,11 +183,7 @@ def _broker_main(args: argparse.Namespace, args_list: list[str], revision: str) 
     if args.records % 200:
         raise SystemExit("--records must be a multiple of 200 (2 producers x put_batch of 100)")
     durabilities = tuple(dict.fromkeys(args.durability or ["sync", "process"])) if args.records else ()
-    if args.dir is not None:
-        args.dir.mkdir(parents=True, exist_ok=True)
-    # Short: the ipc socket paths live under it (a unix socket path has a limit of 107 bytes).
-    base = Path(tempfile.mkdtemp(prefix="pbb-", dir=args.dir or "/tmp"))
-    try:
+    with _work_dir(args.dir, "pbb-") as base:
         result = run_broker_bench(
             base,
             latency_n=args.latency_n,
@@ -160,12 +195,8 @@ def _broker_main(args: argparse.Namespace, args_list: list[str], revision: str) 
             seed=args.seed,
             progress=not args.no_progress,
         )
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    result.meta = _meta(args_list, revision, base)
-    result.meta["persisting imported from"] = str(Path(persisting.__file__).parent)
-    result.meta["broker"] = (
-        f"{sys.executable} -m broker --storage-path {base}/storage --socket ipc://{base}/sock/b.sock"
+    result.meta = _meta(
+        args_list, revision, base, broker="--storage-path {base}/storage --socket ipc://{base}/sock/b.sock"
     )
     print(render_broker(result, args.format))
     return 0
@@ -175,10 +206,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
     counts = (args.small_batches, args.large_batches, args.paced_batches, args.beyond_batches)
     if any(n < 0 for n in counts) or args.arena_bytes < 1 or args.beyond_arena_bytes < 1:
         raise SystemExit("batch counts must be at least 0, arena sizes at least 1")
-    if args.dir is not None:
-        args.dir.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="pab-", dir=args.dir or "/tmp"))  # short: ipc socket paths live under it
-    try:
+    with _work_dir(args.dir, "pab-") as base:
         result = run_arena_bench(
             base,
             small_batches=args.small_batches,
@@ -191,20 +219,16 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
             seed=args.seed,
             progress=not args.no_progress,
         )
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    meta = _meta(args_list, revision, base)
-    meta["packages"] += ", " + ", ".join(
-        f"{n} {importlib.metadata.version(n)}" for n in ("torch", "pyzmq") if _installed(n)
+    result.meta = _meta(
+        args_list,
+        revision,
+        base,
+        packages=("torch", "pyzmq"),
+        records="tensor batches: 256 x (int64[1024] + float32[4096]) (6 MiB) and 64 x float32[262144] (64 MiB)",
+        seed=args.seed,
+        broker="--storage-path {base}/<case>/storage --socket ipc://{base}/<case>/s/b.sock --arena-bytes N "
+        "--log-level WARNING (one broker per persisting case)",
     )
-    meta["records"] = "tensor batches: 256 x (int64[1024] + float32[4096]) (6 MiB) and 64 x float32[262144] (64 MiB)"
-    meta["seed"] = args.seed
-    meta["persisting imported from"] = str(Path(persisting.__file__).parent)
-    meta["broker"] = (
-        f"{sys.executable} -m broker --storage-path {base}/<case>/storage --socket ipc://{base}/<case>/s/b.sock "
-        f"--arena-bytes N --log-level WARNING (one broker per persisting case)"
-    )
-    result.meta = meta
     print(render_arena(result, args.format))
     return 0
 
@@ -215,10 +239,7 @@ def _samples_main(args: argparse.Namespace, args_list: list[str], revision: str)
             "--puts and --latency-n must be at least 1, --warmup and --put-interval-ms at least 0, "
             "--get-timeout above 0"
         )
-    if args.dir is not None:
-        args.dir.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="psb-", dir=args.dir or "/tmp"))  # short: the ipc socket path lives under it
-    try:
+    with _work_dir(args.dir, "psb-") as base:
         result = run_samples_bench(
             base,
             puts=args.puts,
@@ -229,17 +250,15 @@ def _samples_main(args: argparse.Namespace, args_list: list[str], revision: str)
             seed=args.seed,
             progress=not args.no_progress,
         )
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    meta = _meta(args_list, revision, base)
-    meta["packages"] += ", " + ", ".join(f"{n} {importlib.metadata.version(n)}" for n in ("pyzmq",) if _installed(n))
-    meta["records"] = 'tensor batches {"x": float32[64, 16], "len": 64 ints}: 64 samples = 8 GRPO groups of n=8'
-    meta["seed"] = args.seed
-    meta["persisting imported from"] = str(Path(persisting.__file__).parent)
-    meta["broker"] = (
-        f"{sys.executable} -m broker --storage-path {base}/storage --socket ipc://{base}/s/b.sock --log-level WARNING"
+    result.meta = _meta(
+        args_list,
+        revision,
+        base,
+        packages=("pyzmq",),
+        records='tensor batches {"x": float32[64, 16], "len": 64 ints}: 64 samples = 8 GRPO groups of n=8',
+        seed=args.seed,
+        broker="--storage-path {base}/storage --socket ipc://{base}/s/b.sock --log-level WARNING",
     )
-    result.meta = meta
     print(render_samples(result, args.format))
     return 0
 
@@ -265,10 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = args.n or [10_000]
     if any(n < 1 for n in ns):
         raise SystemExit("--n must be at least 1")
-    if args.dir is not None:
-        args.dir.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="persisting-bench-", dir=args.dir or "/tmp"))
-    try:
+    with _work_dir(args.dir, "persisting-bench-") as base:
         result = run_queue_bench(
             ns,
             base,
@@ -278,8 +294,6 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             progress=not args.no_progress,
         )
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
     result.meta = _meta(args_list, revision, base)
     print(render(result, args.format))
     return 0

@@ -1,12 +1,11 @@
-"""Rendering a BrokerBenchResult as a plain console table, reStructuredText, or JSON."""
+"""The ``broker`` benchmark's report: a BrokerBenchResult as console tables, reStructuredText, or JSON."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from .broker_bench import BrokerBenchResult, LatencySeries, Throughput
-from .report import FORMATS, plain_table, rst_table
+from .broker_bench import BrokerBenchResult
+from .broker_latency import LatencySeries
+from .broker_throughput import Throughput
+from .layout import AIM_HEADERS, Section, aims_json, closing_notes, page, report_json
 
 FLOOR = "zmq-raw"
 LATENCY_HEADERS = ("series", "key", "requests", "p50 us", "p99 us", "mean us", "max us", "p50 vs raw ZMQ")
@@ -25,7 +24,6 @@ THROUGHPUT_HEADERS = (
     "order",
     "broker CPU s",
 )
-AIM_HEADERS = ("aim", "measured", "target", "met")
 
 SYNC_P50_AIM_US = 1_000.0
 PROCESS_RATIO_AIM = 3.0
@@ -129,62 +127,39 @@ def _notes(result: BrokerBenchResult) -> list[str]:
         f"Broker stop (SIGTERM; it flushes its topics): {result.broker_stop_s:.2f} s, exit code {result.broker_exit}"
         f"{clean}."
     )
-    if result.broker_log:
-        notes.append(f"Broker log lines at WARNING or above (or checks that failed): {len(result.broker_log)}")
-        notes += [f"  {line}" for line in result.broker_log[:10]]
-    notes.append(
-        f"Whole run: {result.wall_s:.1f} s wall. Timings are from one run on a shared machine: compare ratios "
-        "within it, not across runs."
-    )
-    return notes
+    what = "Broker log lines at WARNING or above (or checks that failed)"
+    return notes + closing_notes(result.wall_s, result.broker_log, what)
 
 
 def render_broker(result: BrokerBenchResult, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(to_json(result), indent=2)
-    meta = [f"{k}: {v}" for k, v in result.meta.items()]
+        return to_json(result)
     floor = result.series(FLOOR)
-    lat_rows = [latency_cells(s, floor) for s in result.latency]
     tp_rows = [throughput_cells(t) for t in result.throughput]
     aim_rows = aims(result)
-    if fmt == "console":
-        parts = [*meta, "", plain_table(LATENCY_HEADERS, lat_rows)]
-        if tp_rows:
-            parts += ["", plain_table(THROUGHPUT_HEADERS, tp_rows)]
-        if aim_rows:
-            parts += ["", plain_table(AIM_HEADERS, aim_rows)]
-        parts += ["", *_settings_lines(result), "", *_notes(result)]
-        return "\n".join(parts)
-    if fmt != "rst":
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
-    parts = ["Broker benchmark", "================", ""]
-    parts += [f"- {line}" for line in meta] + ["", "Round trip of one record", "------------------------", ""]
-    parts += [rst_table(LATENCY_HEADERS, lat_rows), ""]
-    if tp_rows:
-        parts += ["2 producers x 2 consumers", "-------------------------", ""]
-        parts += [rst_table(THROUGHPUT_HEADERS, tp_rows), ""]
-    if aim_rows:
-        parts += ["Aims", "----", "", rst_table(AIM_HEADERS, aim_rows), ""]
-    parts += ["Settings", "--------", ""] + [f"- {line}" for line in _settings_lines(result)] + [""]
-    parts += ["Notes", "-----", ""] + [f"- {line}" for line in _notes(result)]
-    return "\n".join(parts)
+    sections = [
+        Section("Round trip of one record", LATENCY_HEADERS, [latency_cells(s, floor) for s in result.latency]),
+        Section("2 producers x 2 consumers", THROUGHPUT_HEADERS, tp_rows) if tp_rows else None,
+        Section("Aims", AIM_HEADERS, aim_rows) if aim_rows else None,
+        Section("Settings", lines=_settings_lines(result)),
+        Section("Notes", lines=_notes(result)),
+    ]
+    return page(fmt, "Broker benchmark", result.meta, sections)
 
 
-def to_json(result: BrokerBenchResult) -> dict[str, Any]:
+def to_json(result: BrokerBenchResult) -> str:
     floor = result.series(FLOOR)
     latency = []
     for s in result.latency:
         row = s.to_json()
         row["p50_vs_raw_zmq"] = s.p50_us / floor.p50_us if floor is not None else None
         latency.append(row)
-    return {
-        "meta": result.meta,
-        "settings": result.settings,
-        "wall_s": result.wall_s,
-        "latency": latency,
-        "throughput": [t.to_json() for t in result.throughput],
-        "aims": [dict(zip(AIM_HEADERS, row, strict=True)) for row in aims(result)],
-        "broker_stop_s": result.broker_stop_s,
-        "broker_exit": result.broker_exit,
-        "broker_log": result.broker_log,
-    }
+    return report_json(
+        result,
+        latency=latency,
+        throughput=[t.to_json() for t in result.throughput],
+        aims=aims_json(aims(result)),
+        broker_stop_s=result.broker_stop_s,
+        broker_exit=result.broker_exit,
+        broker_log=result.broker_log,
+    )

@@ -5,7 +5,6 @@ each timed ``flush()`` moves exactly one put_batch into Lance; the two topics al
 from __future__ import annotations
 
 import asyncio
-import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -14,8 +13,9 @@ from typing import Any
 
 from persisting import Queue
 
+from .measure import Tick, nearest_rank
 from .records import make_records
-from .stores import PUT_BATCH, Tick
+from .stores import PUT_BATCH
 
 NO_AUTO_FLUSH = 2**62  # batch_size: the engine flushes in the background once this many rows wait
 PREFILL_BATCH = 10_000
@@ -33,8 +33,7 @@ class FlushSeries:
 
     @property
     def p90_s(self) -> float:
-        ordered = sorted(self.samples_s)
-        return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]  # nearest rank
+        return nearest_rank(sorted(self.samples_s), 0.9)
 
 
 @dataclass(frozen=True, slots=True)

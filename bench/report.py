@@ -1,16 +1,15 @@
-"""Rendering a BenchResult as a plain console table, reStructuredText, or JSON."""
+"""The ``queue`` benchmark's report: a BenchResult as a console table, reStructuredText, or JSON."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from .flush import FlushResult
+from .layout import Section, closing_notes, page
 from .queue_bench import BenchResult, Row
 from .stores import REFERENCE, STORES
 
-FORMATS = ("console", "rst", "json")
 _REF_STORE = next(s for s in STORES if s.key == REFERENCE)
 
 QUEUE_HEADERS = (
@@ -67,29 +66,6 @@ def flush_cells(flush: FlushResult) -> list[list[str]]:
     return out
 
 
-def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
-    return "\n".join(lines)
-
-
-def rst_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A reStructuredText grid table (cells may be empty, which simple tables do not allow in column 1)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    head_sep = sep.replace("-", "=")
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    out = [sep, line(headers), head_sep]
-    for r in rows:
-        out += [line(r), sep]
-    return "\n".join(out)
-
-
 def _settings_lines(result: BenchResult) -> list[str]:
     seen = []
     for row in result.rows:
@@ -111,35 +87,20 @@ def _notes(result: BenchResult) -> list[str]:
             f"full/empty ratio median {f.median_ratio:.2f}x, p90 {f.p90_ratio:.2f}x (aim: within 2x). "
             f"Prefill of {f.full.stored_rows:,} rows took {f.prefill_s:.1f} s; reopening it {f.reopen_s:.2f} s."
         )
-    notes.append(
-        f"Whole run: {result.wall_s:.1f} s wall. Timings are from one run on a shared machine: compare "
-        "ratios within it, not across runs."
-    )
-    return notes
+    return notes + closing_notes(result.wall_s)
 
 
 def render(result: BenchResult, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(to_json(result), indent=2)
-    meta = [f"{k}: {v}" for k, v in result.meta.items()]
-    queue_rows = [queue_cells(r) for r in result.rows]
-    if fmt == "console":
-        parts = [*meta, "", plain_table(QUEUE_HEADERS, queue_rows)]
-        if result.flush is not None:
-            parts += ["", plain_table(FLUSH_HEADERS, flush_cells(result.flush))]
-        parts += ["", *_settings_lines(result), "", *_notes(result)]
-        return "\n".join(parts)
-    if fmt != "rst":
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
-    parts = ["Queue benchmark", "===============", ""]
-    parts += [f"- {line}" for line in meta] + ["", "Write then read", "---------------", ""]
-    parts += [rst_table(QUEUE_HEADERS, queue_rows), ""]
-    if result.flush is not None:
-        parts += ["Flush cost vs stored data", "-------------------------", ""]
-        parts += [rst_table(FLUSH_HEADERS, flush_cells(result.flush)), ""]
-    parts += ["Settings", "--------", ""] + [f"- {line}" for line in _settings_lines(result)] + [""]
-    parts += ["Notes", "-----", ""] + [f"- {line}" for line in _notes(result)]
-    return "\n".join(parts)
+    flush = result.flush
+    sections = [
+        Section("Write then read", QUEUE_HEADERS, [queue_cells(r) for r in result.rows]),
+        None if flush is None else Section("Flush cost vs stored data", FLUSH_HEADERS, flush_cells(flush)),
+        Section("Settings", lines=_settings_lines(result)),
+        Section("Notes", lines=_notes(result)),
+    ]
+    return page(fmt, "Queue benchmark", result.meta, sections)
 
 
 def to_json(result: BenchResult) -> dict[str, Any]:

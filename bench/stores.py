@@ -14,12 +14,12 @@ import persistqueue
 
 from persisting import Queue
 
+from .measure import Tick
 from .records import check_page
 
 PUT_BATCH = 1_000  # records per put_batch (persisting) and per commit / ack (peers, where they have one)
 READ_PAGE = 10_000  # records per persisting get()
 
-Tick = Callable[[int], None]
 Records = list[dict[str, Any]]
 
 

@@ -1,0 +1,202 @@
+"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, five series
+interleaved in rounds so that they share the machine's noise: raw DEALER->ROUTER echo (blocking pyzmq client, the
+floor), the same with a ``zmq.asyncio`` client, persisting's protocol ``hello`` (client Connection + broker
+dispatch, no storage), and ``Queue.put`` with ``durability="process"`` and ``"sync"``. The echo server is a
+spawned process this module starts and stops."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import zmq
+import zmq.asyncio
+
+from persisting import Queue
+from persisting.remote import Connection
+
+from .measure import Tick, nearest_rank
+from .records import make_records
+
+LATENCY_ROUNDS = 8
+
+
+@dataclass(slots=True)
+class LatencySeries:
+    key: str
+    label: str
+    settings: str
+    samples_us: list[float] = field(default_factory=list)
+
+    def _sorted(self) -> list[float]:
+        return sorted(self.samples_us)
+
+    @property
+    def p50_us(self) -> float:
+        return nearest_rank(self._sorted(), 0.50)
+
+    @property
+    def p99_us(self) -> float:
+        return nearest_rank(self._sorted(), 0.99)
+
+    @property
+    def max_us(self) -> float:
+        return max(self.samples_us)
+
+    @property
+    def mean_us(self) -> float:
+        return statistics.fmean(self.samples_us)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "label": self.label,
+            "settings": self.settings,
+            "n": len(self.samples_us),
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "mean_us": self.mean_us,
+            "max_us": self.max_us,
+        }
+
+
+def echo_server_main(address: str) -> None:
+    """A ROUTER that sends every message straight back (frames untouched) until it gets the frame b"stop"."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(address)
+    try:
+        while True:
+            frames = sock.recv_multipart(copy=True)
+            if frames[1:] == [b"stop"]:
+                sock.send_multipart(frames)
+                return
+            sock.send_multipart(frames)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def stop_echo(echo: Any, address: str) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    try:
+        sock.connect(address)
+        sock.send(b"stop")
+        with contextlib.suppress(zmq.Again):  # no reply: it is stopped below all the same
+            sock.recv()
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    echo.join(10)
+    if echo.is_alive():
+        echo.terminate()
+        echo.join(5)
+
+
+async def latency(
+    broker: str, echo: str, n: int, warmup: int, seed: int, tick: Tick
+) -> tuple[list[LatencySeries], dict[str, int]]:
+    """The five series, and the records each put topic holds after them (the driver checks none went missing)."""
+    records = make_records(n + warmup, seed)
+    packed = [msgpack.packb(r, use_bin_type=True) for r in records]
+
+    sync_ctx = zmq.Context()
+    raw = sync_ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(echo)
+    async_ctx = zmq.asyncio.Context()
+    araw = async_ctx.socket(zmq.DEALER)
+    araw.setsockopt(zmq.LINGER, 0)
+    araw.connect(echo)
+    conn = Connection(broker)  # persisting's client transport, on this loop, without the engine-loop hop
+    q_proc = Queue("latency-process", broker=broker, durability="process")
+    q_sync = Queue("latency-sync", broker=broker, durability="sync")
+    await q_proc.open()
+    await q_sync.open()
+
+    async def raw_sync(i: int) -> None:
+        raw.send(packed[i])
+        msgpack.unpackb(raw.recv(), raw=False)
+
+    async def raw_async(i: int) -> None:
+        await araw.send(packed[i])
+        msgpack.unpackb(await araw.recv(), raw=False)
+
+    async def hello(_i: int) -> None:
+        await conn.request("hello", {})
+
+    async def put_process(i: int) -> None:
+        await q_proc.put(records[i])
+
+    async def put_sync(i: int) -> None:
+        await q_sync.put(records[i])
+
+    plan: list[tuple[LatencySeries, Callable[[int], Awaitable[None]]]] = [
+        (
+            LatencySeries(
+                "zmq-raw",
+                "raw ZeroMQ ipc echo",
+                "blocking pyzmq DEALER -> ROUTER echo process; msgpack of one record (the floor)",
+            ),
+            raw_sync,
+        ),
+        (
+            LatencySeries("zmq-asyncio", "raw ZeroMQ ipc echo", "as above with a zmq.asyncio DEALER on asyncio"),
+            raw_async,
+        ),
+        (
+            LatencySeries(
+                "broker-hello",
+                "persisting protocol",
+                "'hello' op via persisting.remote.Connection on the caller's loop: envelope codec, broker "
+                "dispatch and reply, no topic, no storage",
+            ),
+            hello,
+        ),
+        (
+            LatencySeries(
+                "put-process", "persisting Queue.put", 'broker mode, durability="process" (write(2), no fsync)'
+            ),
+            put_process,
+        ),
+        (
+            LatencySeries(
+                "put-sync", "persisting Queue.put", 'broker mode, durability="sync" (default: fdatasync before the ack)'
+            ),
+            put_sync,
+        ),
+    ]
+    try:
+        for _series, fn in plan:
+            for i in range(warmup):
+                await fn(n + i)
+            tick(warmup)
+        per_round = math.ceil(n / LATENCY_ROUNDS)
+        for start in range(0, n, per_round):
+            stop = min(n, start + per_round)
+            for series, fn in plan:
+                samples = series.samples_us
+                for i in range(start, stop):
+                    t0 = time.perf_counter_ns()
+                    await fn(i)
+                    samples.append((time.perf_counter_ns() - t0) / 1e3)
+                tick(stop - start)
+        counts = {"latency-process": len(q_proc), "latency-sync": len(q_sync)}
+    finally:
+        await q_proc.aclose()
+        await q_sync.aclose()
+        raw.close(linger=0)
+        araw.close(linger=0)
+        sync_ctx.term()
+        async_ctx.term()
+    return [s for s, _ in plan], counts

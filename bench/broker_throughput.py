@@ -1,0 +1,185 @@
+"""The ``broker`` benchmark's 2x2 workload through the broker: 2 producer processes ``put_batch`` 100 records at a
+time, 2 consumer processes split the index space in pages of one batch (consumer c reads pages c, c+2, ... with
+``stream(wait=True)``), so every record is read exactly once; counts, duplicates, losses and per-producer order
+are checked from the (index, id) pairs the consumers read."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .broker_server import cpu_seconds
+from .measure import Tick
+from .records import make_records
+from .workers import START_TIMEOUT_S, gather, guarded, join_all, queue_past_barrier, span, watch, worker, write_result
+
+PUT_BATCH = 100  # records per put_batch in the throughput runs, and the consumers' page size
+WAIT_TIMEOUT_S = 30.0  # a consumer waiting this long for its next page gives up (reported as lost records)
+
+
+@dataclass(slots=True)
+class Throughput:
+    key: str
+    label: str
+    settings: str
+    target: int  # records the producers set out to write
+    produced: int = 0  # puts acknowledged to the producers
+    consumed: int = 0  # records handed to consumers, duplicates included
+    unique: int = 0  # distinct records consumed
+    duplicates: int = 0  # consumed - unique
+    lost: int = 0  # acknowledged, never consumed and not left in the queue
+    left: int = 0  # still in the queue after the run (persist-queue: ready or un-acked rows)
+    produce_s: float = 0.0  # earliest worker start -> last producer done
+    consume_s: float = 0.0  # earliest worker start -> last record consumed
+    broker_cpu_s: float | None = None
+    order_ok: bool | None = None  # every producer's records in the order it wrote them (persisting only)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def produce_rate(self) -> float:
+        return self.produced / self.produce_s if self.produce_s > 0 else 0.0
+
+    @property
+    def consume_rate(self) -> float:
+        return self.unique / self.consume_s if self.consume_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["produce_rec_per_s"] = self.produce_rate
+        out["consume_rec_per_s"] = self.consume_rate
+        return out
+
+
+def persisting_producer_main(spec: dict[str, Any]) -> None:
+    info: dict[str, Any] = {}
+    guarded(spec, info, lambda: asyncio.run(_persisting_producer(spec, info)))
+    write_result(spec["out"], info)
+
+
+async def _persisting_producer(spec: dict[str, Any], info: dict[str, Any]) -> None:
+    count, batch, counter = spec["count"], spec["batch"], spec["counter"]
+    records = make_records(count, spec["seed"], start=spec["index"] * count)
+    async with queue_past_barrier(spec, info, durability=spec["durability"]) as q:
+        for i in range(0, count, batch):
+            chunk = records[i : i + batch]
+            await q.put_batch(chunk)
+            info["produced"] = i + len(chunk)
+            with counter.get_lock():
+                counter.value += len(chunk)
+        info["t1"] = time.monotonic()
+
+
+def persisting_consumer_main(spec: dict[str, Any]) -> None:
+    info: dict[str, Any] = {}
+    pairs: list[tuple[int, int]] = []
+    guarded(spec, info, lambda: asyncio.run(_persisting_consumer(spec, info, pairs)))
+    write_result(spec["out"], info, np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
+
+
+async def _persisting_consumer(spec: dict[str, Any], info: dict[str, Any], pairs: list[tuple[int, int]]) -> None:
+    total, page, counter = spec["total"], spec["page"], spec["counter"]
+    async with queue_past_barrier(spec, info, durability=spec["durability"], batch_size=page) as q:
+        for start in range(spec["index"] * page, total, spec["consumers"] * page):
+            want = min(page, total - start)
+            got = 0
+            async for rows in q.stream(limit=want, offset=start, wait=True, timeout=WAIT_TIMEOUT_S):
+                pairs.extend((start + got + j, int(r["id"])) for j, r in enumerate(rows))
+                got += len(rows)
+                with counter.get_lock():
+                    counter.value += len(rows)
+            if got < want:
+                info["error"] = f"no record at index {start + got} within {WAIT_TIMEOUT_S:g} s; gave up"
+                break
+        info["t1"] = time.monotonic()
+
+
+def run_persisting_2x2(
+    broker: str, broker_pid: int, durability: str, total: int, work: Path, seed: int, tick: Tick
+) -> Throughput:
+    ctx = multiprocessing.get_context("spawn")
+    producers, consumers = 2, 2
+    per_producer = total // producers
+    topic = f"throughput-{durability}"
+    barrier = ctx.Barrier(producers + consumers + 1)
+    counter = ctx.Value("q", 0)
+    common = {"broker": broker, "topic": topic, "durability": durability, "barrier": barrier, "counter": counter}
+    procs = []
+    for i in range(producers):
+        spec = {**common, "index": i, "count": per_producer, "batch": PUT_BATCH, "seed": seed}
+        spec["out"] = str(work / f"{topic}-producer-{i}")
+        procs.append(worker(ctx, persisting_producer_main, spec, f"producer-{i}"))
+    for i in range(consumers):
+        spec = {**common, "index": i, "consumers": consumers, "total": total, "page": PUT_BATCH}
+        spec["out"] = str(work / f"{topic}-consumer-{i}")
+        procs.append(worker(ctx, persisting_consumer_main, spec, f"consumer-{i}"))
+    row = Throughput(
+        f"persisting-{durability}",
+        "persisting via broker",
+        f'durability="{durability}"; 2 producers put_batch({PUT_BATCH}) of their own records; 2 consumers '
+        f"split the index space in pages of {PUT_BATCH} (consumer c: pages c, c+2, ...) with "
+        "stream(wait=True); 4 spawned processes, one broker",
+        total,
+    )
+    for p in procs:
+        p.start()
+    cpu0 = None
+    try:
+        barrier.wait(START_TIMEOUT_S)
+        cpu0 = cpu_seconds(broker_pid)
+        watch(procs, counter, tick, timeout=600)
+    except Exception as exc:  # a worker failed before the start: its result says why
+        row.errors.append(f"start failed: {exc!r}")
+    cpu1 = cpu_seconds(broker_pid)
+    if cpu0 is not None and cpu1 is not None:
+        row.broker_cpu_s = cpu1 - cpu0
+    row.errors += join_all(procs, timeout=60)
+
+    t0s, prod_t1, cons_t1 = [], [], []
+    all_pairs = []
+    for p, info, pairs in gather(procs, lambda p: work / f"{topic}-{p.name}", row.errors):
+        if "t0" in info:
+            t0s.append(info["t0"])
+        if p.name.startswith("producer"):
+            row.produced += int(info.get("produced", 0))
+            if "t1" in info:
+                prod_t1.append(info["t1"])
+        else:
+            if "t1" in info:
+                cons_t1.append(info["t1"])
+            if pairs is not None:
+                all_pairs.append(pairs)
+    row.produce_s = span(t0s, prod_t1)
+    row.consume_s = span(t0s, cons_t1)
+    pairs = np.concatenate(all_pairs) if all_pairs else np.empty((0, 2), dtype=np.int64)
+    _check_pairs(row, pairs, per_producer, producers)
+    return row
+
+
+def _check_pairs(row: Throughput, pairs: np.ndarray, per_producer: int, producers: int) -> None:
+    """Count, duplicates and losses from the (global index, record id) pairs read; per-producer order."""
+    row.consumed = len(pairs)
+    ids = pairs[:, 1]
+    uniq = np.unique(ids)
+    row.unique = len(uniq)
+    row.duplicates = row.consumed - row.unique
+    expected = np.arange(producers * per_producer)
+    row.lost = int(row.produced - np.isin(uniq, expected).sum())
+    strays = int((~np.isin(uniq, expected)).sum())
+    if strays:
+        row.errors.append(f"{strays} record ids that no producer wrote")
+    indexes = np.sort(pairs[:, 0])
+    if len(indexes) and not np.array_equal(indexes, np.arange(len(indexes))):
+        row.errors.append("the indexes read are not exactly 0..n-1")
+    by_index = pairs[np.argsort(pairs[:, 0], kind="stable")]
+    order_ok = True
+    for p in range(producers):
+        mine = by_index[(by_index[:, 1] >= p * per_producer) & (by_index[:, 1] < (p + 1) * per_producer), 1]
+        order_ok &= bool(np.all(np.diff(mine) > 0))
+    row.order_ok = order_ok
