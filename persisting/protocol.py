@@ -58,7 +58,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import ProtocolError
+from .errors import ProtocolError, SchemaConflictError
 
 PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -86,6 +86,8 @@ class Reply:
     error_type: str = ""
     error_message: str = ""
     buffers: list[bytes] = field(default_factory=list)
+    # what the client needs to raise the same error again (SchemaConflictError: field, stored, given)
+    error_details: dict[str, str] = field(default_factory=dict)
 
 
 def _envelope(frame: bytes) -> dict[str, Any]:
@@ -129,6 +131,8 @@ def encode_reply(reply: Reply) -> list[bytes]:
         env["result"] = reply.result
     else:
         env["error"] = {"type": reply.error_type, "message": reply.error_message}
+        if reply.error_details:
+            env["error"]["details"] = reply.error_details
     return [msgpack.packb(env, use_bin_type=True), *reply.buffers]
 
 
@@ -141,11 +145,19 @@ def decode_reply(frames: list[bytes]) -> Reply:
     error = env.get("error")
     if not isinstance(error, dict):
         raise ProtocolError("error reply without an error map")
-    return Reply(env["id"], False, None, str(error.get("type", "")), str(error.get("message", "")))
+    details = error.get("details")
+    if not isinstance(details, dict) or not all(isinstance(v, str) for v in details.values()):
+        details = {}
+    return Reply(
+        env["id"], False, None, str(error.get("type", "")), str(error.get("message", "")), error_details=details
+    )
 
 
 def error_reply(request_id: int, exc: BaseException) -> Reply:
-    return Reply(request_id, False, error_type=type(exc).__name__, error_message=str(exc))
+    details = {}
+    if isinstance(exc, SchemaConflictError):
+        details = {"field": exc.field, "stored": exc.stored, "given": exc.given}
+    return Reply(request_id, False, error_type=type(exc).__name__, error_message=str(exc), error_details=details)
 
 
 def arg(req: Request, name: str, kind: type | tuple[type, ...]) -> Any:

@@ -233,6 +233,9 @@ def _raise_for(reply: Reply) -> Reply:
     if cls is not None:
         raise cls(reply.error_message)
     if reply.error_type == "SchemaConflictError":
+        d = reply.error_details
+        if {"field", "stored", "given"} <= d.keys():
+            raise errors.SchemaConflictError(d["field"], d["stored"], d["given"])
         raise errors.InvalidRecordError(reply.error_message)
     raise errors.RemoteError(reply.error_type, reply.error_message)
 

@@ -17,7 +17,7 @@ import msgpack
 import pytest
 import zmq
 
-from persisting import InvalidRecordError, Queue, SyncQueue
+from persisting import InvalidRecordError, Queue, SchemaConflictError, SyncQueue
 from persisting.protocol import PROTOCOL_VERSION
 
 from .broker_fixture import BrokerProcess, make_broker
@@ -87,6 +87,19 @@ def test_the_whole_api_through_the_broker(broker: BrokerProcess) -> None:
             assert st["total_count"] == 101 and st["flushed"] == 101 and st["broker"] == broker.address
         with SyncQueue("api", broker=broker.address) as sq:
             assert len(sq) == 101
+
+    asyncio.run(main())
+
+
+def test_a_schema_conflict_found_by_the_broker_comes_back_as_itself(broker: BrokerProcess) -> None:
+    async def main() -> None:
+        async with Queue("conflict", broker=broker.address) as a, Queue("conflict", broker=broker.address) as b:
+            await b.put({"id": 0})  # b has seen the topic's kinds before "score" existed
+            await a.put({"id": 1, "score": 0.5})
+            with pytest.raises(SchemaConflictError) as caught:
+                await b.put({"id": 2, "score": 1})
+            assert (caught.value.field, caught.value.stored, caught.value.given) == ("score", "float", "int")
+            assert len(a) == 2  # the refused put stored nothing
 
     asyncio.run(main())
 
