@@ -53,6 +53,9 @@ class Extents:
         self._holds: dict[int, tuple[Peer, list[int]]] = {}  # hold id -> (holder, extent ids)
         self._freed = asyncio.Event()
         self.free_bytes = size_bytes - HEADER_BYTES
+        # Sealed extents not yet in Lance, and their bytes: every put asks, so they are kept as they change.
+        self._unpersisted: dict[int, Extent] = {}
+        self._unpersisted_bytes = 0
 
     # -- leasing ------------------------------------------------------------------------------------
 
@@ -131,6 +134,9 @@ class Extents:
         return ext
 
     def seal(self, ext: Extent, topic: str, last_index: int) -> None:
+        if not ext.sealed:
+            self._unpersisted[ext.id] = ext
+            self._unpersisted_bytes += ext.nbytes
         ext.sealed, ext.topic, ext.last_index = True, topic, last_index
 
     def abandon(self, ext: Extent) -> None:
@@ -144,9 +150,11 @@ class Extents:
 
         They are not freed yet: consumers that have not taken those samples still get views. A lease that
         finds no free space evicts them, oldest first (``_evict_for``)."""
-        for ext in self.extents.values():
-            if ext.sealed and not ext.persisted and ext.topic == topic and ext.last_index < flushed_upto:
-                ext.persisted = True
+        done = [e for e in self._unpersisted.values() if e.topic == topic and e.last_index < flushed_upto]
+        for ext in done:
+            ext.persisted = True
+            del self._unpersisted[ext.id]
+            self._unpersisted_bytes -= ext.nbytes
 
     def _evict_for(self, size: int) -> bool:
         """Free persisted extents nobody holds, oldest first, until ``size`` bytes fit; False if they never do."""
@@ -181,6 +189,8 @@ class Extents:
     def _drop(self, ext: Extent) -> None:
         if self.extents.pop(ext.id, None) is not None:
             self.free_bytes += ext.nbytes
+            if self._unpersisted.pop(ext.id, None) is not None:
+                self._unpersisted_bytes -= ext.nbytes
             self._give(ext.offset, ext.nbytes)
 
     def reap(self) -> int:
@@ -204,7 +214,7 @@ class Extents:
         return gone
 
     def unpersisted_bytes(self) -> int:
-        return sum(e.nbytes for e in self.extents.values() if e.sealed and not e.persisted)
+        return self._unpersisted_bytes
 
     def stats(self) -> dict[str, int]:
         sealed = [e for e in self.extents.values() if e.sealed]
@@ -214,7 +224,7 @@ class Extents:
             "leased_extents": sum(1 for e in self.extents.values() if not e.sealed),
             "leased_bytes": sum(e.nbytes for e in self.extents.values() if not e.sealed),
             "sealed_extents": len(sealed),
-            "unpersisted_bytes": sum(e.nbytes for e in sealed if not e.persisted),
+            "unpersisted_bytes": self._unpersisted_bytes,
             # flushed and not held: kept for consumers that have not read them yet, reused when space runs out
             "cached_bytes": sum(e.nbytes for e in sealed if e.persisted and not e.holds),
             "held_extents": sum(1 for e in sealed if e.holds),

@@ -434,3 +434,47 @@ def test_plain_fields_of_an_arena_batch_take_no_hold(broker: BrokerProcess) -> N
             assert (await _arena_stats(broker.address))["holds"] == 0
 
     asyncio.run(go())
+
+
+def test_the_unpersisted_count_follows_every_extent_transition() -> None:
+    """The broker asks for the unpersisted bytes at every put, so they are counted as extents change; a random
+    walk of leases, seals (twice, as a put does), flushes, evictions and abandons must keep the count equal to
+    a recount of the extents."""
+    from broker.extents import Extents
+
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+
+    def recount(ex: Extents) -> int:
+        return sum(e.nbytes for e in ex.extents.values() if e.sealed and not e.persisted)
+
+    async def main() -> None:
+        ex = Extents(64 * 1024 * 1024)
+        me = peer_id()
+        leased: list[Any] = []
+        flushed = {"a": 0, "b": 0}
+        index = 0
+        for _ in range(2000):
+            step = rng.random()
+            if step < 0.4:
+                ext = ex.try_lease(rng.choice([4096, 65536, 1 << 20]), me)
+                if ext is not None:
+                    leased.append(ext)
+            elif step < 0.7 and leased:
+                ext = leased.pop(rng.randrange(len(leased)))
+                topic = rng.choice("ab")
+                ex.seal(ext, topic, 2**62)
+                index += 1
+                ex.seal(ext, topic, index)
+            elif step < 0.8 and leased:
+                ex.abandon(leased.pop())
+            elif step < 0.95:
+                topic = rng.choice("ab")
+                flushed[topic] = rng.randint(flushed[topic], index + 1)
+                ex.persisted(topic, flushed[topic])
+            else:
+                ex._evict_for(1 << 20)
+            assert ex.unpersisted_bytes() == recount(ex) == ex.stats()["unpersisted_bytes"], f"seed {seed}"
+
+    asyncio.run(main())
