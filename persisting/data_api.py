@@ -133,7 +133,8 @@ class DataAPI:
 
         Durable (logged, and synced with ``durability="sync"``) before it returns. Cleared samples are never
         handed out again, ``get_data`` of them raises ``ConfigError``, ``get()``/``stream()`` skip them, and no
-        other sample's global index changes. Their rows leave the Lance datasets at the topic's next open."""
+        other sample's global index changes. Their rows leave the Lance datasets while the topic runs (a purge at
+        most every ``PERSISTING_PURGE_SPACING`` seconds, 30 by default) and at its next open."""
         self._check_take_args(0, "clear", partition_id, None)
         indexes = None
         if global_indexes is not None:

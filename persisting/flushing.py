@@ -89,11 +89,19 @@ class Flushing:
 
         async def _read_indexes(self, backend: StorageBackend) -> list[Any]: ...
 
+        def purge_wait(self) -> float | None: ...
+
+        async def purge_if_due(self) -> None: ...
+
     async def _flush_loop(self) -> None:
         interval = self.config.auto_flush_interval_sec or None
         while not self._stopping:
+            wait = interval
+            due = self.purge_wait()
+            if due is not None:
+                wait = due if wait is None else min(wait, due)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flush_wanted.wait(), interval)
+                await asyncio.wait_for(self._flush_wanted.wait(), wait)
             self._flush_wanted.clear()
             if self._stopping:
                 return
@@ -101,6 +109,7 @@ class Flushing:
                 started = time.monotonic()
                 await self._flush_once()
                 await self._maintain()
+                await self.purge_if_due()
                 self._flush_error = None
                 # Under a steady stream, space background flushes out: every flush costs one Lance commit per
                 # bucket (~5 ms of CPU each) whatever its size, and the log already keeps the rows durable.

@@ -8,9 +8,12 @@ naming them are refused, and ``get()``/``stream()`` skip their rows. No other in
 never shifted or reused.
 
 Space: the rows of cleared samples (and the patch rows that wrote their fields) are deleted from the backends
-the next time the topic opens (a broker restart, an embedded reopen), before anything reads it, so no reader
-ever sees positions move; Lance's compaction and version cleanup then give the disk space back. Their arena
-extents are recycled like any other once flushed.
+(``delete_rows``) by a purge: at the topic's next open, before anything reads it, and while it runs, by the
+background flush loop at most once per ``PURGE_SPACING_SECONDS`` when samples were cleared. A delete moves the
+positions of the rows after it, so a running purge holds the flush lock, stops new reads at the gate
+(``_reads_open``) and waits for the reads in flight to finish; reads wait for it (one Lance delete per bucket
+and a reload of its index column: milliseconds to tens of milliseconds). Lance's compaction and version
+cleanup then give the disk space back. Their arena extents are recycled like any other once flushed.
 
 Tags (``custom_meta``): ``set_tags`` merges ``{key: value}`` maps into samples' tags, written to the consumption
 log like a clear before it returns; ``describe`` hands them out with the samples, so every process sees them
@@ -19,8 +22,11 @@ and they survive a restart. A cleared sample's tags go at the next compaction of
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
+import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A running topic deletes the rows of cleared samples from Lance at most this often (reads pause meanwhile).
+PURGE_SPACING_SECONDS = float(os.environ.get("PERSISTING_PURGE_SPACING", "30"))
+
 
 class Partitions:
     name: str
@@ -47,8 +56,15 @@ class Partitions:
     _tags: dict[int, dict[str, Any]]
     _consumption: dict[tuple[str, str], Consumption]
     _consumption_log: ConsumptionLog | None
+    flushed_upto: int
     _backends: list[StorageBackend]
     _columns: list[IndexColumn]
+    _flush_lock: asyncio.Lock
+    _flush_wanted: asyncio.Event
+    _readers_gone: asyncio.Event
+    _reads_open: asyncio.Event
+    _unpurged: set[int]
+    _last_purge: float
 
     if TYPE_CHECKING:  # provided by engine.Topic and samples.Samples
 
@@ -96,6 +112,8 @@ class Partitions:
             return 0
         self._log_durably(["clear", partition, targets])
         self._cleared.update(targets)
+        self._unpurged.update(targets)
+        self._flush_wanted.set()  # the flush loop schedules the purge
         for (where, _task), state in self._consumption.items():
             if where == partition:
                 for index in targets:
@@ -143,9 +161,36 @@ class Partitions:
             out[partition] = {"samples": len(visible) - cleared, "cleared": cleared, "tasks": tasks}
         return out
 
+    def purge_wait(self) -> float | None:
+        """Seconds until the next purge is due (0: now); None when no cleared sample's row is in the backends yet
+        to be deleted (rows still in the tail wait for their flush, which writes them first)."""
+        unpurged = self._unpurged
+        if not unpurged or min(unpurged) >= self.flushed_upto:
+            return None
+        return max(0.0, self._last_purge + PURGE_SPACING_SECONDS - time.monotonic())
+
+    async def purge_if_due(self) -> None:
+        """From the flush loop: delete the rows of cleared samples now, if a purge is due (see the docstring)."""
+        if self.purge_wait() != 0.0:
+            return
+        async with self._flush_lock:
+            self._reads_open.clear()
+            try:
+                await self._readers_gone.wait()
+                cut = self.flushed_upto
+                done = {i for i in self._unpurged if i < cut}
+                await self._purge_cleared()
+            finally:
+                self._reads_open.set()
+        self._last_purge = time.monotonic()
+        # Left for the next purge: samples cleared while this one ran, and those whose rows still waited for a
+        # flush when it began.
+        self._unpurged -= done
+
     async def _purge_cleared(self) -> None:
-        """At open, before any read: delete the rows of cleared samples (and their patch rows) from the backends
-        that can (``delete_rows``), then reload each bucket's index column."""
+        """Delete the rows of cleared samples (and their patch rows) from the backends that can
+        (``delete_rows``), then reload each bucket's index column. At open before any read, or from
+        ``purge_if_due`` with reads held at the gate."""
         if not self._cleared:
             return
         cleared = np.fromiter(self._cleared, dtype=np.int64, count=len(self._cleared))

@@ -176,6 +176,30 @@ def test_torn_log_tail_is_cut_and_earlier_records_survive(tmp_path: Path, caplog
     assert not seg.exists() or seg.stat().st_size < size_with_garbage
 
 
+@pytest.mark.parametrize("left", ["data-only", "empty-manifest"])
+def test_a_bucket_whose_first_commit_never_landed_is_started_afresh(tmp_path: Path, left: str) -> None:
+    """A kill during a bucket's first Lance write leaves a folder without a committed manifest (data files, or a
+    manifest that came back empty): the topic still opens, and the log's rows are stored exactly once."""
+    store = tmp_path / "data"
+    code = (
+        "import asyncio, os\nfrom persisting import Queue\n"
+        "async def m():\n"
+        f"    q = Queue('first', storage_path={str(store)!r}, num_buckets=2, batch_size=10**6)\n"
+        "    await q.put_batch([{'id': i} for i in range(20)])\n"
+        "    os._exit(0)\n"
+        "asyncio.run(m())\n"
+    )
+    subprocess.run([sys.executable, "-c", code], timeout=60, check=True)
+    bucket = store / "first" / "bucket-1.lance"
+    (bucket / "data").mkdir(parents=True)
+    (bucket / "data" / "written-before-the-kill.lance").write_bytes(b"\x00" * 4096)
+    if left == "empty-manifest":
+        (bucket / "_versions").mkdir()
+        (bucket / "_versions" / "18446744073709551614.manifest").write_bytes(b"")
+    assert sorted(r["id"] for r in _stored_nb(store, "first", 2)) == list(range(20))
+    assert sorted(r["id"] for r in _stored_nb(store, "first", 2)) == list(range(20))  # and after its flush
+
+
 def test_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
     store = tmp_path / "data"
     code = (

@@ -13,7 +13,8 @@ Policy (all measured on a 2-core machine; see DESIGN.md):
   merged (row order is kept, so positions do not move).
 - Old versions are removed ``retain_seconds`` (10) after they were superseded, at most once per
   ``cleanup_interval_seconds``; readers in this process never hold a version that long.
-- A zero-byte newest manifest (left by a power loss) is removed at open, which reopens the previous version.
+- A zero-byte newest manifest (left by a power loss) is removed at open, which reopens the previous version; a
+  folder without any committed manifest (a kill during the bucket's first write) is removed: nothing was stored.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import time
 import urllib.parse
 from datetime import timedelta
@@ -99,6 +101,14 @@ def repair_manifests(uri: Path) -> None:
             os.unlink(entry.path)
 
 
+def has_manifest(uri: Path) -> bool:
+    """Whether a dataset folder holds a committed version (a non-empty manifest)."""
+    versions = uri / "_versions"
+    if not versions.is_dir():
+        return False
+    return any(e.is_file() and e.name.endswith(".manifest") and e.stat().st_size > 0 for e in os.scandir(versions))
+
+
 class LanceBackend(StreamMixin):
     durable = True
 
@@ -131,6 +141,12 @@ class LanceBackend(StreamMixin):
         self.commits = 0
         if self.uri.exists():
             repair_manifests(self.uri)
+            if not has_manifest(self.uri):
+                # The first commit of this bucket never landed (a kill during its first write): nothing was
+                # stored, and the rows are still in the engine's write-ahead log, which replays them.
+                log.warning("removing Lance dataset %s: its first commit did not land", self.uri)
+                shutil.rmtree(self.uri)
+        if self.uri.exists():
             try:
                 self._ds = lance.dataset(str(self.uri), session=shared_session())
             except (ValueError, OSError) as exc:
