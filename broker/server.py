@@ -30,6 +30,7 @@ from persisting.queue.lance_backend import LanceBackend
 
 from .plane import OPS as PLANE_OPS
 from .plane import TensorPlane
+from .replies import RecentRequests
 
 log = logging.getLogger("persisting.broker")
 
@@ -65,6 +66,7 @@ class Broker:
         self._topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
@@ -201,22 +203,35 @@ class Broker:
             log.warning("dropping a message of %d frame(s): no envelope", len(frames))
             return
         identity, body = frames[0], frames[1:]
-        request_id = 0
         try:
             req = protocol.decode_request(body)
-            request_id = req.id
+        except ProtocolError as exc:
+            log.warning("bad request from client %s: %s", identity.hex(), exc)
+            self._send([identity, *protocol.encode_reply(protocol.error_reply(_guess_id(body), exc))])
+            return
+        name = (identity, req.id)
+        answered = self._recent.answered(name)
+        if answered is not None:
+            self._send([identity, *answered])  # a copy of a request answered already: the same answer
+            return
+        if not self._recent.start(name):
+            return  # a copy of a request still running: that one answers
+        try:
             reply = await self._dispatch(req)
         except ProtocolError as exc:
             log.warning("bad request from client %s: %s", identity.hex(), exc)
-            reply = protocol.error_reply(_guess_id(body), exc)
+            reply = protocol.error_reply(req.id, exc)
         except PersistingError as exc:
-            reply = protocol.error_reply(request_id, exc)
+            reply = protocol.error_reply(req.id, exc)
         except asyncio.CancelledError:
+            self._recent.abandon(name)
             raise
         except Exception as exc:
-            log.exception("request %d failed", request_id)
-            reply = protocol.error_reply(request_id, exc)
-        self._send([identity, *protocol.encode_reply(reply)])
+            log.exception("request %d failed", req.id)
+            reply = protocol.error_reply(req.id, exc)
+        out = protocol.encode_reply(reply)
+        self._recent.done(name, out)
+        self._send([identity, *out])
 
     async def _dispatch(self, req: Request) -> Reply:
         if req.op == "hello":

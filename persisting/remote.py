@@ -23,6 +23,7 @@ from typing import Any
 
 import msgpack
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from . import errors, protocol
 from .arena import peer_id
@@ -75,8 +76,13 @@ class Connection:
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.connect(address)
+        # Connection events: a broker that restarted never saw the requests the old one held (long-polls, a
+        # lease waiting for space), and their first re-send may be far off; they go again once it is back.
+        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._lost = False
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Reply]] = {}
+        self._frames: dict[int, list[bytes]] = {}  # request id -> its frames, while it waits for its reply
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
@@ -111,13 +117,35 @@ class Connection:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self._sock.fileno())
+            loop.remove_reader(self._monitor.fileno())
         self._loop = None
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
+        self._monitor.close(linger=0)
         self._sock.close(linger=0)
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._loop is None:
             self._loop = loop
             loop.add_reader(self._sock.fileno(), self._drain)
+            loop.add_reader(self._monitor.fileno(), self._on_connection_event)
+            loop.call_soon(self._on_connection_event)  # events queued before the reader was there
+
+    def _on_connection_event(self) -> None:
+        while True:  # edge-triggered like the socket's own FD: read every queued event
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
+            except (zmq.Again, zmq.ZMQError):
+                return
+            if event == zmq.EVENT_DISCONNECTED:
+                self._lost = True
+            elif event == zmq.EVENT_CONNECTED and self._lost:
+                self._lost = False
+                log.info("reconnected to %s; sending %d waiting request(s) again", self.address, len(self._frames))
+                for request_id, frames in list(self._frames.items()):
+                    fut = self._pending.get(request_id)
+                    if fut is not None and not fut.done():
+                        self._send(frames)
 
     def _kick(self) -> None:
         # ZeroMQ's FD is edge-triggered: a send may consume the edge of a reply that is already waiting.
@@ -173,6 +201,7 @@ class Connection:
         self._watch(loop)
         fut: asyncio.Future[Reply] = loop.create_future()
         self._pending[req.id] = fut
+        self._frames[req.id] = frames
         limit = timeout or REQUEST_TIMEOUT_SECONDS
         deadline = loop.time() + limit
         timer: asyncio.TimerHandle | None = None
@@ -202,6 +231,7 @@ class Connection:
             if timer is not None:
                 timer.cancel()
             self._pending.pop(req.id, None)
+            self._frames.pop(req.id, None)
 
     async def long_poll(
         self,

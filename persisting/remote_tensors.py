@@ -22,6 +22,8 @@ from .arena import Arena, attach_cached, peer_id
 from .codec import EncodedBatch
 from .tensors import Column
 
+RESTART_RETRIES = 4  # a tensor put leases afresh this many times when the broker restarted under it
+
 if TYPE_CHECKING:
     from .remote import Connection
 
@@ -62,6 +64,28 @@ class TensorClient:
         timeout: float,
         of: list[int] | None = None,
     ) -> tuple[int, int]:
+        key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
+        for attempt in range(RESTART_RETRIES):
+            try:
+                return await self._put_tensors(columns, other, other_blob, n, partition, timeout, of, key)
+            except errors.ProtocolError as exc:
+                # The extent was leased from a broker that has restarted since (killed before it stored this
+                # batch, or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
+                if "not leased" not in str(exc) or attempt == RESTART_RETRIES - 1:
+                    raise
+        raise errors.BrokerUnavailableError(f"the broker restarted {RESTART_RETRIES} times during one put")
+
+    async def _put_tensors(
+        self,
+        columns: dict[str, Column],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        timeout: float,
+        of: list[int] | None,
+        key: str,
+    ) -> tuple[int, int]:
         arena = await self._arena()
         if arena is None:
             raise errors.ConfigError("the broker runs without an arena")
@@ -73,10 +97,8 @@ class TensorClient:
             spare = None
         if spare is None:
             lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
-            spare_used = False
             extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
         else:
-            spare_used = True
             extent, base, _size, generation = spare
         if generation != arena.generation:
             arena = await self._arena(bytes(generation))
@@ -90,7 +112,7 @@ class TensorClient:
             partition=partition,
             kinds=other.kinds,
             count=n,
-            key=uuid.uuid4().hex,
+            key=key,
             extent=extent,
             fields=fields,
             peer=peer_id(),
@@ -98,12 +120,7 @@ class TensorClient:
         )
         if of is not None:
             args["of"] = of
-        try:
-            result = (await self._conn.request("put_tensors", args, [other_blob])).result
-        except errors.ProtocolError as exc:
-            if spare_used and "not leased" in str(exc):  # a broker that restarted since: lease afresh
-                return await self.put_tensors(columns, other, other_blob, n, partition, timeout, of)
-            raise
+        result = (await self._conn.request("put_tensors", args, [other_blob])).result
         first, count = result[0], result[1]
         if len(result) > 2 and result[2]:
             self._spare = list(result[2])

@@ -434,3 +434,94 @@ def test_a_broker_that_is_down_gives_a_clear_error(tmp_path: Path) -> None:
     )
     assert out.stdout.startswith("UNAVAILABLE") and "persisting-broker" in out.stdout, out.stderr
     assert time.monotonic() - t0 < 30
+
+
+def test_a_request_sent_twice_runs_once(broker: BrokerProcess) -> None:
+    """A client re-sends a request that has waited long (and again after a reconnect). A take sent twice must
+    hand out one batch, not two (the second would be lost): a copy of a take still waiting is dropped, and a
+    copy of one already answered gets the same answer."""
+    import numpy as np
+
+    from persisting import protocol
+    from persisting.arena import peer_id
+
+    async def put(partition: str) -> None:
+        async with Queue("dup", broker=broker.address) as q:
+            await q.put({"x": np.arange(16)}, partition_id=partition)
+
+    def take(request_id: int, partition: str, wait: float) -> list[bytes]:
+        args = {
+            "topic": "dup",
+            "config": {},
+            "partition": partition,
+            "task": "t",
+            "batch_size": 4,
+            "wait": wait,
+            "sampler": None,
+            "sampler_kw": {},
+            "lease_seconds": None,
+            "ready_fields": None,
+            "peer": peer_id(),
+            "release": [],
+        }
+        return protocol.encode_request(protocol.Request(request_id, "take", args))
+
+    def replies(sock: zmq.Socket[bytes], within_s: float) -> list[list[int]]:
+        got = []
+        while sock.poll(int(within_s * 1000)):
+            got.append(protocol.decode_reply(sock.recv_multipart()).result[0])
+        return got
+
+    asyncio.run(put("a"))
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(broker.address)
+    try:
+        first = take(7, "a", 0.0)
+        sock.send_multipart(first)
+        assert replies(sock, 1.0) == [[0, 1, 2, 3]]
+        sock.send_multipart(first)  # a copy after the answer: the same answer, nothing more taken
+        assert replies(sock, 1.0) == [[0, 1, 2, 3]]
+        waiting = take(8, "b", 10.0)  # partition b is empty: the take waits in the broker
+        sock.send_multipart(waiting)
+        time.sleep(0.3)
+        sock.send_multipart(waiting)  # a copy while the first still waits: dropped
+        asyncio.run(put("b"))
+        assert replies(sock, 2.0) == [[16, 17, 18, 19]]
+        sock.send_multipart(take(9, "a", 0.0))  # a new request: the next batch
+        assert replies(sock, 1.0) == [[4, 5, 6, 7]]
+    finally:
+        sock.close(linger=0)
+
+    async def consumed() -> dict[str, int]:
+        async with Queue("dup", broker=broker.address) as q:
+            parts = await q.partitions()
+            return {p: info["tasks"]["t"]["consumed"] for p, info in parts.items()}
+
+    assert asyncio.run(consumed()) == {"a": 8, "b": 4}
+
+
+@pytest.mark.slow
+def test_a_waiting_get_meta_carries_on_when_the_broker_restarts(broker: BrokerProcess) -> None:
+    """A consumer waiting in get_meta(wait=True) while the broker is killed and restarted: its request is sent
+    again as soon as the connection is back (the new broker never saw it), so a put after the restart wakes it
+    within seconds, not after the wait's own slice (20 s here) has run out."""
+    import numpy as np
+
+    async def main() -> float:
+        async with Queue("rw", broker=broker.address) as consumer:
+            await consumer.put({"x": np.arange(2)}, partition_id="p")
+            assert (await consumer.get_meta(["x"], 2, "t", "p")).size == 2
+            waiting = asyncio.ensure_future(consumer.get_meta(["x"], 2, "t", "p", wait=True, timeout=20))
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(broker.stop, signal.SIGKILL)
+            await asyncio.to_thread(broker.start)
+            t0 = time.monotonic()
+            async with Queue("rw", broker=broker.address) as producer:
+                await producer.put({"x": np.arange(2) + 10}, partition_id="p")
+            meta = await asyncio.wait_for(waiting, 30)
+            assert meta.global_indexes == [2, 3]
+            return time.monotonic() - t0
+
+    woke_after_s = asyncio.run(main())
+    assert woke_after_s < 10, f"the waiting get_meta took {woke_after_s:.1f} s after the restart"  # liveness bound

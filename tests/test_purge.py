@@ -1,0 +1,167 @@
+"""Cleared samples leaving Lance while a topic runs (the purge), with readers reading through it and with the
+broker killed at random moments around it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from persisting import Queue, partitions
+from persisting.queue import LanceBackend
+
+from .broker_fixture import make_broker
+from .test_fields import lance_count
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+def test_a_running_topic_purges_cleared_rows_while_readers_read(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cleared rows leave Lance while the topic runs (not only at the next open), and readers streaming through
+    the purges never see a row moved, lost or doubled: every page is in order, holds no cleared sample once its
+    clear returned, and every sample never cleared."""
+    monkeypatch.setattr(partitions, "PURGE_SPACING_SECONDS", 0.05)
+    slow_read_column = LanceBackend.read_column
+
+    async def read_column(self: LanceBackend, name: str) -> list[Any]:
+        # A purge deletes, then reloads the index column: widen that window, where a read planned on the old
+        # positions would meet the new dataset (the gate must keep reads out of it).
+        values = await slow_read_column(self, name)
+        await asyncio.sleep(0.02)
+        return values
+
+    monkeypatch.setattr(LanceBackend, "read_column", read_column)
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    n = 3000
+
+    async def main() -> None:
+        async with Queue("purge", store, batch_size=200, num_buckets=2, bucket_column="b") as q:
+            for k in range(0, n, 500):
+                await q.put({"x": np.arange(k, k + 500)}, partition_id="p")
+            await q.flush()
+            cleared: set[int] = set()  # global index == x here
+            stop = asyncio.Event()
+            pages = 0
+
+            async def reader() -> None:
+                nonlocal pages
+                while not stop.is_set():
+                    gone = set(cleared)  # cleared before this read began: must not come back
+                    got = []
+                    for offset in range(0, n, 250):  # pages by global index, as stream() reads
+                        got += [int(r["x"]) for r in await q.get(limit=250, offset=offset)]
+                    assert got == sorted(set(got)), f"seed {seed}: rows out of order or doubled"
+                    assert not gone & set(got), f"seed {seed}: a cleared sample came back"
+                    missing = set(range(n)) - cleared - set(got)
+                    assert not missing, f"seed {seed}: never-cleared samples missing: {sorted(missing)[:5]}"
+                    pages += 1
+                    await asyncio.sleep(0)
+
+            readers = [asyncio.create_task(reader()) for _ in range(3)]
+            for _ in range(8):
+                live = sorted(set(range(n)) - cleared)
+                chosen = rng.sample(live, rng.randint(1, 200))
+                assert await q.clear(chosen, partition_id="p") == len(chosen)
+                cleared.update(chosen)
+                await asyncio.sleep(0.1)
+            deadline = asyncio.get_running_loop().time() + 20
+            while _lance_rows(store / "purge") != n - len(cleared):
+                assert asyncio.get_running_loop().time() < deadline, (
+                    f"seed {seed}: cleared rows still in Lance: {_lance_rows(store / 'purge')} rows for "
+                    f"{n - len(cleared)} live samples"
+                )
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.gather(*readers)
+            assert pages > 0
+            assert [int(r["x"]) for r in await q.get(limit=n)] == sorted(set(range(n)) - cleared)
+            meta = await q.get_meta(["x"], n, "train", "p")
+            assert meta.global_indexes == sorted(set(range(n)) - cleared)
+            assert (await q.get_data(meta))["x"].tolist() == meta.global_indexes
+        async with Queue("purge", store, bucket_column="b", num_buckets=2) as q:  # reopened: the same
+            assert [int(r["x"]) for r in await q.get(limit=n)] == sorted(set(range(n)) - cleared)
+
+    asyncio.run(main())
+
+
+def _lance_rows(topic: Path) -> int:
+    return sum(lance_count(b) for b in topic.glob("bucket-*.lance"))
+
+
+@pytest.mark.slow
+def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client puts tensor batches and clears samples without pause while the broker is killed (SIGKILL) and
+    restarted three times, purging meanwhile (every 50 ms). Every call returns (retried across the restarts);
+    afterwards every acknowledged sample not cleared is there exactly once with its values, and no cleared one
+    is, in get(), get_meta() and Lance itself."""
+    monkeypatch.setenv("PERSISTING_PURGE_SPACING", "0.05")  # read by the broker subprocess at start
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    broker = make_broker(tmp_path)
+    broker.extra_args = ["--arena-bytes", str(64 * 1024 * 1024)]
+    broker.start()
+    value_of: dict[int, int] = {}  # global index -> its value, for every acknowledged put
+    cleared: set[int] = set()  # acknowledged clears
+
+    async def client(done: asyncio.Event) -> None:
+        async with Queue("kc", broker=broker.address, durability="process") as q:
+            next_value = 0
+            while not done.is_set():
+                n = rng.randint(1, 16)
+                values = np.arange(next_value, next_value + n, dtype=np.int64)
+                meta = await q.put({"x": values, "y": np.ones((n, 64), np.float32)}, partition_id="p")
+                value_of.update(zip(meta.global_indexes, values.tolist(), strict=True))
+                next_value += n
+                if rng.random() < 0.3:
+                    live = sorted(set(value_of) - cleared)
+                    chosen = rng.sample(live, min(len(live), rng.randint(1, 8)))
+                    await q.clear(chosen, partition_id="p")
+                    cleared.update(chosen)
+
+    async def main() -> None:
+        done = asyncio.Event()
+        task = asyncio.create_task(client(done))
+        for _ in range(3):
+            await asyncio.sleep(rng.uniform(0.2, 0.8))
+            await asyncio.to_thread(broker.stop, signal.SIGKILL)
+            await asyncio.to_thread(broker.start)
+        await asyncio.sleep(0.3)
+        done.set()
+        await asyncio.wait_for(task, 60)
+
+    try:
+        asyncio.run(main())
+        live = sorted(set(value_of) - cleared)
+        assert len(live) > 0 and cleared, f"seed {seed}: the workload did too little"
+
+        async def check() -> None:
+            async with Queue("kc", broker=broker.address, durability="process") as q:
+                rows = await q.get(limit=10**6)
+                got = [int(r["x"]) for r in rows if "x" in r]
+                assert got == [value_of[i] for i in live], f"seed {seed}: get() after the kills"
+                meta = await q.get_meta(["x", "y"], 10**6, "fresh", "p")
+                assert meta.global_indexes == live, f"seed {seed}: get_meta() after the kills"
+                data = await q.get_data(meta)
+                assert data["x"].tolist() == [value_of[i] for i in live], f"seed {seed}: get_data()"
+
+        asyncio.run(check())
+        assert broker.stop() == 0
+        broker.start()  # the open after a clean stop purges whatever a kill left behind
+        assert broker.stop() == 0
+        stored = sum(lance_count(b) for b in (broker.storage / "kc").glob("bucket-*.lance"))
+        assert stored == len(live), f"seed {seed}: {stored} rows in Lance for {len(live)} live samples"
+    finally:
+        broker.ensure_dead()
