@@ -240,7 +240,12 @@ class TensorPlane:
             need = req.args.get("ready_fields", req.args.get("fields"))  # get_batch: the fields it reads
             if need is not None and (not isinstance(need, list) or not all(isinstance(f, str) for f in need)):
                 raise ProtocolError("take ready_fields must be a list of str or nil")
-            indexes = await topic.take(partition, task, batch_size, limit, sampler, lease, fields=need, **kw)
+            request_key = req.args.get("key")
+            if request_key is not None and not isinstance(request_key, str):
+                raise ProtocolError("take key must be a str or nil")
+            indexes = await topic.take(
+                partition, task, batch_size, limit, sampler, lease, fields=need, request_key=request_key, **kw
+            )
             described = await topic.describe(indexes)
             if "fields" not in req.args:
                 return Reply(req.id, True, [indexes, described])

@@ -4,12 +4,16 @@ kept across a restart and a kill -9.
 One file per topic, ``<topic>/consumption.log``, of checksummed frames::
 
     frame = length u32 | crc32 u32 | msgpack record
-    record = ["take", partition, task, [global indexes][, answers]]   samples handed to task (consume-on-fetch);
+    record = ["take", partition, task, [global indexes][, answers[, [request key, [indexes]]]]]
+                                                            samples handed to task (consume-on-fetch);
                                                             answers: [[cache key, [indexes]], ...], what
                                                             RankAware/LengthBalanced give the other ranks
                                                             asking with those keys (in the same frame:
-                                                            the take and its answers land together)
+                                                            the take and its answers land together);
+                                                            request key: the client's key for this take and
+                                                            the batch it got, for a re-sent take
            | ["answers", partition, task, answers]          a snapshot of remembered answers
+           | ["keys", [[request key, [indexes]], ...]]      a snapshot of remembered take keys
            | ["reset", partition, task]                     reset_consumption: the task starts over
            | ["taken", partition, task, [[lo, hi], ...]]    a snapshot: every index in these ranges is taken
            | ["clear", partition, [global indexes]]         clear(): the samples are deleted
@@ -18,11 +22,13 @@ One file per topic, ``<topic>/consumption.log``, of checksummed frames::
                                                             (also the snapshot of a partition's tags)
 
 A take is written (write(2), no fsync) before its answer leaves the engine, so a kill -9 of the process keeps it;
-a power loss may forget the last takes (those samples are then handed out again: consumption is at-most-once per
-process crash, at-least-once per power loss). Clears and tags are written before their call returns, and
-fdatasync'ed too when the topic's durability is "sync". Replay stops at the first torn or corrupt frame and cuts
-the file there. At open, a log longer than ``COMPACT_AT_BYTES`` is rewritten as one snapshot (tmp file, fsync,
-rename).
+a power loss may forget the last takes (those samples are then handed out again: at-least-once per power loss).
+A broker client gives each take a request key that rides in its frame: when the broker dies between writing the
+take and the answer reaching the client, the client's re-sent take (same key) gets the same batch from the
+restarted broker, so a crash loses no batch (exactly-once per process crash). Clears and tags are written before
+their call returns, and fdatasync'ed too when the topic's durability is "sync". Replay stops at the first torn or
+corrupt frame and cuts the file there. At open, a log longer than ``COMPACT_AT_BYTES`` is rewritten as one
+snapshot (tmp file, fsync, rename).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import os
 import struct
 import zlib
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +54,19 @@ Taken = dict[tuple[str, str], set[int]]
 Cleared = dict[str, set[int]]  # partition -> its cleared samples
 Tags = dict[str, dict[int, dict[str, Any]]]  # partition -> global index -> that sample's tags
 Answers = OrderedDict[tuple[Any, ...], list[int]]  # (partition, task, *cache key) -> the batch, oldest first
+Keys = OrderedDict[str, list[int]]  # a take's request key -> the batch it got, oldest first
+TAKE_KEYS_KEPT = 65_536  # recent take keys remembered for re-sent takes (clients retry for 30 s by default)
+
+
+@dataclass(slots=True)
+class Replayed:
+    """What the log says: per (partition, task) what it took, the cleared samples, tags, answers and keys."""
+
+    taken: Taken = field(default_factory=dict)
+    cleared: Cleared = field(default_factory=dict)
+    tags: Tags = field(default_factory=dict)
+    answers: Answers = field(default_factory=OrderedDict)
+    keys: Keys = field(default_factory=OrderedDict)
 
 
 def _ranges(indexes: set[int]) -> list[list[int]]:
@@ -63,17 +83,28 @@ class ConsumptionLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = -1
-        self.cleared: Cleared = {}  # filled by open()
-        self.tags: Tags = {}  # filled by open()
-        self.answers: Answers = OrderedDict()  # filled by open(): the latest RANK_CACHE_SIZE
+        self.state = Replayed()  # filled by open()
+
+    @property
+    def cleared(self) -> Cleared:
+        return self.state.cleared
+
+    @property
+    def tags(self) -> Tags:
+        return self.state.tags
+
+    @property
+    def answers(self) -> Answers:
+        return self.state.answers  # the latest RANK_CACHE_SIZE
+
+    @property
+    def keys(self) -> Keys:
+        return self.state.keys  # the latest TAKE_KEYS_KEPT
 
     def open(self) -> Taken:
         """Replay the log (cutting a torn tail), compact it if long, and keep it open for appends. Returns what
-        each task took; ``cleared`` holds the cleared samples, ``tags`` the samples' tags."""
-        taken: Taken = {}
-        cleared = self.cleared = {}
-        tags = self.tags = {}
-        answers = self.answers = OrderedDict()
+        each task took; ``cleared``, ``tags``, ``answers`` and ``keys`` hold the rest."""
+        state = self.state = Replayed()
         try:
             data = self.path.read_bytes() if self.path.exists() else b""
         except OSError as exc:
@@ -85,32 +116,35 @@ class ConsumptionLog:
             if len(body) < size or zlib.crc32(body) != crc:
                 break
             try:
-                _apply(taken, cleared, tags, answers, msgpack.unpackb(body, raw=False, use_list=True))
+                _apply(state, msgpack.unpackb(body, raw=False, use_list=True))
             except (ValueError, TypeError, msgpack.UnpackException):
                 break
             pos += _FRAME.size + size
         try:
             if pos >= COMPACT_AT_BYTES or pos < len(data):
-                self._rewrite(taken, cleared, tags, answers)  # a long log gets short again; a torn tail is cut
+                self._rewrite(state)  # a long log gets short again; a torn tail is cut
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path}: {exc}") from exc
-        return taken
+        return state.taken
 
-    def _rewrite(self, taken: Taken, cleared: Cleared, tags: Tags, answers: Answers) -> None:
+    def _rewrite(self, state: Replayed) -> None:
+        cleared = state.cleared
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
-            for (partition, task), indexes in taken.items():
+            for (partition, task), indexes in state.taken.items():
                 f.write(_frame(["taken", partition, task, _ranges(indexes)]))
             for partition, indexes in cleared.items():
                 f.write(_frame(["cleared", partition, _ranges(indexes)]))
-            for partition, tagged in tags.items():
+            for partition, tagged in state.tags.items():
                 gone = cleared.get(partition, set())
                 kept = [[i, t] for i, t in tagged.items() if i not in gone]  # a cleared sample's tags go with it
                 if kept:
                     f.write(_frame(["tags", partition, kept]))
-            for (partition, task, *key), batch in answers.items():  # one frame each: their order is kept
+            for (partition, task, *key), batch in state.answers.items():  # one frame each: their order is kept
                 f.write(_frame(["answers", partition, task, [[key, batch]]]))
+            if state.keys:
+                f.write(_frame(["keys", [[key, batch] for key, batch in state.keys.items()]]))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -150,8 +184,20 @@ def _remember(answers: Answers, partition: str, task: str, entries: Any) -> None
         answers.popitem(last=False)
 
 
-def _apply(taken: Taken, cleared: Cleared, tags: Tags, answers: Answers, record: Any) -> None:
-    kind, partition = record[0], str(record[1])
+def _remember_keys(keys: Keys, entries: Any) -> None:
+    for key, indexes in entries:
+        keys.pop(str(key), None)
+        keys[str(key)] = [int(i) for i in indexes]
+    while len(keys) > TAKE_KEYS_KEPT:
+        keys.popitem(last=False)
+
+
+def _apply(state: Replayed, record: Any) -> None:
+    kind = record[0]
+    if kind == "keys":
+        _remember_keys(state.keys, record[1])
+        return
+    partition, taken, cleared, tags, answers = str(record[1]), state.taken, state.cleared, state.tags, state.answers
     if kind == "tags":
         tagged = tags.setdefault(partition, {})
         for index, values in record[2]:
@@ -170,6 +216,8 @@ def _apply(taken: Taken, cleared: Cleared, tags: Tags, answers: Answers, record:
         taken.setdefault((partition, task), set()).update(int(i) for i in record[3])
         if len(record) > 4:
             _remember(answers, partition, task, record[4])
+        if len(record) > 5:
+            _remember_keys(state.keys, [record[5]])
     elif kind == "answers":
         _remember(answers, partition, task, record[3])
     elif kind == "taken":

@@ -263,7 +263,7 @@ async def _take_local(
     n: int,
     timeout: float | None,
     sampler: Any,
-    kw: dict[str, int],
+    kw: dict[str, Any],  # the sampler's dp_rank and batch_index
     lease: float | None,
     fields: list[str] | None,
 ) -> tuple[list[int], list[list[Any]]]:

@@ -109,6 +109,7 @@ class Topic(Flushing, Samples, Partitions):
         self._cleared: set[int] = set()  # samples deleted by clear() (partitions.py)
         self._tags: dict[int, dict[str, Any]] = {}  # global index -> the sample's tags (partitions.py)
         self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
+        self._take_keys: OrderedDict[str, list[int]] = OrderedDict()  # a take's request key -> its batch
         self.config = config
         self.path = storage_path / topic_dirname(name)
         self._factory = backend
@@ -237,6 +238,7 @@ class Topic(Flushing, Samples, Partitions):
         self._cleared = set().union(*self._consumption_log.cleared.values())
         self._tags = {i: tags for tagged in self._consumption_log.tags.values() for i, tags in tagged.items()}
         self._rank_cache = OrderedDict(self._consumption_log.answers)
+        self._take_keys = OrderedDict(self._consumption_log.keys)
         kwargs = dict(self.config.backend_kwargs)
         self._backends = [
             self._factory(b, str(self.path), batch_size=self.config.batch_size, **kwargs)

@@ -152,9 +152,13 @@ class TensorClient:
     ) -> tuple[list[int], list[list[Any]]]:
         """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch of samples
         whose ``fields`` are all produced."""
+        # One key for every slice and re-send of this take: a broker that died after logging it answers the
+        # re-sent take (same key) with the same batch once it is back.
+        request_key = uuid.uuid4().hex
 
         def args(left: float) -> dict[str, Any]:
             return self._args(
+                key=request_key,
                 partition=partition,
                 task=task,
                 batch_size=batch_size,
@@ -217,9 +221,11 @@ class TensorClient:
         lease: float | None = None,
     ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
         """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
+        request_key = uuid.uuid4().hex  # as in take
 
         def args(left: float) -> dict[str, Any]:
             return self._args(
+                key=request_key,
                 partition=partition,
                 task=task,
                 batch_size=batch_size,

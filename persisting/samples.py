@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .arena import Peer, peer_alive
-from .consumption import ConsumptionLog
+from .consumption import TAKE_KEYS_KEPT, ConsumptionLog
 from .errors import ConfigError
 from .fields import FieldIndex
 from .layout import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
@@ -63,6 +63,7 @@ class Samples(SampleData):
     _consumption: dict[tuple[str, str], Consumption]
     _consumption_log: ConsumptionLog | None
     _rank_cache: OrderedDict[tuple[Any, ...], list[int]]
+    _take_keys: OrderedDict[str, list[int]]
     _flush_lock: asyncio.Lock
     _backends: list[StorageBackend]
     _tail: list[Chunk]
@@ -131,6 +132,7 @@ class Samples(SampleData):
         sampler: Sampler | None = None,
         lease: tuple[float, Peer | None] | None = None,
         fields: list[str] | None = None,
+        request_key: str | None = None,
         **kw: Any,
     ) -> list[int]:
         """The samples of ``partition`` the sampler picks among those ``task`` has not taken (default: the next
@@ -144,8 +146,14 @@ class Samples(SampleData):
         ``timeout``: wait (notified by puts, not polling) up to this many seconds (None: for ever) until the
         sampler fills a batch; then hand out what it picks, maybe fewer or none.
 
-        ``fields``: only samples whose every one of these fields is produced count as ready (fields.py)."""
+        ``fields``: only samples whose every one of these fields is produced count as ready (fields.py).
+
+        ``request_key``: the client's key for this take (broker mode). A take whose key was answered already,
+        before a restart too (it rides in the take's log frame), gets the same batch again: the first answer
+        may have been lost with a broker that died."""
         self._check_open()
+        if request_key is not None and request_key in self._take_keys:
+            return list(self._take_keys[request_key])
         sampler = sampler if sampler is not None else SequentialSampler()
         cache_key = getattr(sampler, "cache_key", None)
         key = cache_key(**kw) if cache_key is not None else None
@@ -194,10 +202,16 @@ class Samples(SampleData):
                 # the other ranks of this step still get their part of it (the answers ride in the same frame).
                 record: list[Any] = ["take", partition, task, list(consumed)]
                 answers = _durable_answers(key, sampled, shares)
-                if answers:
+                if answers or request_key is not None:
                     record.append(answers)
+                if request_key is not None:
+                    record.append([request_key, list(sampled)])
                 self._consumption_log.append(record)
             state.done.update(consumed)
+            if request_key is not None:
+                self._take_keys[request_key] = list(sampled)
+                while len(self._take_keys) > TAKE_KEYS_KEPT:
+                    self._take_keys.popitem(last=False)
         cleared = self._cleared
         while state.floor < len(indexes) and (indexes[state.floor] in state.done or indexes[state.floor] in cleared):
             state.floor += 1

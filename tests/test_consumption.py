@@ -108,6 +108,58 @@ def test_consumption_survives_kill_9_of_the_broker(unstarted: BrokerProcess) -> 
 
 
 @pytest.mark.slow
+def _raw_take(address: str, key: str, partition: str = "p", task: str = "train", n: int = 4) -> list[int]:
+    """One take on a fresh connection, as a client re-sending it after a reconnect would send it."""
+    import zmq
+
+    from persisting import protocol
+    from persisting.arena import peer_id
+
+    args = {"topic": "rk", "config": {"durability": "process"}, "partition": partition, "task": task}
+    args |= {"batch_size": n, "wait": 0.0, "sampler": None, "sampler_kw": {}, "lease_seconds": None}
+    args |= {"ready_fields": None, "peer": peer_id(), "release": [], "key": key}
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    try:
+        sock.send_multipart(protocol.encode_request(protocol.Request(1, "take", args)))
+        assert sock.poll(20_000), "no answer to the take"
+        reply = protocol.decode_reply(sock.recv_multipart())
+        assert reply.ok, reply.error_message
+        return list(reply.result[0])
+    finally:
+        sock.close(linger=0)
+
+
+def test_a_take_re_sent_after_the_broker_died_gets_the_same_batch(
+    unstarted: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker writes a take, then dies before its answer reaches the client: the client's re-sent take (same
+    key) must get that batch from the restarted broker, not the next one (the first would be lost to the task);
+    across a log compaction too. A new key gets the next batch."""
+    unstarted.start()
+
+    async def put() -> None:
+        async with Queue("rk", broker=unstarted.address, durability="process") as q:
+            await q.put({"x": np.arange(40)}, partition_id="p")
+
+    asyncio.run(put())
+    assert _raw_take(unstarted.address, "k1") == [0, 1, 2, 3]
+    assert _raw_take(unstarted.address, "k1") == [0, 1, 2, 3]  # a re-send on a new connection, same broker
+    unstarted.kill()
+    unstarted.start()
+    assert _raw_take(unstarted.address, "k1") == [0, 1, 2, 3]  # the answer the dead broker could not deliver
+    assert _raw_take(unstarted.address, "k2") == [4, 5, 6, 7]
+    assert unstarted.stop() == 0
+    monkeypatch.setattr(consumption, "COMPACT_AT_BYTES", 0)  # every open rewrites the log as a snapshot
+    with SyncQueue("rk", unstarted.storage, durability="process") as q:
+        q.stats()  # opened (and the log compacted) in this process
+    unstarted.start()
+    assert _raw_take(unstarted.address, "k2") == [4, 5, 6, 7]  # remembered in the snapshot, not only in takes
+    assert _raw_take(unstarted.address, "k3") == [8, 9, 10, 11]
+    assert unstarted.stop() == 0
+
+
 def test_samples_through_a_broker_without_an_arena(unstarted: BrokerProcess) -> None:
     unstarted.extra_args = ["--arena-bytes", "0"]
     unstarted.start()
