@@ -107,6 +107,7 @@ class Topic(Flushing, Samples, Partitions):
         self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
         self._consumption_log: ConsumptionLog | None = None
         self._cleared: set[int] = set()  # samples deleted by clear() (partitions.py)
+        self._cleared_in: dict[str, set[int]] = {}  # the same, per partition
         self._tags: dict[int, dict[str, Any]] = {}  # global index -> the sample's tags (partitions.py)
         self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
         self._take_keys: OrderedDict[str, list[int]] = OrderedDict()  # a take's request key -> its batch
@@ -235,7 +236,8 @@ class Topic(Flushing, Samples, Partitions):
         self._wal = WriteAheadLog(self.path / "wal", sync=self.config.durability == "sync")
         self._consumption_log = ConsumptionLog(self.path / "consumption.log")
         self._consumption = {key: Consumption(done) for key, done in self._consumption_log.open().items()}
-        self._cleared = set().union(*self._consumption_log.cleared.values())
+        self._cleared_in = {p: set(indexes) for p, indexes in self._consumption_log.cleared.items()}
+        self._cleared = set().union(*self._cleared_in.values())
         self._tags = {i: tags for tagged in self._consumption_log.tags.values() for i, tags in tagged.items()}
         self._rank_cache = OrderedDict(self._consumption_log.answers)
         self._take_keys = OrderedDict(self._consumption_log.keys)

@@ -53,6 +53,7 @@ class Partitions:
     visible_upto: int
     config: TopicConfig
     _cleared: set[int]
+    _cleared_in: dict[str, set[int]]
     _tags: dict[int, dict[str, Any]]
     _consumption: dict[tuple[str, str], Consumption]
     _consumption_log: ConsumptionLog | None
@@ -106,12 +107,16 @@ class Partitions:
             samples = (await self._partition_index()).get(partition, [])
             targets = [i for i in samples[: bisect.bisect_left(samples, self.visible_upto)] if i not in self._cleared]
         else:
-            await self.check_in_partition(partition, indexes)
-            targets = [i for i in dict.fromkeys(indexes) if i not in self._cleared]
+            # Samples this partition cleared already count as cleared (a re-sent clear, say), even once a purge
+            # took their rows and with them their place in the partition index.
+            done = self._cleared_in.get(partition, set())
+            targets = [i for i in dict.fromkeys(indexes) if i not in done]
+            await self.check_in_partition(partition, targets)
         if not targets:
             return 0
         self._log_durably(["clear", partition, targets])
         self._cleared.update(targets)
+        self._cleared_in.setdefault(partition, set()).update(targets)
         self._unpurged.update(targets)
         self._flush_wanted.set()  # the flush loop schedules the purge
         for (where, _task), state in self._consumption.items():

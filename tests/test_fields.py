@@ -161,6 +161,9 @@ def test_clear_deletes_samples_and_changes_no_other_index(store: Path) -> None:
     assert lance_rows in (10, 13)  # purged while running if the flush loop got to it before close, else at open
     with SyncQueue("c", store) as q:
         assert sum(lance_count(b) for b in (store / "c").glob("bucket-*.lance")) == 10
+        assert q.clear([2, 3, 7], partition_id="p") == 0  # cleared already (a re-sent clear): purged rows or not
+        with pytest.raises(ConfigError, match=r"has no samples with global indexes \[2\]"):
+            q.clear([2], partition_id="other")  # but not a sample another partition had
         assert q.get_meta(["x"], 100, "fresh2", "p").global_indexes == [0, 1, 4, 5, 6, 8, 9]
         assert [r["x"].item() for r in q.get(limit=100)] == [0, 1, 4, 5, 6, 8, 9, 50, 51, 52]
         assert q.get_data(q.get_meta(["x"], 100, "t2", "other"))["x"].tolist() == [50, 51, 52]
