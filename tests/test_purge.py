@@ -102,10 +102,11 @@ def _lance_rows(topic: Path) -> int:
 def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A client puts tensor batches and clears samples without pause while the broker is killed (SIGKILL) and
-    restarted three times, purging meanwhile (every 50 ms). Every call returns (retried across the restarts);
-    afterwards every acknowledged sample not cleared is there exactly once with its values, and no cleared one
-    is, in get(), get_meta() and Lance itself."""
+    """A client puts tensor batches and clears samples without pause, and a consumer takes batches of them
+    (consume-on-fetch, task "train"), while the broker is killed (SIGKILL) and restarted three times, purging
+    meanwhile (every 50 ms). Every call returns (retried across the restarts); afterwards every acknowledged
+    sample not cleared is there exactly once with its values, and no cleared one is, in get(), get_meta() and
+    Lance itself; and "train" got no sample twice and every sample never cleared once."""
     monkeypatch.setenv("PERSISTING_PURGE_SPACING", "0.05")  # read by the broker subprocess at start
     seed = random.randrange(2**32)
     print(f"seed {seed}")
@@ -115,6 +116,7 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
     broker.start()
     value_of: dict[int, int] = {}  # global index -> its value, for every acknowledged put
     cleared: set[int] = set()  # acknowledged clears
+    taken: list[int] = []  # what the consumer got, in order
 
     async def client(done: asyncio.Event) -> None:
         async with Queue("kc", broker=broker.address, durability="process") as q:
@@ -131,9 +133,18 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
                     await q.clear(chosen, partition_id="p")
                     cleared.update(chosen)
 
+    async def consumer(done: asyncio.Event) -> None:
+        async with Queue("kc", broker=broker.address, durability="process") as q:
+            while True:
+                meta = await q.get_meta(["x"], 8, "train", "p", wait=True, timeout=0.2)
+                taken.extend(meta.global_indexes)
+                if done.is_set() and meta.size == 0:
+                    return
+
     async def main() -> None:
         done = asyncio.Event()
         task = asyncio.create_task(client(done))
+        eater = asyncio.create_task(consumer(done))
         for _ in range(3):
             await asyncio.sleep(rng.uniform(0.2, 0.8))
             await asyncio.to_thread(broker.stop, signal.SIGKILL)
@@ -141,11 +152,16 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
         await asyncio.sleep(0.3)
         done.set()
         await asyncio.wait_for(task, 60)
+        await asyncio.wait_for(eater, 60)
 
     try:
         asyncio.run(main())
         live = sorted(set(value_of) - cleared)
         assert len(live) > 0 and cleared, f"seed {seed}: the workload did too little"
+        assert len(taken) == len(set(taken)), f"seed {seed}: the consumer got a sample twice"
+        missed = set(live) - set(taken)
+        assert not missed, f"seed {seed}: samples never handed to the consumer: {sorted(missed)[:10]}"
+        assert set(taken) <= set(value_of), f"seed {seed}: the consumer got samples nobody put"
 
         async def check() -> None:
             async with Queue("kc", broker=broker.address, durability="process") as q:
