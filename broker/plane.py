@@ -246,7 +246,8 @@ class TensorPlane:
             indexes = await topic.take(
                 partition, task, batch_size, limit, sampler, lease, fields=need, request_key=request_key, **kw
             )
-            described = await topic.describe(indexes)
+            indexes = topic.not_cleared(indexes)  # a re-sent take's batch may have been cleared since
+            described = await topic.describe(indexes, lenient=True)
             if "fields" not in req.args:
                 return Reply(req.id, True, [indexes, described])
             # get_batch: the data of the samples just taken, in the same reply (one round trip).

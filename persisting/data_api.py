@@ -269,7 +269,7 @@ async def _take_local(
 ) -> tuple[list[int], list[list[Any]]]:
     held = None if lease is None else (lease, None)
     indexes = await topic.take(partition, task, n, timeout, sampler, held, fields=fields, **kw)
-    return indexes, await topic.describe(indexes)
+    return indexes, await topic.describe(indexes, lenient=True)
 
 
 async def _reset_local(topic: Topic, partition: str, task: str) -> None:

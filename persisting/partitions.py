@@ -78,6 +78,11 @@ class Partitions:
 
         async def _read_indexes(self, backend: StorageBackend) -> list[Any]: ...
 
+    def not_cleared(self, indexes: list[int]) -> list[int]:
+        """``indexes`` without the cleared samples (a take's answer: one cleared since it was taken is gone)."""
+        cleared = self._cleared
+        return [i for i in indexes if i not in cleared] if cleared else indexes
+
     def check_not_cleared(self, indexes: list[int]) -> None:
         if self._cleared:
             gone = [i for i in indexes if i in self._cleared]

@@ -137,9 +137,11 @@ class SampleData:
             k = j
         return out
 
-    async def rows_at(self, indexes: list[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once."""
-        self.check_not_cleared(indexes)
+    async def rows_at(self, indexes: list[int], lenient: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once.
+        ``lenient``: a row that is gone (its sample cleared meanwhile) comes back as ``{}`` instead of raising."""
+        if not lenient:
+            self.check_not_cleared(indexes)
         out: dict[int, dict[str, Any]] = {}
         kinds = dict(self.kinds)
         ordered = sorted(set(indexes))
@@ -153,22 +155,25 @@ class SampleData:
                 out[ordered[k] + n] = row
             k = j + 1
         missing = [i for i in indexes if i not in out]
-        if missing:
+        if missing and not lenient:
             raise ConfigError(f"topic {self.name!r} has no samples at global indexes {missing[:10]}")
-        return [out[i] for i in indexes], kinds
+        return [out.get(i, {}) for i in indexes], kinds
 
-    async def describe(self, indexes: list[int]) -> list[list[Any]]:
+    async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
         """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}
         [, tags]], ...]`` (dtype and per-sample shape for tensor fields, "" and [] for others; ``tags``: the
         samples' stored tags, absent when they have none). Samples of one batch share a run, so a meta of
         hundreds of samples costs one description per batch, not one per sample. Fields written later by patches
-        are described from the rows that hold them."""
-        descs = await self._describe_each(indexes)
+        are described from the rows that hold them.
+
+        ``lenient`` (the answer to a take): a sample cleared while this reads (a purge may take its rows) is
+        described with no fields instead of raising; ``get_data`` of it then says it was cleared."""
+        descs = await self._describe_each(indexes, lenient)
         sources = (await self.field_index()).sources
         patched = [(n, sources[i]) for n, i in enumerate(indexes) if i in sources]
         if patched:
             rows = sorted({src for _, written in patched for src in written.values()})
-            found = dict(zip(rows, await self._describe_each(rows), strict=True))
+            found = dict(zip(rows, await self._describe_each(rows, lenient), strict=True))
             for n, written in patched:
                 desc = dict(descs[n] or {})
                 for name, src in written.items():
@@ -186,7 +191,7 @@ class SampleData:
                 runs.append([1, entry or {}] if tagged is None else [1, entry or {}, tagged])
         return runs
 
-    async def _describe_each(self, indexes: list[int]) -> list[dict[str, list[Any]] | None]:
+    async def _describe_each(self, indexes: list[int], lenient: bool = False) -> list[dict[str, list[Any]] | None]:
         """Each row's own field descriptions (samples of one arena batch share one dict)."""
         descs: list[dict[str, list[Any]] | None] = [None] * len(indexes)
         need: list[int] = []
@@ -206,7 +211,7 @@ class SampleData:
                 else:
                     descs[n] = base
         if need:
-            rows, kinds = await self.rows_at([indexes[n] for n in need])
+            rows, kinds = await self.rows_at([indexes[n] for n in need], lenient)
             for n, row in zip(need, rows, strict=True):
                 found: dict[str, list[Any]] = {}
                 for name, value in row.items():

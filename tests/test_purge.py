@@ -102,7 +102,8 @@ def _lance_rows(topic: Path) -> int:
 def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A client puts tensor batches and clears samples without pause, and a consumer takes batches of them
+    """A client puts tensor batches, writes a field of some later, tags some and clears samples without pause,
+    and a consumer takes batches of them
     (consume-on-fetch, task "train"), while the broker is killed (SIGKILL) and restarted three times, purging
     meanwhile (every 50 ms). Every call returns (retried across the restarts); afterwards every acknowledged
     sample not cleared is there exactly once with its values, and no cleared one is, in get(), get_meta() and
@@ -117,6 +118,8 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
     value_of: dict[int, int] = {}  # global index -> its value, for every acknowledged put
     cleared: set[int] = set()  # acknowledged clears
     taken: list[int] = []  # what the consumer got, in order
+    reward_of: dict[int, int] = {}  # field "r" written later (acknowledged patches)
+    tag_of: dict[int, int] = {}  # stored tags (acknowledged set_custom_meta)
 
     async def client(done: asyncio.Event) -> None:
         async with Queue("kc", broker=broker.address, durability="process") as q:
@@ -127,6 +130,12 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
                 meta = await q.put({"x": values, "y": np.ones((n, 64), np.float32)}, partition_id="p")
                 value_of.update(zip(meta.global_indexes, values.tolist(), strict=True))
                 next_value += n
+                if rng.random() < 0.3 and not cleared & set(meta.global_indexes):
+                    await q.put({"r": values * 10}, partition_id="p", batch_meta=meta)  # a reward, later
+                    reward_of.update(zip(meta.global_indexes, (values * 10).tolist(), strict=True))
+                if rng.random() < 0.2 and not cleared & set(meta.global_indexes):
+                    await q.set_custom_meta(meta.with_custom_meta({i: {"t": i} for i in meta.global_indexes}))
+                    tag_of.update((i, i) for i in meta.global_indexes)
                 if rng.random() < 0.3:
                     live = sorted(set(value_of) - cleared)
                     chosen = rng.sample(live, min(len(live), rng.randint(1, 8)))
@@ -172,12 +181,20 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
                 assert meta.global_indexes == live, f"seed {seed}: get_meta() after the kills"
                 data = await q.get_data(meta)
                 assert data["x"].tolist() == [value_of[i] for i in live], f"seed {seed}: get_data()"
+                tags = {i: t["t"] for i, t in zip(meta.global_indexes, meta.custom_meta, strict=True) if t}
+                assert tags == {i: t for i, t in tag_of.items() if i in set(live)}, f"seed {seed}: tags"
+                rewarded = await q.get_meta(["x", "r"], 10**6, "fresh-r", "p")
+                want = sorted(set(reward_of) & set(live))
+                assert rewarded.global_indexes == want, f"seed {seed}: samples with their field r"
+                got_r = (await q.get_data(rewarded))["r"].tolist() if want else []
+                assert got_r == [reward_of[i] for i in want], f"seed {seed}: values of r"
 
         asyncio.run(check())
         assert broker.stop() == 0
         broker.start()  # the open after a clean stop purges whatever a kill left behind
         assert broker.stop() == 0
         stored = sum(lance_count(b) for b in (broker.storage / "kc").glob("bucket-*.lance"))
-        assert stored == len(live), f"seed {seed}: {stored} rows in Lance for {len(live)} live samples"
+        rows_left = len(live) + len(set(reward_of) & set(live))  # a later field is a row of its own (a patch)
+        assert stored == rows_left, f"seed {seed}: {stored} rows in Lance, {rows_left} expected"
     finally:
         broker.ensure_dead()
