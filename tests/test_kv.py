@@ -57,3 +57,32 @@ def test_kv_through_the_broker_sees_other_clients_writes(broker: BrokerProcess) 
             assert (await KVInterface(q1).kv_batch_get(["a"], "p"))[0] == {"v": 11, "w": "x"}
 
     asyncio.run(go())
+
+
+@pytest.mark.slow
+def test_kv_survives_kill_9_of_the_broker(broker: BrokerProcess) -> None:
+    """Keys, their latest (partially updated) values, tags and clears are all there after a kill -9, and a key
+    written after the restart updates the key of before (no second row for it)."""
+
+    async def before() -> None:
+        async with Queue("kvk", broker=broker.address) as q:
+            await _semantics(q)
+            await KVInterface(q).kv_put("c", {"w": "late"}, "p")  # partial update: v stays
+
+    asyncio.run(before())
+    broker.kill()
+    broker.start()
+
+    async def after() -> None:
+        async with Queue("kvk", broker=broker.address) as q:
+            kv = KVInterface(q)
+            assert await kv.kv_list("p") == {"c": "t3", "a": "t1", "b": "again"}
+            a, c = await kv.kv_batch_get(["a", "c"], "p")
+            assert a == {"v": 10, "w": "x"} and c == {"v": 3, "w": "late"}
+            (b,) = await kv.kv_batch_get(["b"], "p")
+            assert b is not None and list(b["arr"]) == [0, 1, 2] and "v" not in b  # the fresh b, not the cleared
+            await kv.kv_put("a", {"v": 12}, "p")
+            assert (await kv.kv_batch_get(["a"], "p"))[0] == {"v": 12, "w": "x"}
+            assert len(await kv.kv_list("p")) == 3
+
+    asyncio.run(after())
