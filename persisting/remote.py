@@ -202,7 +202,7 @@ class Connection:
         fut: asyncio.Future[Reply] = loop.create_future()
         self._pending[req.id] = fut
         self._frames[req.id] = frames
-        limit = timeout or REQUEST_TIMEOUT_SECONDS
+        limit = timeout or hold + REQUEST_TIMEOUT_SECONDS  # a held request may answer only after its hold
         deadline = loop.time() + limit
         timer: asyncio.TimerHandle | None = None
 

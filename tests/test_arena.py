@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue
+from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue, remote
 from persisting.arena import Arena, default_path, peer_id
 from persisting.remote import connection
 
@@ -179,8 +179,13 @@ def test_every_dtype_through_the_arena(broker: BrokerProcess, seed: int) -> None
     asyncio.run(go())
 
 
-def test_full_arena_is_backpressure_then_room_after_release(broker: BrokerProcess) -> None:
+def test_full_arena_is_backpressure_then_room_after_release(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
     chunk = np.zeros((3, 1024 * 1024), np.uint8)  # 3 MiB; the arena holds 8 MiB
+    # A put may wait for space longer than the client's request timeout: that is Full after its own timeout,
+    # not BrokerUnavailableError when the request timeout runs out first.
+    monkeypatch.setattr(remote, "REQUEST_TIMEOUT_SECONDS", 1.0)
 
     async def go() -> None:
         async with Queue("bp", broker=broker.address) as q:
@@ -190,8 +195,8 @@ def test_full_arena_is_backpressure_then_room_after_release(broker: BrokerProces
             held = [await q.get_data(await q.get_meta(["x"], 3, "t", "p")) for _ in range(2)]  # views pin both
             t0 = time.monotonic()
             with pytest.raises(Full, match="no free"):  # the broker flushes, but the views still pin them
-                await q.put({"x": chunk}, partition_id="p", timeout=0.5)
-            assert time.monotonic() - t0 >= 0.4  # it waited before giving up
+                await q.put({"x": chunk}, partition_id="p", timeout=1.5)
+            assert time.monotonic() - t0 >= 1.4  # it waited before giving up
             blocked = asyncio.ensure_future(q.put({"x": chunk}, partition_id="p", timeout=20))
             await asyncio.sleep(0.3)
             assert not blocked.done()
