@@ -118,6 +118,7 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
     value_of: dict[int, int] = {}  # global index -> its value, for every acknowledged put
     cleared: set[int] = set()  # acknowledged clears
     taken: list[int] = []  # what the consumer got, in order
+    fetched: list[tuple[int, int]] = []  # (global index, x) as get_batch handed them out
     reward_of: dict[int, int] = {}  # field "r" written later (acknowledged patches)
     tag_of: dict[int, int] = {}  # stored tags (acknowledged set_custom_meta)
 
@@ -145,7 +146,12 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
     async def consumer(done: asyncio.Event) -> None:
         async with Queue("kc", broker=broker.address, durability="process") as q:
             while True:
-                meta = await q.get_meta(["x"], 8, "train", "p", wait=True, timeout=0.2)
+                if rng.random() < 0.5:
+                    meta = await q.get_meta(["x"], 8, "train", "p", wait=True, timeout=0.2)
+                else:  # take and data in one request
+                    data, meta = await q.get_batch(["x"], 8, "train", "p", wait=True, timeout=0.2)
+                    if meta.size:  # checked at the end: the producer may not have seen its put's answer yet
+                        fetched.extend(zip(meta.global_indexes, data["x"].tolist(), strict=True))
                 taken.extend(meta.global_indexes)
                 if done.is_set() and meta.size == 0:
                     return
@@ -171,6 +177,7 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
         missed = set(live) - set(taken)
         assert not missed, f"seed {seed}: samples never handed to the consumer: {sorted(missed)[:10]}"
         assert set(taken) <= set(value_of), f"seed {seed}: the consumer got samples nobody put"
+        assert all(value_of[i] == x for i, x in fetched), f"seed {seed}: get_batch handed out wrong values"
 
         async def check() -> None:
             async with Queue("kc", broker=broker.address, durability="process") as q:
