@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from persisting.arena import default_path
+
 
 @contextlib.contextmanager
 def broker_process(
@@ -35,6 +37,7 @@ def broker_process(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+                default_path(storage).unlink(missing_ok=True)  # a killed broker leaves its arena for a restart
         if proc.stdout is not None:
             proc.stdout.close()
 

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from persisting.arena import default_path
+
 
 @dataclass
 class BrokerProcess:
@@ -59,10 +61,12 @@ class BrokerProcess:
         self.stop(signal.SIGKILL)
 
     def ensure_dead(self) -> None:
-        """Teardown: never leave a broker running after a test, whatever happened in it."""
+        """Teardown: never leave a broker running after a test, whatever happened in it, nor the arena file a
+        killed broker leaves for its next start (a clean stop removes its own; tests check that before this)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate(timeout=30)
+        default_path(self.storage).unlink(missing_ok=True)
         sock = Path(self.address[len("ipc://") :])
         sock.unlink(missing_ok=True)
         with contextlib.suppress(OSError):

@@ -38,7 +38,6 @@ def unstarted(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield b
     finally:
         b.ensure_dead()
-        default_path(b.storage).unlink(missing_ok=True)  # only after a failed test: a clean stop removes it
 
 
 @pytest.fixture
