@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from persisting.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, Peer, align_up, peer_alive
-from persisting.errors import ConfigError, Full, ProtocolError
+from persisting.errors import ConfigError, Full, ProtocolError, UnknownExtentError
 
 
 @dataclass(slots=True)
@@ -130,7 +130,7 @@ class Extents:
     def leased(self, extent_id: int, owner: Peer) -> Extent:
         ext = self.extents.get(extent_id)
         if ext is None or ext.sealed or ext.owner != owner:
-            raise ProtocolError(f"extent {extent_id} is not leased by this process")
+            raise UnknownExtentError(f"extent {extent_id} is not leased by this process")
         return ext
 
     def seal(self, ext: Extent, topic: str, last_index: int) -> None:

@@ -11,6 +11,7 @@ One root, so ``except persisting.PersistingError`` catches all of them::
     │   ├── CorruptionError              stored bytes that fail their checksum or cannot be decoded
     │   └── TopicLockedError             another process holds the topic (use a broker to share it)
     ├── ProtocolError (ValueError)       a malformed or unsupported message between client and broker
+    │   └── UnknownExtentError           an arena extent this broker never leased (it restarted since)
     ├── BrokerUnavailableError (ConnectionError)   no reply from the broker within the timeout
     ├── RemoteError                      the broker refused a request; ``type`` names its error class
     ├── Empty (queue.Empty)              nothing to return within the timeout
@@ -70,6 +71,11 @@ class ProtocolError(PersistingError, ValueError):
     """A message that does not follow persisting.protocol (wrong version, malformed, unknown operation)."""
 
 
+class UnknownExtentError(ProtocolError):
+    """A tensor request names an arena extent this broker never leased to the caller: most often one leased
+    from a broker that has restarted since (the client then leases afresh)."""
+
+
 class BrokerUnavailableError(PersistingError, ConnectionError):
     """The broker did not answer within the timeout (is persisting-broker running on that address?)."""
 
@@ -104,4 +110,5 @@ __all__ = [
     "SchemaConflictError",
     "StorageError",
     "TopicLockedError",
+    "UnknownExtentError",
 ]

@@ -22,7 +22,7 @@ from .arena import Arena, attach_cached, peer_id
 from .codec import EncodedBatch
 from .tensors import Column
 
-RESTART_RETRIES = 4  # a tensor put leases afresh this many times when the broker restarted under it
+RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
 
 if TYPE_CHECKING:
     from .remote import Connection
@@ -64,33 +64,46 @@ class TensorClient:
         timeout: float,
         of: list[int] | None = None,
     ) -> tuple[int, int]:
+        places, total = batches.layout(columns)
+        need = max(total, 1)
+        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
         key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
         for attempt in range(RESTART_RETRIES):
+            extent = await self._write(places, need, timeout)
+            args = self._args(
+                partition=partition,
+                kinds=other.kinds,
+                count=n,
+                key=key,
+                extent=extent,
+                fields=fields,
+                peer=peer_id(),
+                lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
+            )
+            if of is not None:
+                args["of"] = of
             try:
-                return await self._put_tensors(columns, other, other_blob, n, partition, timeout, of, key)
-            except errors.ProtocolError as exc:
-                # The extent was leased from a broker that has restarted since (killed before it stored this
-                # batch, or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
-                if "not leased" not in str(exc) or attempt == RESTART_RETRIES - 1:
+                result = (await self._conn.request("put_tensors", args, [other_blob])).result
+                break
+            except errors.UnknownExtentError:
+                # The extent came from a broker that has restarted since (killed before it stored this batch,
+                # or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
+                if attempt == RESTART_RETRIES - 1:
                     raise
-        raise errors.BrokerUnavailableError(f"the broker restarted {RESTART_RETRIES} times during one put")
+        first, count = result[0], result[1]
+        if len(result) > 2 and result[2]:
+            self._spare = list(result[2])
+        self.kinds.update(other.kinds)
+        self.kinds.update({name: col.kind for name, col in columns.items()})
+        self._count = max(self._count, first + count)
+        return int(first), int(count)
 
-    async def _put_tensors(
-        self,
-        columns: dict[str, Column],
-        other: EncodedBatch,
-        other_blob: bytes,
-        n: int,
-        partition: str,
-        timeout: float,
-        of: list[int] | None,
-        key: str,
-    ) -> tuple[int, int]:
+    async def _write(self, places: list[tuple[str, Column, int, int]], need: int, timeout: float) -> int:
+        """Lease an extent of ``need`` bytes (or use the one leased ahead) and copy the tensors into it; returns
+        its id."""
         arena = await self._arena()
         if arena is None:
             raise errors.ConfigError("the broker runs without an arena")
-        places, total = batches.layout(columns)
-        need = max(total, 1)
         spare, self._spare = self._spare, None
         if spare is not None and (spare[2] < need or bytes(spare[3]) != arena.generation):
             await self._give_back(spare)
@@ -107,27 +120,7 @@ class TensorClient:
         for _name, col, offset, nbytes in places:
             # The one copy a tensor gets: straight into the broker's shared memory.
             arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
-        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
-        args = self._args(
-            partition=partition,
-            kinds=other.kinds,
-            count=n,
-            key=key,
-            extent=extent,
-            fields=fields,
-            peer=peer_id(),
-            lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
-        )
-        if of is not None:
-            args["of"] = of
-        result = (await self._conn.request("put_tensors", args, [other_blob])).result
-        first, count = result[0], result[1]
-        if len(result) > 2 and result[2]:
-            self._spare = list(result[2])
-        self.kinds.update(other.kinds)
-        self.kinds.update({name: col.kind for name, col in columns.items()})
-        self._count = max(self._count, first + count)
-        return int(first), int(count)
+        return int(extent)
 
     async def _give_back(self, spare: list[Any]) -> None:
         """Return an extent leased ahead and not used (the next batch did not fit in it)."""
