@@ -56,6 +56,7 @@ from .errors import (
 )
 from .fields import FieldIndex
 from .flushing import Flushing
+from .gate import ReadGate
 from .layout import (
     INDEX_KEY,
     IndexColumn,
@@ -132,13 +133,7 @@ class Topic(Opening, Flushing, Samples, Partitions):
         self._durable_backend = True
         self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
         self._kinds_written: dict[str, str] = {}
-        # Reads that map global indexes to positions in the backends, in flight; a purge of cleared rows (which
-        # moves positions) closes _reads_open and waits for _readers_gone (partitions.py).
-        self._readers = 0
-        self._readers_gone = asyncio.Event()
-        self._readers_gone.set()
-        self._reads_open = asyncio.Event()
-        self._reads_open.set()
+        self._read_gate = ReadGate()  # reads of backend positions share it; a purge takes it alone
         self._unpurged: set[int] = set()  # cleared samples whose rows may still be in the backends
         self._last_purge = 0.0  # time.monotonic() of the last purge
 
@@ -289,16 +284,8 @@ class Topic(Opening, Flushing, Samples, Partitions):
         """``read``, and where the window ended: the next read starts there (rows of cleared samples are skipped,
         so a window may hold fewer rows than it spans)."""
         self._check_open()
-        while not self._reads_open.is_set():  # a purge is deleting rows: positions are about to move
-            await self._reads_open.wait()
-        self._readers += 1
-        self._readers_gone.clear()
-        try:
+        async with self._read_gate.reading():  # a purge deleting rows (positions moving) waits for this read
             return await self._read_window(offset, limit)
-        finally:
-            self._readers -= 1
-            if not self._readers:
-                self._readers_gone.set()
 
     async def _read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
         lo, hi = offset, min(offset + limit, self.visible_upto)

@@ -11,7 +11,7 @@ Space: the rows of cleared samples (and the patch rows that wrote their fields) 
 (``delete_rows``) by a purge: at the topic's next open, before anything reads it, and while it runs, by the
 background flush loop at most once per ``PURGE_SPACING_SECONDS`` when samples were cleared. A delete moves the
 positions of the rows after it, so a running purge holds the flush lock, stops new reads at the gate
-(``_reads_open``) and waits for the reads in flight to finish; reads wait for it (one Lance delete per bucket
+(``gate.ReadGate``) and waits for the reads in flight to finish; reads wait for it (one Lance delete per bucket
 and a reload of its index column: milliseconds to tens of milliseconds). Lance's compaction and version
 cleanup then give the disk space back. Their arena extents are recycled like any other once flushed.
 
@@ -35,6 +35,7 @@ import numpy as np
 
 from .consumption import ConsumptionLog
 from .errors import ConfigError
+from .gate import ReadGate
 from .layout import OF_KEY, IndexColumn
 from .queue.backend import StorageBackend
 
@@ -62,8 +63,7 @@ class Partitions:
     _columns: list[IndexColumn]
     _flush_lock: asyncio.Lock
     _flush_wanted: asyncio.Event
-    _readers_gone: asyncio.Event
-    _reads_open: asyncio.Event
+    _read_gate: ReadGate
     _unpurged: set[int]
     _last_purge: float
 
@@ -183,15 +183,10 @@ class Partitions:
         """From the flush loop: delete the rows of cleared samples now, if a purge is due (see the docstring)."""
         if self.purge_wait() != 0.0:
             return
-        async with self._flush_lock:
-            self._reads_open.clear()
-            try:
-                await self._readers_gone.wait()
-                cut = self.flushed_upto
-                done = {i for i in self._unpurged if i < cut}
-                await self._purge_cleared()
-            finally:
-                self._reads_open.set()
+        async with self._flush_lock, self._read_gate.alone():
+            cut = self.flushed_upto
+            done = {i for i in self._unpurged if i < cut}
+            await self._purge_cleared()
         self._last_purge = time.monotonic()
         # Left for the next purge: samples cleared while this one ran, and those whose rows still waited for a
         # flush when it began.
