@@ -175,7 +175,9 @@ def _frame(record: list[Any]) -> bytes:
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-def _remember(answers: Answers, partition: str, task: str, entries: Any) -> None:
+def remember_answers(answers: Answers, partition: str, task: str, entries: Any) -> None:
+    """Put ``[(cache key, indexes), ...]`` of (partition, task) at the newest end of ``answers``; keep the latest
+    RANK_CACHE_SIZE (replay and the engine's takes share this, so both keep the same ones)."""
     for key, indexes in entries:
         full = (partition, task, *key)
         answers.pop(full, None)
@@ -184,7 +186,8 @@ def _remember(answers: Answers, partition: str, task: str, entries: Any) -> None
         answers.popitem(last=False)
 
 
-def _remember_keys(keys: Keys, entries: Any) -> None:
+def remember_keys(keys: Keys, entries: Any) -> None:
+    """``[(request key, indexes), ...]`` at the newest end of ``keys``; keep the latest TAKE_KEYS_KEPT."""
     for key, indexes in entries:
         keys.pop(str(key), None)
         keys[str(key)] = [int(i) for i in indexes]
@@ -195,7 +198,7 @@ def _remember_keys(keys: Keys, entries: Any) -> None:
 def _apply(state: Replayed, record: Any) -> None:
     kind = record[0]
     if kind == "keys":
-        _remember_keys(state.keys, record[1])
+        remember_keys(state.keys, record[1])
         return
     partition, taken, cleared, tags, answers = str(record[1]), state.taken, state.cleared, state.tags, state.answers
     if kind == "tags":
@@ -215,11 +218,11 @@ def _apply(state: Replayed, record: Any) -> None:
     if kind == "take":
         taken.setdefault((partition, task), set()).update(int(i) for i in record[3])
         if len(record) > 4:
-            _remember(answers, partition, task, record[4])
+            remember_answers(answers, partition, task, record[4])
         if len(record) > 5:
-            _remember_keys(state.keys, [record[5]])
+            remember_keys(state.keys, [record[5]])
     elif kind == "answers":
-        _remember(answers, partition, task, record[3])
+        remember_answers(answers, partition, task, record[3])
     elif kind == "taken":
         target = taken.setdefault((partition, task), set())
         for lo, hi in record[3]:

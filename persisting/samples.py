@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .arena import Peer, peer_alive
-from .consumption import TAKE_KEYS_KEPT, ConsumptionLog
+from .consumption import ConsumptionLog, remember_answers, remember_keys
 from .errors import ConfigError
 from .fields import FieldIndex
 from .layout import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
 from .queue.backend import StorageBackend
 from .sample_data import SampleData
-from .samplers import RANK_CACHE_SIZE, Sampler, SequentialSampler, Shares
+from .samplers import Sampler, SequentialSampler, Shares
 from .tail import Chunk
 
 
@@ -209,18 +209,14 @@ class Samples(SampleData):
                 self._consumption_log.append(record)
             state.done.update(consumed)
             if request_key is not None:
-                self._take_keys[request_key] = list(sampled)
-                while len(self._take_keys) > TAKE_KEYS_KEPT:
-                    self._take_keys.popitem(last=False)
+                remember_keys(self._take_keys, [(request_key, sampled)])
         cleared = self._cleared
         while state.floor < len(indexes) and (indexes[state.floor] in state.done or indexes[state.floor] in cleared):
             state.floor += 1
-        for other_key, share in shares.items():  # the other ranks' parts of this step
-            self._rank_cache[(partition, task, *other_key)] = list(share)
+        parts: list[tuple[tuple[Any, ...], list[int]]] = list(shares.items())  # the other ranks' parts of this step
         if key is not None:
-            self._rank_cache[(partition, task, *key)] = list(sampled)
-        while len(self._rank_cache) > RANK_CACHE_SIZE:  # a step's shares can add several entries at once
-            self._rank_cache.popitem(last=False)
+            parts.append((key, sampled))
+        remember_answers(self._rank_cache, partition, task, parts)
         return list(sampled)
 
     @staticmethod
