@@ -402,6 +402,8 @@ class Topic(Opening, Flushing, Samples, Partitions):
                 await asyncio.shield(self._flusher)
             await self._acknowledge_logged()
             await self._flush_once()
+            if self._unpurged:  # every row is flushed now: the cleared ones leave Lance before the files close
+                await self._purge_now()
             if self._durable_backend:  # a reopen then skips the log's flushed frames without decoding them
                 await asyncio.to_thread(
                     write_json_atomic, self.path / "state.json", {"flushed_upto": self.flushed_upto}

@@ -8,8 +8,9 @@ naming them are refused, and ``get()``/``stream()`` skip their rows. No other in
 never shifted or reused.
 
 Space: the rows of cleared samples (and the patch rows that wrote their fields) are deleted from the backends
-(``delete_rows``) by a purge: at the topic's next open, before anything reads it, and while it runs, by the
-background flush loop at most once per ``PURGE_SPACING_SECONDS`` when samples were cleared. A delete moves the
+(``delete_rows``) by a purge: while the topic runs, by the background flush loop at most once per
+``PURGE_SPACING_SECONDS`` when samples were cleared; at a clean close; and at the next open (after a crash),
+before anything reads. A delete moves the
 positions of the rows after it, so a running purge holds the flush lock, stops new reads at the gate
 (``gate.ReadGate``) and waits for the reads in flight to finish; reads wait for it (one Lance delete per bucket
 and a reload of its index column: milliseconds to tens of milliseconds). Lance's compaction and version
@@ -181,8 +182,10 @@ class Partitions:
 
     async def purge_if_due(self) -> None:
         """From the flush loop: delete the rows of cleared samples now, if a purge is due (see the docstring)."""
-        if self.purge_wait() != 0.0:
-            return
+        if self.purge_wait() == 0.0:
+            await self._purge_now()
+
+    async def _purge_now(self) -> None:
         async with self._flush_lock, self._read_gate.alone():
             cut = self.flushed_upto
             done = {i for i in self._unpurged if i < cut}

@@ -158,7 +158,7 @@ def test_clear_deletes_samples_and_changes_no_other_index(store: Path) -> None:
         assert parts["p"]["tasks"]["train"]["consumed"] == 7
         assert q.get_data(q.get_meta(["x"], 3, "t", "other"))["x"].tolist() == [50, 51, 52]
     lance_rows = sum(lance_count(b) for b in (store / "c").glob("bucket-*.lance"))
-    assert lance_rows in (10, 13)  # purged while running if the flush loop got to it before close, else at open
+    assert lance_rows == 10  # the cleared rows left Lance while running or, at the latest, at close
     with SyncQueue("c", store) as q:
         assert sum(lance_count(b) for b in (store / "c").glob("bucket-*.lance")) == 10
         assert q.clear([2, 3, 7], partition_id="p") == 0  # cleared already (a re-sent clear): purged rows or not
