@@ -525,3 +525,27 @@ def test_a_waiting_get_meta_carries_on_when_the_broker_restarts(broker: BrokerPr
 
     woke_after_s = asyncio.run(main())
     assert woke_after_s < 10, f"the waiting get_meta took {woke_after_s:.1f} s after the restart"  # liveness bound
+
+
+def test_recent_replies_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache of answered requests keeps the newest by count and by bytes, skips a reply too large to keep,
+    and a request abandoned by a stopping broker may run again."""
+    from broker import replies
+
+    monkeypatch.setattr(replies, "REPLY_CACHE_ENTRIES", 3)
+    monkeypatch.setattr(replies, "REPLY_CACHE_BYTES", 100)
+    monkeypatch.setattr(replies, "REPLY_CACHE_ONE_BYTES", 60)
+    recent = replies.RecentRequests()
+    peer = b"id"
+    for i in range(5):
+        assert recent.start((peer, i)) and not recent.start((peer, i))  # a copy while running is dropped
+        recent.done((peer, i), [b"x" * 10])
+    assert [recent.answered((peer, i)) is not None for i in range(5)] == [False, False, True, True, True]
+    recent.start((peer, 5))
+    recent.done((peer, 5), [b"y" * 50])  # 3 x 10 + 50 > 100 bytes: the oldest go
+    assert [recent.answered((peer, i)) is not None for i in range(2, 6)] == [False, True, True, True]
+    recent.start((peer, 6))
+    recent.done((peer, 6), [b"z" * 61])  # over the one-reply limit: answered, not kept
+    assert recent.answered((peer, 6)) is None and recent.start((peer, 6))
+    recent.abandon((peer, 6))
+    assert recent.start((peer, 6))
