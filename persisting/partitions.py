@@ -10,11 +10,11 @@ never shifted or reused.
 Space: the rows of cleared samples (and the patch rows that wrote their fields) are deleted from the backends
 (``delete_rows``) by a purge: while the topic runs, by the background flush loop at most once per
 ``PURGE_SPACING_SECONDS`` when samples were cleared; at a clean close; and at the next open (after a crash),
-before anything reads. A delete moves the
-positions of the rows after it, so a running purge holds the flush lock, stops new reads at the gate
-(``gate.ReadGate``) and waits for the reads in flight to finish; reads wait for it (one Lance delete per bucket
-and a reload of its index column: milliseconds to tens of milliseconds). Lance's compaction and version
-cleanup then give the disk space back. Their arena extents are recycled like any other once flushed.
+before anything reads. A delete moves the positions of the rows after it, so a running purge holds the flush
+lock, stops new reads at the gate (``gate.ReadGate``) and waits for the reads in flight to finish; reads wait
+for it (one Lance delete per bucket and a reload of its index column: milliseconds to tens of milliseconds).
+Lance's compaction and version cleanup then give the disk space back. Their arena extents are recycled like any
+other once flushed.
 
 Tags (``custom_meta``): ``set_tags`` merges ``{key: value}`` maps into samples' tags, written to the consumption
 log like a clear before it returns; ``describe`` hands them out with the samples, so every process sees them
@@ -198,7 +198,7 @@ class Partitions:
     async def _purge_cleared(self) -> None:
         """Delete the rows of cleared samples (and their patch rows) from the backends that can
         (``delete_rows``), then reload each bucket's index column. At open before any read, or from
-        ``purge_if_due`` with reads held at the gate."""
+        ``_purge_now`` with reads held at the gate."""
         if not self._cleared:
             return
         cleared = np.fromiter(self._cleared, dtype=np.int64, count=len(self._cleared))
