@@ -2,8 +2,8 @@
 
 A mixin of ``engine.Topic`` (like samples.py and partitions.py), on the engine's loop. One flush at a time (the
 flush lock): it takes every visible chunk of the tail, decides each row's bucket (here, once per row, not on the
-put path), writes each bucket's rows in parallel (an arena batch without the bucket column as whole Arrow columns
-straight from shared memory), then, in one loop step, drops the chunks from the tail and advances
+put path), writes each bucket's rows in parallel (tensor fields as typed Arrow columns; those of an arena batch
+without the bucket column built over its shared memory, no copy), then, in one loop step, drops the chunks from the tail and advances
 ``flushed_upto``: a reader sees a row in the tail or in a backend, never in neither. Only then are log segments
 below the cut dropped (schema.json and state.json written first).
 
@@ -40,7 +40,7 @@ from .layout import (
     write_json_atomic,
 )
 from .queue.backend import StorageBackend
-from .tail import Chunk, arena_columns, whole_batch
+from .tail import Chunk, tensor_parts, whole_batch
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -220,9 +220,11 @@ class Flushing:
         self, b: int, rows: list[dict[str, Any]], indexes: list[int], arena: list[tuple[int, Chunk, int]]
     ) -> None:
         try:
-            if arena:
-                columns = await asyncio.to_thread(arena_columns, rows, arena)
-                await self._backends[b].put_columns(rows, columns)  # type: ignore[attr-defined]
+            backend = self._backends[b]
+            tensors = tensor_parts(rows, arena, self.kinds) if hasattr(backend, "put_columns") else {}
+            if tensors:
+                # Tensor fields as typed columns (over the arena's memory for arena batches): see tensor_columns.
+                await backend.put_columns(rows, tensors)  # type: ignore[attr-defined]
             else:
                 await self._backends[b].put_batch(rows)
                 await self._backends[b].flush()

@@ -2,18 +2,16 @@
 
 A chunk is one put_batch: its first global index, partition and rows. A tensor batch that went through the
 broker's arena keeps its tensor fields as views on shared memory (``ArenaPayload``) instead of rows: its full
-rows are encoded only if something needs them, and a flush writes its payload as whole Arrow columns built with
-one vectorized copy (``arena_columns``), no Python object per sample. Such a batch goes to one bucket together
-(``whole_batch``), decided from what its log frame holds so that a replay after a crash decides the same.
+rows are encoded only if something needs them, and a flush hands its payload to the backend as views on the
+arena (``tensor_parts``), which builds typed Arrow columns over that memory: no copy, no Python object per
+sample. Such a batch goes to one bucket together (``whole_batch``), decided from what its log frame holds so
+that a replay after a crash decides the same.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
-import pyarrow as pa
 
 from .codec import encode_sample
 from .fields import FieldIndex
@@ -89,47 +87,38 @@ def whole_batch(chunk: Chunk, bucket_column: str) -> bool:
     )
 
 
-def encoded_column(col: Column, skip: int) -> pa.Array:
-    """The stored values (see codec.encode_sample) of a tensor field's samples, as one Arrow array.
-
-    Every sample of a batch has the same dtype and shape, so its encoding is one fixed prefix followed by its raw
-    bytes: one vectorized copy out of shared memory builds them all (numpy releases the GIL while it copies).
-    """
-    arr = col.array[skip:]
-    n = arr.shape[0]
-    per = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
-    sample = np.zeros(arr.shape[1:], dtype=arr.dtype)
-    prefix = np.frombuffer(encode_sample(col.kind, col.dtype_name, sample)[: -per or None], dtype=np.uint8)
-    width = len(prefix) + per
-    buf = np.empty((n, width), dtype=np.uint8)
-    buf[:, : len(prefix)] = prefix
-    if per:
-        buf[:, len(prefix) :] = np.ascontiguousarray(arr).reshape(n, per // arr.itemsize).view(np.uint8)
-    offsets = np.arange(n + 1, dtype=np.int64) * width
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+TENSOR_KINDS = frozenset({"ndarray", "tensor"})
 
 
-def arena_columns(rows: list[dict[str, Any]], arena: list[tuple[int, Chunk, int]]) -> dict[str, list[pa.Array]]:
-    """For each tensor field of the arena batches of one bucket: Arrow chunks covering ``rows`` in order (rows
-    from other puts contribute their own values of that field, usually None)."""
-    keys: dict[str, None] = {}
+def tensor_parts(
+    rows: list[dict[str, Any]], arena: list[tuple[int, Chunk, int]], kinds: dict[str, str]
+) -> dict[str, tuple[str, list[Column | list[Any]]]]:
+    """For each tensor field of one bucket's ``rows``: (kind, parts covering the rows in order), for a backend's
+    ``put_columns``. An arena batch contributes its column sliced past the samples it skips (a view on shared
+    memory: the backend builds its Arrow column over it, no copy); other rows contribute their own values
+    (encoded bytes or None). ``arena``: (position in ``rows``, arena batch, samples skipped), in order."""
+    keys: dict[str, str] = {}
     for _pos, chunk, _skip in arena:
         if chunk.arena is not None:
-            keys.update(dict.fromkeys(chunk.arena.columns))
-    out: dict[str, list[pa.Array]] = {}
-    for key in keys:
-        parts: list[pa.Array] = []
+            keys.update((name, col.kind) for name, col in chunk.arena.columns.items())
+    covered = sum(chunk.count - skip for _pos, chunk, skip in arena)
+    if covered < len(rows):  # rows of other puts: their tensor-kind fields (records, copy-path batches, patches)
+        plain = {k for r in rows for k, v in r.items() if v is not None and kinds.get(k) in TENSOR_KINDS}
+        keys.update((k, kinds[k]) for k in plain if k not in keys)
+    out: dict[str, tuple[str, list[Column | list[Any]]]] = {}
+    for key, kind in keys.items():
+        parts: list[Column | list[Any]] = []
         pos = 0
         for start, chunk, skip in arena:
             if start > pos:
-                parts.append(pa.array([r.get(key) for r in rows[pos:start]], type=pa.large_binary()))
+                parts.append([r.get(key) for r in rows[pos:start]])
             count = chunk.count - skip
             col = chunk.arena.columns.get(key) if chunk.arena is not None else None
-            parts.append(encoded_column(col, skip) if col is not None else pa.nulls(count, pa.large_binary()))
+            parts.append(Column(col.kind, col.dtype_name, col.array[skip:]) if col is not None else [None] * count)
             pos = start + count
         if pos < len(rows):
-            parts.append(pa.array([r.get(key) for r in rows[pos:]], type=pa.large_binary()))
-        out[key] = parts
+            parts.append([r.get(key) for r in rows[pos:]])
+        out[key] = (kind, parts)
     return out
 
 

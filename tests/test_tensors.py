@@ -184,17 +184,16 @@ def test_sync_twin_has_the_tensor_calls(store: Path) -> None:
 )
 @pytest.mark.parametrize("shape", [(), (3,), (2, 0), (4, 5)])
 def test_columnar_encoding_matches_the_per_sample_one(kind_dtype: tuple[str, str], shape: tuple[int, ...]) -> None:
-    """The flush writes arena batches as whole columns; a sample must read back exactly as if encoded alone."""
+    """Columns in the bytes layout are encoded whole; a sample must read back exactly as if encoded alone."""
     from persisting import codec
-    from persisting.tail import encoded_column
-    from persisting.tensors import Column, storage_dtype
+    from persisting.queue.tensor_columns import encoded
+    from persisting.tensors import storage_dtype
 
     kind, dtype_name = kind_dtype
     arr = (np.arange(6 * int(np.prod(shape, dtype=np.int64))) % 7).astype(storage_dtype(kind, dtype_name))
     arr = arr.reshape((6, *shape))
-    col = Column(kind, dtype_name, arr)
-    encoded = encoded_column(col, 2).to_pylist()
-    assert encoded == [codec.encode_sample(kind, dtype_name, arr[i]) for i in range(2, 6)]
+    values = encoded(kind, dtype_name, arr[2:]).to_pylist()
+    assert values == [codec.encode_sample(kind, dtype_name, arr[i]) for i in range(2, 6)]
 
 
 def test_get_meta_waits_for_a_full_batch(store: Path) -> None:

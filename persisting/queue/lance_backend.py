@@ -15,6 +15,12 @@ Policy (all measured on a 2-core machine; see DESIGN.md):
   ``cleanup_interval_seconds``; readers in this process never hold a version that long.
 - A zero-byte newest manifest (left by a power loss) is removed at open, which reopens the previous version; a
   folder without any committed manifest (a kill during the bucket's first write) is removed: nothing was stored.
+
+Tensor fields (``put_columns``) are typed Arrow columns (``tensor_columns``: fixed-shape tensors, plain columns,
+a variable-shape struct, or bytes), built over the memory the samples lie in. When a field's layout has to move
+on (a sample of another shape or dtype), its column is rewritten once: the new column is added under a temporary
+name, the old one dropped, the new one renamed (three commits; an open finds a rewrite a kill interrupted and
+completes or undoes it). Reads give the codec's row values back, whatever the layout.
 """
 
 from __future__ import annotations
@@ -35,11 +41,14 @@ import pyarrow as pa
 
 from ..errors import ConfigError, SchemaConflictError, StorageError
 from ..layout import INDEX_KEY
+from . import tensor_columns
 from ._stream import StreamMixin
+from .tensor_columns import Layout, Part
 
 log = logging.getLogger(__name__)
 
 NULLS_COLUMN = "_persisting_nulls"
+REWRITE_SUFFIX = "%23rewrite"  # a column being rewritten into a new layout lives under this name meanwhile
 DELETE_CHUNK_ROWS = 1000  # global indexes per delete predicate
 METADATA_CACHE_BYTES = 64 * 1024 * 1024
 INDEX_CACHE_BYTES = 16 * 1024 * 1024
@@ -133,6 +142,7 @@ class LanceBackend(StreamMixin):
         self.cleanup_interval_seconds = cleanup_interval_seconds
         self._buffer: list[dict[str, Any]] = []
         self._types: dict[str, pa.DataType] = {}
+        self._tensors: dict[str, Layout] = {}  # tensor fields' layouts (keys put through put_columns)
         self._ds: lance.LanceDataset | None = None
         self._stored = 0
         self._synced: set[str] = set()
@@ -151,10 +161,13 @@ class LanceBackend(StreamMixin):
                 self._ds = lance.dataset(str(self.uri), session=shared_session())
             except (ValueError, OSError) as exc:
                 raise StorageError(f"cannot open Lance dataset {self.uri}: {exc}") from exc
+            self._finish_rewrites()
             self._stored = self._ds.count_rows()
             for field in self._ds.schema:
                 if field.name != NULLS_COLUMN:
                     self._types[key_name(field.name)] = field.type
+                    if (field.metadata or {}).get(tensor_columns.LAYOUT_KEY):
+                        self._tensors[key_name(field.name)] = Layout.of_field(field)
 
     # -- protocol -----------------------------------------------------------------------------------
 
@@ -171,12 +184,17 @@ class LanceBackend(StreamMixin):
         if len(self._buffer) >= self.batch_size:
             await self.flush()
 
-    def _register(self, records: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:
-        """Check the values' types against the columns (new keys become columns); ``extra`` keys hold bytes."""
+    def _register(self, records: list[dict[str, Any]], skip: frozenset[str] = frozenset()) -> None:
+        """Check the values' types against the columns (new keys become columns); ``skip``: tensor fields, whose
+        columns ``put_columns`` types itself."""
         pending: dict[str, pa.DataType] = {}
         # Check each distinct (key, Python type) once, not each value: a batch has few of them.
-        pairs = {(key, type(value)) for record in records for key, value in record.items() if value is not None}
-        pairs.update((key, bytes) for key in extra)
+        pairs = {
+            (key, type(value))
+            for record in records
+            for key, value in record.items()
+            if value is not None and key not in skip
+        }
         for key, kind in sorted(pairs, key=lambda p: (p[0], p[1].__qualname__)):
             t = _ARROW_TYPES.get(kind)
             if t is None:
@@ -189,19 +207,38 @@ class LanceBackend(StreamMixin):
                 raise SchemaConflictError(key, str(known), str(t))
         self._types.update(pending)
 
-    async def put_columns(self, records: list[dict[str, Any]], columns: dict[str, list[pa.Array]]) -> None:
-        """Engine extension: rows plus ready-made bytes columns, written now as one append.
+    async def put_columns(self, records: list[dict[str, Any]], tensors: dict[str, tuple[str, list[Part]]]) -> None:
+        """Engine extension: rows plus their tensor fields as typed columns, written now as one append.
 
-        ``columns[key]`` is a list of Arrow arrays (large_binary) whose lengths add up to ``len(records)``: the
-        values of ``key`` for every row in order (a row's own value for such a key is ignored). The engine
-        passes tensor payloads this way, built from shared memory without a Python object per sample.
+        ``tensors[key] = (kind, parts)``: the field's kind ("ndarray" or "tensor") and its values for every row in
+        order, as ``Column`` slices (a batch's samples, e.g. views on shared memory: the Arrow column is built
+        over that memory, no copy) and lists of row values (the codec's bytes or None); a row's own value for such
+        a key is ignored, except that an explicit None is kept as one. See tensor_columns for the layouts.
         """
         await self.flush()
-        self._register(records, tuple(columns))
+        self._register(records, frozenset(tensors))
         async with self._lock:
-            types = dict(self._types)
-            ds = await asyncio.to_thread(self._append, self._to_table(records, types, columns))
+            built: dict[str, tuple[pa.Field, pa.ChunkedArray]] = {}
+            for key, (kind, parts) in tensors.items():
+                runs = tensor_columns.to_runs(kind, parts)
+                stored = self._tensors.get(key)
+                if stored is None and key in self._types:  # a 0.1 topic's bytes column, or a plain one
+                    stored = Layout.of_field(pa.field(key, self._types[key]))
+                layout = tensor_columns.choose(kind, runs, stored)
+                if layout is None:
+                    continue
+                if stored is not None and layout != stored:
+                    if not tensor_columns.later(stored, layout):
+                        raise SchemaConflictError(key, str(stored), str(layout))
+                    await asyncio.to_thread(self._rewrite, key, stored, layout)
+                built[key] = (layout.field(column_name(key)), tensor_columns.build(layout, runs))
+            types = {k: t for k, t in self._types.items() if k not in built}
+            table = self._to_table(records, types, built)
+            ds = await asyncio.to_thread(self._append, table)
             self._ds, self._stored = ds, self._stored + len(records)
+            for key, (field, _column) in built.items():
+                self._types[key] = field.type
+                self._tensors[key] = Layout.of_field(field)
             self.commits += 1
         self._notify()
 
@@ -215,7 +252,7 @@ class LanceBackend(StreamMixin):
         if offset < stored and ds is not None:
             positions = np.arange(offset, min(stop, stored), dtype=np.int64)
             table = await asyncio.to_thread(self._take, ds, positions)
-            rows = table_to_rows(table)
+            rows = table_to_rows(table, self._tensors)
         return rows + [dict(r) for r in buffered]
 
     async def flush(self) -> None:
@@ -251,6 +288,9 @@ class LanceBackend(StreamMixin):
         if ds is None or column_name(name) not in ds.schema.names:
             return [None] * self._stored
         table = await asyncio.to_thread(ds.to_table, columns=[column_name(name)])
+        layout = self._tensors.get(name)
+        if layout is not None:
+            return list(tensor_columns.row_values(layout, table.column(0)))
         values: list[Any] = table.column(0).to_pylist()
         return values
 
@@ -304,19 +344,24 @@ class LanceBackend(StreamMixin):
 
     @staticmethod
     def _to_table(
-        rows: list[dict[str, Any]], types: dict[str, pa.DataType], columns: dict[str, list[pa.Array]] | None = None
+        rows: list[dict[str, Any]],
+        types: dict[str, pa.DataType],
+        tensors: dict[str, tuple[pa.Field, pa.ChunkedArray]] | None = None,
     ) -> pa.Table:
-        arrays: dict[str, Any] = {}
+        fields: list[pa.Field] = []
+        arrays: list[Any] = []
         for key, t in types.items():
-            if columns and key in columns:
-                arrays[column_name(key)] = pa.chunked_array(columns[key], type=t)
-                continue
             values = [r.get(key) for r in rows]
             if any(v is not None for v in values):
-                arrays[column_name(key)] = pa.array(values, type=t)
+                fields.append(pa.field(column_name(key), t))
+                arrays.append(pa.array(values, type=t))
+        for field, column in (tensors or {}).values():
+            fields.append(field)
+            arrays.append(column)
         nulls = [[k for k, v in r.items() if v is None] or None for r in rows]
-        arrays[NULLS_COLUMN] = pa.array(nulls, type=pa.list_(pa.string()))
-        return pa.table(arrays)
+        fields.append(pa.field(NULLS_COLUMN, pa.list_(pa.string())))
+        arrays.append(pa.array(nulls, type=pa.list_(pa.string())))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
     def _write(self, rows: list[dict[str, Any]], types: dict[str, pa.DataType]) -> lance.LanceDataset:
         return self._append(self._to_table(rows, types))
@@ -337,12 +382,52 @@ class LanceBackend(StreamMixin):
                 ds = lance.dataset(str(self.uri), session=shared_session())
                 missing = [f for f in table.schema if f.name not in ds.schema.names]
                 if missing:
-                    ds.add_columns([pa.field(f.name, f.type, nullable=True) for f in missing])
+                    ds.add_columns([pa.field(f.name, f.type, nullable=True, metadata=f.metadata) for f in missing])
                 ds = lance.write_dataset(table, ds, mode="append")
             self._sync_files()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"appending to {self.uri} failed: {exc}") from exc
         return ds
+
+    def _rewrite(self, key: str, old: Layout, new: Layout) -> None:
+        """Move a tensor field's column to a new layout (see the module docstring); runs under the lock."""
+        column = column_name(key)
+        temporary = column + REWRITE_SUFFIX
+        field = new.field(temporary)
+
+        def converted(batch: pa.RecordBatch) -> pa.RecordBatch:
+            array = tensor_columns.convert(old, new, batch.column(0))
+            return pa.RecordBatch.from_arrays([array], schema=pa.schema([field]))
+
+        log.info("%s: field %r moves from layout %s to %s (its column is rewritten)", self.uri, key, old, new)
+        try:
+            ds = lance.dataset(str(self.uri), session=shared_session())
+            ds.add_columns(converted, read_columns=[column])
+            ds.drop_columns([column])
+            ds.alter_columns({"path": temporary, "name": column})
+            self._sync_files()
+        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
+            raise StorageError(f"rewriting column {key!r} of {self.uri} failed: {exc}") from exc
+        self._ds = lance.dataset(str(self.uri), session=shared_session())
+
+    def _finish_rewrites(self) -> None:
+        """A rewrite a kill interrupted: undone while the old column is there, else completed (renamed)."""
+        ds = self._ds
+        if ds is None:
+            return
+        names = set(ds.schema.names)
+        for temporary in [n for n in names if n.endswith(REWRITE_SUFFIX)]:
+            column = temporary.removesuffix(REWRITE_SUFFIX)
+            try:
+                if column in names:
+                    ds.drop_columns([temporary])
+                else:
+                    ds.alter_columns({"path": temporary, "name": column})
+                self._sync_files()
+            except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
+                raise StorageError(f"finishing the rewrite of column {column!r} of {self.uri} failed: {exc}") from exc
+            log.warning("%s: finished a column rewrite that was interrupted (%s)", self.uri, column)
+        self._ds = lance.dataset(str(self.uri), session=shared_session())
 
     def _maintain(self, ds: lance.LanceDataset, small: int, cleanup: bool) -> lance.LanceDataset:
         try:
@@ -389,10 +474,15 @@ def _fsync_path(path: str, flags: int) -> None:
         os.close(fd)
 
 
-def table_to_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """Arrow rows back to dicts: nulls dropped unless listed as explicit None."""
+def table_to_rows(table: pa.Table, tensors: dict[str, Layout] | None = None) -> list[dict[str, Any]]:
+    """Arrow rows back to dicts: nulls dropped unless listed as explicit None; tensor fields (``tensors``: their
+    layouts) as the codec's row values."""
+    tensors = tensors or {}
     names = [key_name(n) for n in table.column_names if n != NULLS_COLUMN]
-    columns = [table.column(n).to_pylist() for n in table.column_names if n != NULLS_COLUMN]
+    columns = [
+        tensor_columns.row_values(tensors[name], table.column(n)) if name in tensors else table.column(n).to_pylist()
+        for name, n in zip(names, [c for c in table.column_names if c != NULLS_COLUMN], strict=True)
+    ]
     rows = [
         {name: value for name, value in zip(names, values, strict=True) if value is not None}
         for values in zip(*columns, strict=True)
