@@ -3,9 +3,9 @@
 A mixin of ``engine.Topic`` (like samples.py and partitions.py), on the engine's loop. One flush at a time (the
 flush lock): it takes every visible chunk of the tail, decides each row's bucket (here, once per row, not on the
 put path), writes each bucket's rows in parallel (tensor fields as typed Arrow columns; those of an arena batch
-without the bucket column built over its shared memory, no copy), then, in one loop step, drops the chunks from the tail and advances
-``flushed_upto``: a reader sees a row in the tail or in a backend, never in neither. Only then are log segments
-below the cut dropped (schema.json and state.json written first).
+without the bucket column built over its shared memory, no copy), then, in one loop step, drops the chunks from
+the tail and advances ``flushed_upto``: a reader sees a row in the tail or in a backend, never in neither. Only
+then are log segments below the cut dropped (schema.json and state.json written first).
 
 A bucket whose write fails is reopened from what is on disk (a Lance commit can land and still raise); rows whose
 index is not above the largest the bucket holds are skipped, so the retry stores exactly what is missing.

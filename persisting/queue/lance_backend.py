@@ -227,9 +227,7 @@ class LanceBackend(StreamMixin):
                 layout = tensor_columns.choose(kind, runs, stored)
                 if layout is None:
                     continue
-                if stored is not None and layout != stored:
-                    if not tensor_columns.later(stored, layout):
-                        raise SchemaConflictError(key, str(stored), str(layout))
+                if stored is not None and tensor_columns.needs_rewrite(stored, layout):
                     await asyncio.to_thread(self._rewrite, key, stored, layout)
                 built[key] = (layout.field(column_name(key)), tensor_columns.build(layout, runs))
             types = {k: t for k, t in self._types.items() if k not in built}
@@ -404,7 +402,7 @@ class LanceBackend(StreamMixin):
             ds = lance.dataset(str(self.uri), session=shared_session())
             ds.add_columns(converted, read_columns=[column])
             ds.drop_columns([column])
-            ds.alter_columns({"path": temporary, "name": column})
+            ds.alter_columns(_rename(temporary, column))
             self._sync_files()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"rewriting column {key!r} of {self.uri} failed: {exc}") from exc
@@ -422,7 +420,7 @@ class LanceBackend(StreamMixin):
                 if column in names:
                     ds.drop_columns([temporary])
                 else:
-                    ds.alter_columns({"path": temporary, "name": column})
+                    ds.alter_columns(_rename(temporary, column))
                 self._sync_files()
             except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
                 raise StorageError(f"finishing the rewrite of column {column!r} of {self.uri} failed: {exc}") from exc
@@ -464,6 +462,10 @@ class LanceBackend(StreamMixin):
         for folder in folders:
             _fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
         self._synced = current
+
+
+def _rename(path: str, name: str) -> Any:
+    return {"path": path, "name": name}  # lance's AlterColumn (a TypedDict of its own)
 
 
 def _fsync_path(path: str, flags: int) -> None:

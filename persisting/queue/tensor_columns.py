@@ -49,7 +49,6 @@ FIXED = "fixed_shape_tensor"
 SCALAR = "scalar"
 VARIABLE = "variable_shape_tensor"
 BYTES = "bytes"
-_ORDER = {FIXED: 0, SCALAR: 0, VARIABLE: 1, BYTES: 2}  # a layout only ever moves to a later one
 
 Part = Column | list[Any]
 """What the engine hands over for some rows of one tensor field: a Column (its samples) or row values."""
@@ -174,38 +173,33 @@ def to_runs(kind: str, parts: Sequence[Part]) -> list[Run]:
             runs.append(Run(part.array.shape[0], part.dtype_name, part.array))
             continue
         pending: list[tuple[str, np.ndarray]] = []
-
-        def close_pending() -> None:
-            if pending:
-                runs.append(Run(len(pending), pending[0][0], np.stack([a for _, a in pending])))
-                pending.clear()
-
         for value in part:
-            if value is None:
-                close_pending()
-                if runs and runs[-1].array is None and runs[-1].opaque is None:
-                    runs[-1].count += 1
-                else:
-                    runs.append(Run(1))
-                continue
-            typed = _typed(kind, value)
-            if typed is None:
-                close_pending()
+            typed = None if value is None else _typed(kind, value)
+            if pending and (typed is None or pending[0][0] != typed[0] or pending[0][1].shape != typed[1].shape):
+                runs.append(_stacked(pending))
+                pending = []
+            if typed is not None:
+                pending.append(typed)
+            elif value is not None:
                 runs.append(Run(1, opaque=[value]))
-            elif pending and (pending[0][0] != typed[0] or pending[0][1].shape != typed[1].shape):
-                close_pending()
-                pending.append(typed)
+            elif runs and runs[-1].array is None and runs[-1].opaque is None:
+                runs[-1].count += 1
             else:
-                pending.append(typed)
-        close_pending()
+                runs.append(Run(1))
+        if pending:
+            runs.append(_stacked(pending))
     return runs
+
+
+def _stacked(samples: list[tuple[str, np.ndarray]]) -> Run:
+    return Run(len(samples), samples[0][0], np.stack([a for _, a in samples]))
 
 
 def choose(kind: str, runs: Sequence[Run], stored: Layout | None) -> Layout | None:
     """The layout that holds both what is stored (``stored``) and ``runs``, as typed as it can be; None when
     there is no column yet and nothing but nulls to write (no column is made for them)."""
     if stored is not None and (stored.layout == BYTES or stored.kind != kind):
-        return stored if stored.layout == BYTES else Layout(BYTES, kind)
+        return Layout(BYTES, kind)  # (a 0.1 topic's bytes column has no kind in its metadata: the field's is used)
     if any(r.opaque is not None for r in runs):
         return Layout(BYTES, kind)
     sigs: set[tuple[str, tuple[int, ...] | None]] = {r.sig for r in runs if r.sig is not None}
@@ -226,9 +220,10 @@ def choose(kind: str, runs: Sequence[Run], stored: Layout | None) -> Layout | No
     return Layout(SCALAR if scalar else FIXED, kind, dtype_name, shape)
 
 
-def later(a: Layout, b: Layout) -> bool:
-    """Whether ``b`` is a change of layout from ``a`` (the column must be rewritten)."""
-    return a != b and _ORDER[b.layout] >= _ORDER[a.layout]
+def needs_rewrite(stored: Layout, layout: Layout) -> bool:
+    """Whether the stored column must be rewritten to hold ``layout`` (``choose`` never goes back; a bytes
+    column holds everything, a 0.1 topic's included)."""
+    return stored.layout != BYTES and stored != layout
 
 
 # -- runs to Arrow ----------------------------------------------------------------------------------------
@@ -300,7 +295,7 @@ def row_values(layout: Layout, column: pa.Array | pa.ChunkedArray) -> list[bytes
 def _chunk_values(layout: Layout, chunk: pa.Array) -> list[bytes | None]:
     n = len(chunk)
     if layout.layout == BYTES:
-        return chunk.to_pylist()  # type: ignore[no-any-return]
+        return chunk.to_pylist()
     valid = _validity(chunk)
     if layout.layout == SCALAR:
         values = chunk.to_numpy(zero_copy_only=False) if chunk.null_count == 0 else chunk.fill_null(0).to_numpy()
@@ -322,7 +317,7 @@ def _chunk_values(layout: Layout, chunk: pa.Array) -> list[bytes | None]:
 def _validity(chunk: pa.Array) -> list[bool]:
     if chunk.null_count == 0:
         return [True] * len(chunk)
-    return chunk.is_valid().to_pylist()  # type: ignore[no-any-return]
+    return chunk.is_valid().to_pylist()
 
 
 def _variable_values(layout: Layout, chunk: pa.Array, valid: list[bool]) -> list[bytes | None]:
