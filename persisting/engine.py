@@ -55,7 +55,7 @@ from .errors import (
     SchemaConflictError,
 )
 from .fields import FieldIndex
-from .flushing import Flushing
+from .flushing import Flushing, WriteBehind
 from .gate import ReadGate
 from .layout import (
     INDEX_KEY,
@@ -131,6 +131,8 @@ class Topic(Opening, Flushing, Samples, Partitions):
         self._flusher: asyncio.Task[None] | None = None
         self._flush_error: BaseException | None = None
         self._durable_backend = True
+        self._write_behind = WriteBehind()  # when arena batches are flushed (flushing.py)
+        self._rearm = asyncio.Event()
         self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
         self._kinds_written: dict[str, str] = {}
         self._read_gate = ReadGate()  # reads of backend positions share it; a purge takes it alone
@@ -254,7 +256,9 @@ class Topic(Opening, Flushing, Samples, Partitions):
             self._changed = asyncio.Event()
         self.metrics.puts += 1
         self.metrics.records_put += n
-        if self.visible_upto - self.flushed_upto >= self.config.batch_size:
+        if arena is not None:
+            self.arena_put()
+        elif self.visible_upto - self.flushed_upto >= self.config.batch_size:
             self._flush_wanted.set()
         return first, n
 

@@ -13,6 +13,12 @@ index is not above the largest the bucket holds are skipped, so the retry stores
 Scheduling: a background loop flushes when ``batch_size`` rows wait or ``auto_flush_interval_sec`` passed,
 spaced at least ``MIN_FLUSH_SPACING_SECONDS`` apart and at most a quarter of the time; ``flush()``, ``close()``
 and a filling arena (``flush_soon``) do not wait for the spacing.
+
+Arena batches are written behind (``WriteBehind``): their payload already outlives every process in the arena, so
+a flush of them waits until the topic has had no arena put for ``WRITE_BEHIND_IDLE_SECONDS``, the oldest has
+waited ``WRITE_BEHIND_MAX_SECONDS`` (the window a machine restart could lose), or the arena fills (the broker calls
+``flush_soon``). Writing tensors to Lance costs a core for about 2 s per GB on the reference machine: done during
+a stream of hand-overs, it takes the cores the hand-overs need.
 """
 
 from __future__ import annotations
@@ -50,9 +56,40 @@ MIN_FLUSH_SPACING_SECONDS = float(os.environ.get("PERSISTING_MIN_FLUSH_SPACING",
 # ... and, when flushes are slow (megabytes of tensor payload to disk), at most a quarter of the time: the
 # rest belongs to hand-overs. The arena asks for a flush sooner when it fills (flush_soon).
 FLUSH_DUTY_FACTOR = 3.0
+# Arena batches: a flush once the topic had no arena put for this long, or its oldest waited that long (see above).
+WRITE_BEHIND_IDLE_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_IDLE", "0.05"))
+WRITE_BEHIND_MAX_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_MAX", "5.0"))
 # Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
 # its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
 IDEMPOTENCY_WINDOW_SECONDS = 120.0
+
+
+class WriteBehind:
+    """When a topic's arena batches are due for a flush: the times of its oldest unflushed and latest arena put."""
+
+    __slots__ = ("latest", "oldest")
+
+    def __init__(self) -> None:
+        self.oldest: float | None = None
+        self.latest = 0.0
+
+    def put(self, now: float) -> bool:
+        """An arena batch was put at ``now``; True if it is the first one waiting (the loop must look again)."""
+        first = self.oldest is None
+        if first:
+            self.oldest = now
+        self.latest = now
+        return first
+
+    def due(self, now: float) -> float | None:
+        """Seconds until a flush is due (0: now), or None when no arena batch waits."""
+        if self.oldest is None:
+            return None
+        return max(0.0, min(self.latest + WRITE_BEHIND_IDLE_SECONDS, self.oldest + WRITE_BEHIND_MAX_SECONDS) - now)
+
+    def flushed(self, started: float, left: bool) -> None:
+        """A flush that began at ``started`` is done; ``left``: arena batches put since then still wait."""
+        self.oldest = started if left else None
 
 
 class Flushing:
@@ -82,6 +119,8 @@ class Flushing:
     _stop_requested: asyncio.Event
     _stopping: bool
     _flush_error: BaseException | None
+    _write_behind: WriteBehind
+    _rearm: asyncio.Event
 
     if TYPE_CHECKING:  # provided by engine.Topic
 
@@ -96,12 +135,13 @@ class Flushing:
     async def _flush_loop(self) -> None:
         interval = self.config.auto_flush_interval_sec or None
         while not self._stopping:
-            wait = interval
-            due = self.purge_wait()
-            if due is not None:
-                wait = due if wait is None else min(wait, due)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flush_wanted.wait(), wait)
+            due = [w for w in (self.purge_wait(), self._write_behind.due(time.monotonic())) if w is not None]
+            wait = min([*due, interval]) if interval is not None else (min(due) if due else None)
+            woke = await self._sleep(wait)
+            if self._stopping:
+                return
+            if woke == "rearm" or (woke == "timeout" and wait != interval and not self._work_due()):
+                continue  # an arena batch came (its flush is due later), or a later put moved that moment
             self._flush_wanted.clear()
             if self._stopping:
                 return
@@ -126,6 +166,31 @@ class Flushing:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop_requested.wait(), 1.0)
 
+    async def _sleep(self, seconds: float | None) -> str:
+        """Until a flush is wanted ("wanted"), the first arena batch in a while came ("rearm"), or ``seconds``
+        passed ("timeout")."""
+        waits = {
+            asyncio.ensure_future(self._flush_wanted.wait()): "wanted",
+            asyncio.ensure_future(self._rearm.wait()): "rearm",
+        }
+        try:
+            done, _pending = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        self._rearm.clear()
+        if any(waits[w] == "wanted" for w in done) or self._flush_wanted.is_set():
+            return "wanted"
+        return "rearm" if done else "timeout"
+
+    def _work_due(self) -> bool:
+        return self.purge_wait() == 0.0 or self._write_behind.due(time.monotonic()) == 0.0
+
+    def arena_put(self) -> None:
+        """An arena batch was appended: written behind (see the module docstring), not at ``batch_size``."""
+        if self._write_behind.put(time.monotonic()):
+            self._rearm.set()
+
     def flush_soon(self) -> None:
         """Start a background flush now, without the usual spacing (the arena needs the space)."""
         self._urgent.set()
@@ -146,6 +211,7 @@ class Flushing:
             if wal is None:
                 return
             t0 = time.perf_counter()
+            started = time.monotonic()
             if wal.current_bytes() >= ROTATE_AT_BYTES:
                 wal.rotate(self.next_index)
             k = bisect.bisect_left(self._tail_firsts, cut)
@@ -208,6 +274,7 @@ class Flushing:
             del self._tail[:k]
             del self._tail_firsts[:k]
             self.flushed_upto = cut
+            self._write_behind.flushed(started, any(c.arena is not None for c in self._tail))
             if self._durable_backend:
                 await asyncio.to_thread(self._persist_progress, wal, cut)
             if self._on_flushed is not None:
