@@ -234,7 +234,17 @@ class Flushing:
                     # written as columns straight from the arena (no Python object per sample).
                     b = batch_b
                     skip = max(0, self._columns[b].last() - chunk.first + 1)
-                    if skip < chunk.count:
+                    if skip < chunk.count and chunk.of is None and not any(chunk.other[skip:]):
+                        # Tensors only (the usual batch): every row carries the same engine columns but its index.
+                        per_arena[b].append((len(per_bucket[b]), chunk, skip))
+                        fields = self._fields.to_json(chunk.own_fields_id(skip, self._fields))
+                        indexes = range(chunk.first + skip, chunk.first + chunk.count)
+                        partition = chunk.partition
+                        per_bucket[b].extend(
+                            {INDEX_KEY: i, PARTITION_KEY: partition, FIELDS_KEY: fields} for i in indexes
+                        )
+                        per_index[b].extend(indexes)
+                    elif skip < chunk.count:
                         per_arena[b].append((len(per_bucket[b]), chunk, skip))
                         for i in range(skip, chunk.count):
                             out = dict(chunk.other[i])
