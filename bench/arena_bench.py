@@ -10,6 +10,9 @@ batch order (``arena_pair``).
 
 - ``persisting arena`` (``arena_persisting``): ``put`` a dict of numpy arrays, ``get_batch(..., wait=True)``
   returns read-only views on the broker's arena; one broker per case.
+- ``persisting arena reserve`` (``arena_persisting``, stream mode): the producer ``reserve``s each batch in the
+  arena, ``np.copyto``s its pool batch into the reserved arrays (the one write, where a GPU->host copy would go)
+  and ``put``s the reservation (no copy); the same consumer.
 - ``torch.multiprocessing.Queue`` (``arena_torch``): the same batches copied into shared-memory tensors.
 - ``memcpy``: ``np.copyto`` of the same batches into a preallocated, pre-faulted destination ring (larger than any
   cache), one thread, in this process: the bandwidth bound of one copy.
@@ -91,7 +94,7 @@ def run_arena_bench(
     }
     plan: list[tuple[Shape, int]] = [(SMALL, small_batches), (LARGE, large_batches)]
     n_paths = 2 if torch_ref else 1
-    total = sum(n * n_paths + paced_batches * n_paths for _s, n in plan if n) + beyond_batches
+    total = sum(n * (n_paths + 1) + paced_batches * n_paths for _s, n in plan if n) + beyond_batches  # +1: reserve
     with tqdm(total=total, unit="batch", file=sys.stderr, disable=not progress) as bar:
         for shape, n in plan:
             if not n:
@@ -107,6 +110,13 @@ def run_arena_bench(
                 rows.append(
                     run_arena_case(ctx, base, shape, count, paced, arena_bytes, seed, first, result, bar.update)
                 )
+                if not paced:
+                    bar.set_description(f"arena reserve {shape.key} stream")
+                    rows.append(
+                        run_arena_case(
+                            ctx, base, shape, count, paced, arena_bytes, seed, first, result, bar.update, reserve=True
+                        )
+                    )
                 if torch_ref:
                     bar.set_description(f"torch.mp {shape.key} {'paced' if paced else 'stream'}")
                     rows.append(run_torch_case(shape, count, paced, seed, first, result, bar.update))

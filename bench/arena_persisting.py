@@ -2,7 +2,11 @@
 ``put``s a dict of numpy arrays (batch dim 0, ``partition_id``), the consumer calls ``get_batch(fields,
 batch_size, task_name, partition_id, wait=True)`` (get_meta + get_data in one round trip, waiting in the broker):
 read-only numpy views on the broker's arena. Each case gets its own broker (fresh storage, fresh arena). ``put``
-returns after its one copy into the arena and the ``put_tensors`` round trip (the extent was leased ahead)."""
+returns after its one copy into the arena and the ``put_tensors`` round trip (the extent was leased ahead).
+
+The ``persisting arena reserve`` case (``reserve=True``): the producer ``reserve``s each batch in the arena, fills
+the reserved arrays from its pool with ``np.copyto`` (its one write, standing in for a GPU->host copy straight
+into shared memory) and ``put``s the reservation, which copies nothing; the consumer is the same."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import faulthandler
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from persisting import Queue
 
@@ -42,11 +48,27 @@ async def _arena_producer(spec: dict[str, Any]) -> None:
         shape: Shape = spec["shape"]
         pool = make_pool(shape, spec["seed"])
         put_t, start_t, done = spec["put_t"], spec["start_t"], spec["received"]
+        reserve = bool(spec.get("reserve"))
+        fields = {name: ((n,), dt) for name, dt, n in shape.fields}
         q = Queue(spec["topic"], broker=spec["broker"], durability="process")
         await q.open()
+
+        async def put(batch: dict[str, np.ndarray], partition: str, i: int) -> None:
+            if not reserve:
+                await q.put(batch, partition_id=partition, timeout=spec["put_timeout"])
+                return
+            r = await q.reserve(fields, shape.rows, partition, timeout=spec["put_timeout"])
+            if not r.in_arena:
+                raise RuntimeError("reserve gave plain memory, not the arena: this case would measure a copy")
+            for name, arr in batch.items():
+                np.copyto(r[name], arr)  # the producer's one write (a GPU->host copy in real use)
+            if spec["check"] and i == 0 and partition == "p":
+                report_check(spec, "persisting arena reserve, the producer's reserved arrays", dict(r.data))
+            await q.put(r)
+
         try:
             for i in range(WARMUP):
-                await q.put(pool[i % POOL], partition_id="warm", timeout=spec["put_timeout"])
+                await put(pool[i % POOL], "warm", i)
             spec["barrier"].wait(START_TIMEOUT_S)
             spec["t0"].value = time.monotonic()
             for i in range(spec["batches"]):
@@ -57,7 +79,7 @@ async def _arena_producer(spec: dict[str, Any]) -> None:
                 batch = pool[i % POOL]
                 stamp(batch, i)
                 start_t[i] = time.monotonic()
-                await q.put(batch, partition_id="p", timeout=spec["put_timeout"])
+                await put(batch, "p", i)
                 put_t[i] = time.monotonic()
         finally:
             await q.aclose()
@@ -115,7 +137,7 @@ async def _arena_consumer(spec: dict[str, Any]) -> None:
             if first_sample % shape.rows == 0 and stamp_of(data) != batch_no:
                 raise AssertionError(f"batch {batch_no}: stamp {stamp_of(data)} (order or content broken)")
             if spec["check"] and batch_no == 0:
-                report_check(spec, "persisting arena get_batch", data)
+                report_check(spec, spec.get("check_label", "persisting arena get_batch"), data)
             del data  # release the views: the broker may reuse the extent once it is flushed
             while samples >= (batch_no + 1) * shape.rows:
                 recv_t[batch_no] = now
@@ -142,16 +164,23 @@ def run_arena_case(
     tick: Tick,
     beyond: bool = False,
     put_timeout: float = 30.0,
+    reserve: bool = False,
 ) -> Row:
     mode = "paced" if paced else "stream"
-    key = f"arena-{shape.key}-{mode}" + ("-beyond" if beyond else "")
+    key = f"arena-{'reserve-' if reserve else ''}{shape.key}-{mode}" + ("-beyond" if beyond else "")
+    how = (
+        f"reserve(spec, batch_size={shape.rows}, partition_id) -> np.copyto of the pool batch into the reserved "
+        "arrays (the producer's one write) -> put(reservation) (no copy)"
+        if reserve
+        else "put(partition_id)"
+    )
     row = Row.of(
         key,
-        "persisting arena",
+        "persisting arena reserve" if reserve else "persisting arena",
         mode,
         shape,
         batches,
-        f'broker --arena-bytes {arena_bytes // MiB:,} MiB, durability="process", put(partition_id) -> '
+        f'broker --arena-bytes {arena_bytes // MiB:,} MiB, durability="process", {how} -> '
         f"get_batch(batch_size={shape.rows}, wait=True) (one round trip)",
     )
     case = base / key
@@ -161,6 +190,7 @@ def run_arena_case(
     address = f"ipc://{sock / 'b.sock'}"
     log_path = base / "broker.log"
     spec = pair_spec(shape, batches, paced, seed, check, broker=address, topic="bench", put_timeout=put_timeout)
+    spec.update(reserve=reserve, check_label=f"{row.path} get_batch")
     t_stop = 0.0
     with broker_process(case / "storage", address, log_path, ["--arena-bytes", str(arena_bytes)], "WARNING"):
         run_pair(ctx, arena_producer_main, arena_consumer_main, spec, row, result, tick)

@@ -95,6 +95,10 @@ def _notes(result: ArenaBenchResult) -> list[str]:
         'persisting: durability="process" (the log is written, not fsynced; the background flush writes the rows to '
         "Lance meanwhile, competing for the same cores and the disk). An extent is reused only after its rows are "
         "flushed and no consumer holds views, so beyond the arena size throughput is bound by the flush (disk).",
+        "persisting arena reserve: the producer reserve()s each batch in the arena, np.copyto's its pool batch into "
+        "the reserved arrays (its one write, standing in for a GPU->host copy straight into shared memory) and "
+        "put()s the reservation, which copies nothing; 'from put start' starts before reserve(), so it includes "
+        "that write.",
         "TransferQueue: not measured (not installable here).",
     ]
     for r in result.rows:

@@ -10,7 +10,13 @@ Broker restarts: the arena file outlives a killed broker (it is in /dev/shm). At
 is attached read-only, every topic is opened (its log replay copies the payloads that frames point to from that
 file, and flushes them to Lance), then the file is unlinked and a fresh arena is created. So an acknowledged
 tensor batch survives kill -9 of any process; only a machine restart before its flush loses its payload
-(logged; the rows keep their indexes with those fields None). ``flush()`` makes it durable on disk.
+(logged; the rows keep their indexes with those fields None). ``flush()`` makes it durable on disk. Extent ids
+start again at 1 in a restarted broker, so requests that name extents carry the arena generation they were
+leased from: a put naming an older arena's extent gets ``UnknownExtentError`` (the client leases afresh), an
+abandon of one is ignored; neither may touch an extent the same client leased from this broker.
+
+A reservation (``Queue.reserve``) is a lease like any other, filled by the producer at its own pace and sealed by
+the same ``put_tensors``: the reaper frees it if its producer dies first.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from persisting import codec, protocol, samplers, tensors
 from persisting.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.config import TopicConfig
 from persisting.engine import Topic
-from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError
+from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
 from persisting.layout import read_json
 from persisting.protocol import Reply, Request, arg
 from persisting.queue.lance_backend import LanceBackend
@@ -54,6 +60,17 @@ def _peer(req: Request) -> Peer:
     if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
         raise ProtocolError(f"{req.op} needs peer = [pid, start time]")
     return (raw[0], raw[1])
+
+
+def _same_arena(req: Request, arena: Arena | None) -> bool:
+    """Whether the extents a request names come from this broker's arena (``generation``, when the client sends
+    it): ids start again at 1 after a restart, so an old id may name an extent the same client leased anew."""
+    generation = req.args.get("generation")
+    if generation is None:
+        return True
+    if not isinstance(generation, bytes):
+        raise ProtocolError(f"{req.op} generation must be bytes")
+    return arena is not None and generation == arena.generation
 
 
 def _int_list(value: Any, what: str) -> list[int]:
@@ -176,7 +193,7 @@ class TensorPlane:
             return await self._samples(req, topic)
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
-        self._release_piggybacked(req, extents)
+        self._release_piggybacked(req, extents, arena)
         if req.op == "lease":
             nbytes = arg(req, "nbytes", int)
             timeout = req.args.get("timeout")
@@ -196,7 +213,7 @@ class TensorPlane:
     async def _samples(self, req: Request, topic: Topic) -> Reply:
         """Requests about samples: they work without an arena too (data then comes as copies)."""
         if self.extents is not None:
-            self._release_piggybacked(req, self.extents)
+            self._release_piggybacked(req, self.extents, self.arena)
         if req.op == "mark_consumed":
             indexes = _int_list(req.args.get("indexes"), "indexes")
             await topic.mark_consumed(arg(req, "partition", str), arg(req, "task", str), indexes)
@@ -260,14 +277,16 @@ class TensorPlane:
         raise ProtocolError(f"unknown operation {req.op!r}")
 
     @staticmethod
-    def _release_piggybacked(req: Request, extents: Extents) -> None:
+    def _release_piggybacked(req: Request, extents: Extents, arena: Arena | None) -> None:
         """Holds a client released since its last request ride along on the next one (no round trip each)."""
         released, abandoned = req.args.get("release"), req.args.get("abandon")
         if released:
             peer = _peer(req)
             for hold in _int_list(released, "release"):
                 extents.release(hold, peer)
-        if abandoned:
+        if abandoned and not _same_arena(req, arena):
+            _int_list(abandoned, "abandon")  # extents of an arena before a restart: this broker never leased them
+        elif abandoned:
             peer = _peer(req)
             for extent_id in _int_list(abandoned, "abandon"):
                 ext = extents.extents.get(extent_id)
@@ -282,6 +301,8 @@ class TensorPlane:
             done = await topic.recall(key)
             if done is not None:
                 return list(done)
+        if not _same_arena(req, arena):
+            raise UnknownExtentError(f"extent {req.args.get('extent')!r} was leased from an arena before a restart")
         ext = extents.leased(arg(req, "extent", int), peer)
         try:
             count, partition = arg(req, "count", int), arg(req, "partition", str)

@@ -18,8 +18,9 @@ from .errors import (
 )
 from .kv import KVInterface
 from .meta import BatchMeta, FieldMeta, SampleMeta
+from .reservation import Reservation
 from .samplers import GRPOGroupNSampler, LengthBalancedSampler, RankAwareSampler, Sampler, SequentialSampler
-from .sync import SyncQueue
+from .sync import SyncQueue, SyncReservation
 
 __version__ = "0.1.0"
 
@@ -41,11 +42,13 @@ __all__ = [
     "QueueClosedError",
     "RankAwareSampler",
     "RemoteError",
+    "Reservation",
     "SampleMeta",
     "Sampler",
     "SchemaConflictError",
     "SequentialSampler",
     "StorageError",
     "SyncQueue",
+    "SyncReservation",
     "TopicLockedError",
 ]

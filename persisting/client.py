@@ -3,18 +3,20 @@
 Several ``Queue`` (or ``SyncQueue``) objects of one topic in one process share one engine (a registry keyed by
 storage path and name); the topic's files are locked against other processes. Records are validated and
 encoded in the caller's thread, and decoded there on the way out, so the engine loop does only ordering and I/O.
-The sample calls (get_meta, get_data, get_batch, consumption, clear, tags) are in data_api.py, a mixin of Queue.
+The sample calls (get_meta, get_data, get_batch, consumption, clear, tags) are in data_api.py, a mixin of Queue;
+reservations (``reserve``: a tensor batch the producer fills in place) in reservation.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import _loop, batches, codec, tensors
+from . import _loop, batches, codec, reservation, tensors
 from .data_api import DataAPI, on_topic
 from .engine import BackendFactory, Topic, TopicConfig
 from .errors import ConfigError, InvalidRecordError, QueueClosedError
@@ -22,6 +24,7 @@ from .meta import BatchMeta
 from .queue.lance_backend import LanceBackend
 from .queue.persisting_backend import PersistingBackend
 from .remote import RemoteTopic
+from .reservation import Reservation, Reserving
 
 T = TypeVar("T")
 ZEROCOPY_MODES = ("auto", "force", "off")
@@ -129,6 +132,7 @@ class Queue(DataAPI):
         self._moved = dict.fromkeys(
             ("put_zero_copy_bytes", "put_copied_bytes", "get_zero_copy_bytes", "get_copied_bytes"), 0
         )
+        self._reservations: weakref.WeakSet[Reservation] = weakref.WeakSet()  # given back at close if not put
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, storage_path={str(self.storage_path)!r})"
@@ -159,6 +163,7 @@ class Queue(DataAPI):
         if self._closed:
             return
         self._closed = True
+        await asyncio.gather(*(r._close() for r in list(self._reservations)))
         topic, self._topic = self._topic, None
         if isinstance(topic, Topic):
             await _loop.call(_release(topic, id(self)))
@@ -184,6 +189,7 @@ class Queue(DataAPI):
         *,
         batch_meta: BatchMeta | None = None,
         timeout: float | None = None,
+        extra: Mapping[str, Sequence[Any]] | None = None,
     ) -> BatchMeta | None:
         """Store one record, or a tensor batch; returns once it is acknowledged (see ``durability``).
 
@@ -197,15 +203,27 @@ class Queue(DataAPI):
         ``data`` goes to its k-th sample). Returns that meta with the new fields; ``get_meta`` asking for them
         hands the samples out once every field it asks for is written. A field written again reads back as its
         latest value.
+
+        ``put(reservation)``: store a batch reserved with ``reserve`` and filled in place (no copy of its tensors
+        in broker mode with an arena); ``extra``: its non-tensor fields, ``{field: list of batch_size values}``;
+        ``partition_id``, if given, must be the reservation's; ``batch_meta`` works as above; ``timeout`` applies
+        only if the broker restarted since the reserve (the batch then needs a fresh extent). Arguments refused
+        here leave the reservation open; a put that fails once it reached the store gives it back.
         """
+        if isinstance(data, Reservation):
+            return await self._put_reserved(data, partition_id, batch_meta, timeout, extra)
+        if isinstance(data, Reserving):
+            data.close()
+            raise ConfigError("put() takes the Reservation: await q.reserve(...) first (or use async with)")
+        if extra is not None:
+            raise ConfigError("extra= goes with put(reservation); in a tensor batch, give per-sample lists as fields")
         if batch_meta is not None:
             if not isinstance(batch_meta, BatchMeta):
                 raise ConfigError(
                     f"batch_meta must be the BatchMeta of the samples, got {type(batch_meta).__qualname__}"
                 )
             partition = partition_id if partition_id is not None else _one_partition(batch_meta)
-            if any(s.partition_id != partition for s in batch_meta.samples):
-                raise ConfigError(f"batch_meta holds samples of {batch_meta.partition_ids}, not of {partition!r}")
+            _check_patch(batch_meta, partition)
             return await self._put_tensors(data, partition, timeout, batch_meta)
         if partition_id is not None or tensors.is_tensor_dict(data):
             return await self._put_tensors(data, partition_id or "default", timeout)
@@ -256,11 +274,124 @@ class Queue(DataAPI):
             raise ConfigError(
                 "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
             )
+        return await self._put_copied(topic, columns, other, n, partition, patch)
+
+    async def _put_copied(
+        self,
+        topic: Topic | RemoteTopic,
+        columns: dict[str, tensors.Column],
+        other: dict[str, list[Any]],
+        n: int,
+        partition: str,
+        patch: BatchMeta | None,
+    ) -> BatchMeta:
+        """The copy path: every sample encoded into a row, stored like records."""
         batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
         blob = await asyncio.to_thread(codec.pack, batch.rows)
+        of = None if patch is None else patch.global_indexes
         first, n = await on_topic(topic, topic.append(batch, partition, blob, of=of))
-        self._moved["put_copied_bytes"] += payload
+        self._moved["put_copied_bytes"] += sum(col.array.nbytes for col in columns.values())
         return batches.batch_meta(first, n, partition, columns, other, patch)
+
+    def reserve(
+        self,
+        spec: Mapping[str, tuple[Any, Any]],
+        batch_size: int,
+        partition_id: str = "default",
+        *,
+        timeout: float | None = None,
+    ) -> Reserving:
+        """Reserve a tensor batch to fill in place: ``r = await q.reserve({"obs": ((4096,), np.float32), "m": ((),
+        torch.bfloat16)}, batch_size=256, partition_id="p")``, write ``r["obs"][:] = ...``, then ``await q.put(r)``.
+
+        ``spec``: field -> (sample shape, dtype); a numpy dtype (or name) gives a numpy array, a torch dtype a torch
+        tensor, each ``(batch_size, *sample_shape)``, writable, contents undefined until written. In broker mode
+        with an arena they lie in the broker's shared memory (``r.in_arena``): ``put(r)`` copies nothing. Otherwise
+        (embedded mode, ``zerocopy_mode="off"``, no arena, a batch larger than the arena) they are plain memory and
+        ``put`` copies them; ``zerocopy_mode="force"`` raises ``ConfigError`` there instead. A full arena makes this
+        wait up to ``timeout`` seconds (None: 30, as ``put``), then raise ``Full``.
+
+        ``async with q.reserve(...) as r:`` gives the space back on leaving the block unless ``r`` was put;
+        ``await r.abandon()`` (or ``q.abandon(r)``) does it at once. A bad spec raises ``InvalidRecordError`` naming
+        the field; a bad ``batch_size`` or ``timeout`` ``ConfigError``. See ``persisting.reservation``.
+        """
+        return Reserving(self._reserve(spec, batch_size, partition_id, timeout))
+
+    async def _reserve(self, spec: Any, batch_size: Any, partition_id: Any, timeout: Any) -> Reservation:
+        n = reservation.check_batch_size(batch_size)
+        if not isinstance(partition_id, str) or not partition_id:
+            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition_id!r}")
+        if timeout is not None and (not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0):
+            raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        topic = await self._engine()
+        fields = reservation.parse_spec(spec, topic.kinds)
+        r = None
+        if n == 0:  # as put of an empty batch: nothing to lease, nothing stored
+            pass
+        elif isinstance(topic, RemoteTopic) and self.zerocopy_mode != "off":
+            if await topic.has_arena():
+                wait = LEASE_TIMEOUT_S if timeout is None else float(timeout)
+                try:
+                    r = await reservation.in_arena(self, topic, fields, n, partition_id, wait)
+                except ConfigError as exc:
+                    if self.zerocopy_mode == "force" or "larger than the arena" not in str(exc):
+                        raise
+            elif self.zerocopy_mode == "force":
+                raise ConfigError("zerocopy_mode='force': the broker runs without an arena (--arena-bytes)")
+        elif self.zerocopy_mode == "force":
+            raise ConfigError(
+                "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
+            )
+        if r is None:
+            r = reservation.plain(self, fields, n, partition_id)
+        self._reservations.add(r)
+        return r
+
+    async def abandon(self, reservation: Reservation) -> bool:
+        """``await reservation.abandon()``: give a reservation's space back unless it was put (then False)."""
+        if not isinstance(reservation, Reservation):
+            raise ConfigError(f"abandon() takes a Reservation from reserve(), got {type(reservation).__qualname__}")
+        reservation._check_owner(self)
+        return await reservation.abandon()
+
+    async def _put_reserved(
+        self,
+        r: Reservation,
+        partition_id: str | None,
+        patch: BatchMeta | None,
+        timeout: float | None,
+        extra: Any,
+    ) -> BatchMeta:
+        # Bad arguments are refused before the reservation is touched: it stays open for a corrected put.
+        r._check_put(self)
+        if partition_id is not None and partition_id != r.partition_id:
+            raise ConfigError(f"this reservation is for partition {r.partition_id!r}, not {partition_id!r}")
+        if patch is not None:
+            _check_patch(patch, r.partition_id)
+            if patch.size != r.batch_size:
+                raise ConfigError(f"the reservation holds {r.batch_size} samples but batch_meta names {patch.size}")
+        other = reservation.check_extra(extra, r._fields, r.batch_size)
+        topic = await self._engine()
+        plain = batches.other_rows(other, r.batch_size, topic.kinds)  # refuses bad values now, not in the store
+        r._begin_put(self)
+        try:
+            columns = r._columns()
+            if r.batch_size == 0:
+                meta = patch if patch is not None else BatchMeta()
+            elif r._lease is not None and r._places is not None and isinstance(topic, RemoteTopic):
+                wait = LEASE_TIMEOUT_S if timeout is None else timeout  # only if the broker restarted meanwhile
+                of = None if patch is None else patch.global_indexes
+                args = (r._lease, r._places, plain, codec.pack(plain.rows), r.batch_size, r.partition_id, wait, of)
+                first, n = await topic.put_reserved(*args)
+                self._moved["put_zero_copy_bytes"] += r.nbytes
+                meta = batches.batch_meta(first, n, r.partition_id, columns, other, patch)
+            else:
+                meta = await self._put_copied(topic, columns, other, r.batch_size, r.partition_id, patch)
+        except BaseException as exc:
+            r._put_failed(exc)
+            raise
+        r._put_done(meta)
+        return meta
 
     async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> None:
         """Store records atomically (all or none) and in order; one log frame and one sync for the batch."""
@@ -367,6 +498,13 @@ class Queue(DataAPI):
         if isinstance(topic, RemoteTopic) and not _loop.on_engine_loop():
             return _loop.run(topic.fetch_count())
         return topic.count()
+
+
+def _check_patch(meta: Any, partition: str) -> None:
+    if not isinstance(meta, BatchMeta):
+        raise ConfigError(f"batch_meta must be the BatchMeta of the samples, got {type(meta).__qualname__}")
+    if any(s.partition_id != partition for s in meta.samples):
+        raise ConfigError(f"batch_meta holds samples of {meta.partition_ids}, not of {partition!r}")
 
 
 def _one_partition(meta: BatchMeta) -> str:

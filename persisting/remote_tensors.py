@@ -4,6 +4,14 @@ A put leases an extent of the broker's arena (or uses the one leased ahead in th
 the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
 makes read-only views on this process's one mapping of it, checked against the mapping; the views' finalizers
 tell the broker when they are gone (``Connection.defer_release``).
+
+A reservation (``Queue.reserve``, ``reservation.py``) leases its extent the same way (``reserve_extent``: by
+this process, so the broker's reaper frees it if the process dies), hands the producer writable arrays on it,
+and ``put_reserved`` seals it with the same ``put_tensors`` request, without touching the bytes.
+
+Every ``put_tensors`` and abandon names the arena generation its extent came from: extent ids start again at 1
+in a restarted broker, so without it an extent id leased from the old broker could seal or free an extent this
+process leased from the new one.
 """
 
 from __future__ import annotations
@@ -11,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +37,33 @@ RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a
 
 if TYPE_CHECKING:
     from .remote import Connection
+
+
+@dataclass(slots=True, eq=False)
+class ReservedExtent:
+    """An extent leased for a reservation, until its put seals it or it is given back (``spent``)."""
+
+    extent: int
+    base: int  # its offset in the arena file
+    nbytes: int  # the bytes the reservation's layout uses (the extent may be larger)
+    arena: Arena
+    spent: bool = False  # sealed, or given back: nothing more to tell the broker about it
+
+
+def _abandon_soon(lease: ReservedExtent, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+    """Give a reserved extent back without waiting (a failed or cancelled put, or its arrays were garbage-collected
+    unput); from any thread. A sealed extent is left alone by the broker, so a late abandon is harmless."""
+    if lease.spent:
+        return
+    lease.spent = True
+    args = {"abandon": [lease.extent], "generation": lease.arena.generation, "peer": peer_id()}
+
+    def send() -> None:
+        task = asyncio.ensure_future(conn.request("release", args, timeout=5))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the broker reaps the lease when we exit
+        loop.call_soon_threadsafe(send)
 
 
 class TensorClient:
@@ -67,15 +105,58 @@ class TensorClient:
         places, total = batches.layout(columns)
         need = max(total, 1)
         fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
+
+        async def extent_for(_attempt: int) -> tuple[int, bytes]:
+            return await self._write(places, need, timeout)
+
+        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of)
+
+    async def put_reserved(
+        self,
+        lease: ReservedExtent,
+        fields: list[list[Any]],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        timeout: float,
+        of: list[int] | None = None,
+    ) -> tuple[int, int]:
+        """Seal a reserved extent the producer has filled (``fields``: the put_tensors layout). No tensor byte is
+        copied, unless the broker restarted since the reservation: then its bytes (still in this process's
+        mapping of the old arena file) are copied once into an extent of the new arena."""
+
+        async def extent_for(attempt: int) -> tuple[int, bytes]:
+            if attempt:
+                await self._move(lease, timeout)
+            return lease.extent, lease.arena.generation
+
+        return await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of)
+
+    async def _seal(
+        self,
+        fields: list[list[Any]],
+        need: int,
+        extent_for: Callable[[int], Awaitable[tuple[int, bytes]]],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        of: list[int] | None,
+    ) -> tuple[int, int]:
+        """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
+        the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
         key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
+        result: list[Any] = []
         for attempt in range(RESTART_RETRIES):
-            extent = await self._write(places, need, timeout)
+            extent, generation = await extent_for(attempt)
             args = self._args(
                 partition=partition,
                 kinds=other.kinds,
                 count=n,
                 key=key,
                 extent=extent,
+                generation=generation,
                 fields=fields,
                 peer=peer_id(),
                 lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
@@ -94,13 +175,13 @@ class TensorClient:
         if len(result) > 2 and result[2]:
             self._spare = list(result[2])
         self.kinds.update(other.kinds)
-        self.kinds.update({name: col.kind for name, col in columns.items()})
+        self.kinds.update({str(f[0]): str(f[1]) for f in fields})
         self._count = max(self._count, first + count)
         return int(first), int(count)
 
-    async def _write(self, places: list[tuple[str, Column, int, int]], need: int, timeout: float) -> int:
-        """Lease an extent of ``need`` bytes (or use the one leased ahead) and copy the tensors into it; returns
-        its id."""
+    async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
+        """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset
+        in the arena file, the arena it lies in)."""
         arena = await self._arena()
         if arena is None:
             raise errors.ConfigError("the broker runs without an arena")
@@ -117,15 +198,52 @@ class TensorClient:
             arena = await self._arena(bytes(generation))
             if arena is None:
                 raise errors.ConfigError("the broker runs without an arena")
+        return int(extent), int(base), arena
+
+    async def _write(self, places: list[tuple[str, Column, int, int]], need: int, timeout: float) -> tuple[int, bytes]:
+        """Lease an extent of ``need`` bytes (or use the one leased ahead) and copy the tensors into it; returns
+        its id and arena generation."""
+        extent, base, arena = await self._lease(need, timeout)
         for _name, col, offset, nbytes in places:
             # The one copy a tensor gets: straight into the broker's shared memory.
             arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
-        return int(extent)
+        return extent, arena.generation
+
+    async def reserve_extent(self, need: int, timeout: float) -> ReservedExtent:
+        """Lease an extent for a reservation of ``need`` bytes (``need`` > 0)."""
+        extent, base, arena = await self._lease(need, timeout)
+        return ReservedExtent(extent, base, need, arena)
+
+    def watch_reserved(self, owner: np.ndarray, lease: ReservedExtent) -> None:
+        """Give ``lease`` back once ``owner`` (the uint8 view every array of the reservation is made from) is
+        garbage-collected, if it was neither put nor abandoned by then: nothing can write into it any more."""
+        done = weakref.finalize(owner, _abandon_soon, lease, self._conn, asyncio.get_running_loop())
+        done.atexit = False  # at exit the broker reaps what this process leased
+
+    async def abandon_reserved(self, lease: ReservedExtent) -> None:
+        """Give a reserved extent back now (best effort: a broker that restarted since never knew it)."""
+        if lease.spent:
+            return
+        lease.spent = True
+        args = {"abandon": [lease.extent], "generation": lease.arena.generation, "peer": peer_id()}
+        with contextlib.suppress(errors.PersistingError):
+            await self._conn.request("release", args, timeout=5)
+
+    def abandon_reserved_soon(self, lease: ReservedExtent) -> None:
+        """``abandon_reserved`` without waiting for the reply (from an ``except`` that may be a cancellation)."""
+        _abandon_soon(lease, self._conn, asyncio.get_running_loop())
+
+    async def _move(self, lease: ReservedExtent, timeout: float) -> None:
+        """Copy a reservation into a fresh extent after its own was lost to a broker restart."""
+        extent, base, arena = await self._lease(lease.nbytes, timeout)
+        arena.view(base, lease.nbytes, writable=True)[:] = lease.arena.view(lease.base, lease.nbytes)
+        lease.extent, lease.base, lease.arena = extent, base, arena
 
     async def _give_back(self, spare: list[Any]) -> None:
         """Return an extent leased ahead and not used (the next batch did not fit in it)."""
+        args = {"abandon": [spare[0]], "generation": bytes(spare[3]), "peer": peer_id()}
         with contextlib.suppress(errors.PersistingError):
-            await self._conn.request("release", {"abandon": [spare[0]], "peer": peer_id()}, timeout=5)
+            await self._conn.request("release", args, timeout=5)
 
     async def aclose(self) -> None:
         spare, self._spare = self._spare, None

@@ -2,16 +2,19 @@
 
 Each method runs the async method of the same name on the engine loop and waits for it, so both twins
 share one implementation, one engine and the same files; SyncQueue is safe to call from many threads.
+``SyncQueue.reserve`` gives a ``SyncReservation``, the blocking twin of ``Reservation`` (``with`` abandons it
+on exit unless it was put); every method takes it where the async one takes the Reservation.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any
 
 from . import _loop
 from .client import Queue
+from .reservation import Reservation
 
 
 def _blocking(name: str) -> Callable[..., Any]:
@@ -19,6 +22,8 @@ def _blocking(name: str) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: SyncQueue, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(_unwrap(a) for a in args)
+        kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
         return _loop.run(getattr(self._queue, name)(*args, **kwargs))
 
     call.__doc__ = f"Blocking form of ``await Queue.{name}(...)``. " + (method.__doc__ or "")
@@ -43,6 +48,7 @@ class SyncQueue:
     mark_consumed = _blocking("mark_consumed")
     reset_consumption = _blocking("reset_consumption")
     stats = _blocking("stats")
+    abandon = _blocking("abandon")
     close = _blocking("aclose")
 
     def __init__(self, name: str, storage_path: Any = "./data", **options: Any) -> None:
@@ -58,6 +64,20 @@ class SyncQueue:
 
     def __repr__(self) -> str:
         return "Sync" + repr(self._queue)
+
+    def reserve(
+        self,
+        spec: Mapping[str, tuple[Any, Any]],
+        batch_size: int,
+        partition_id: str = "default",
+        *,
+        timeout: float | None = None,
+    ) -> SyncReservation:
+        return SyncReservation(_loop.run(self._queue._reserve(spec, batch_size, partition_id, timeout)))
+
+    reserve.__doc__ = "Blocking form of ``await Queue.reserve(...)``; ``with q.reserve(...) as r:``. " + (
+        Queue.reserve.__doc__ or ""
+    )
 
     def stream(
         self,
@@ -84,6 +104,74 @@ class SyncQueue:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SyncReservation:
+    """The blocking twin of ``persisting.reservation.Reservation``, from ``SyncQueue.reserve``: fill ``r["obs"]``,
+    then ``q.put(r)``; ``r.abandon()`` gives the space back; ``with`` abandons it on exit unless it was put."""
+
+    def __init__(self, reservation: Reservation) -> None:
+        self.reservation = reservation  # the async one, which does the work
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        return self.reservation.data
+
+    @property
+    def batch_size(self) -> int:
+        return self.reservation.batch_size
+
+    @property
+    def partition_id(self) -> str:
+        return self.reservation.partition_id
+
+    @property
+    def nbytes(self) -> int:
+        return self.reservation.nbytes
+
+    @property
+    def in_arena(self) -> bool:
+        return self.reservation.in_arena
+
+    @property
+    def state(self) -> str:
+        return self.reservation.state
+
+    @property
+    def names(self) -> list[str]:
+        return self.reservation.names
+
+    def keys(self) -> list[str]:
+        return self.reservation.keys()
+
+    def __getitem__(self, name: str) -> Any:
+        return self.reservation[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.reservation
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.reservation)
+
+    def __len__(self) -> int:
+        return len(self.reservation)
+
+    def __repr__(self) -> str:
+        return "Sync" + repr(self.reservation)
+
+    def abandon(self) -> bool:
+        """Blocking form of ``await Reservation.abandon()``."""
+        return _loop.run(self.reservation.abandon())
+
+    def __enter__(self) -> SyncReservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _loop.run(self.reservation.__aexit__(*exc))
+
+
+def _unwrap(value: Any) -> Any:
+    return value.reservation if isinstance(value, SyncReservation) else value
 
 
 async def _anext(agen: AsyncGenerator[list[dict[str, Any]], None]) -> list[dict[str, Any]]:
