@@ -87,24 +87,22 @@ def whole_batch(chunk: Chunk, bucket_column: str) -> bool:
     )
 
 
-TENSOR_KINDS = frozenset({"ndarray", "tensor"})
+TYPED_KINDS = frozenset({"ndarray", "tensor", "nested"})  # fields a columnar backend stores typed
 
 
 def tensor_parts(
     rows: list[dict[str, Any]], arena: list[tuple[int, Chunk, int]], kinds: dict[str, str]
 ) -> dict[str, tuple[str, list[Column | list[Any]]]]:
-    """For each tensor field of one bucket's ``rows``: (kind, parts covering the rows in order), for a backend's
-    ``put_columns``. An arena batch contributes its column sliced past the samples it skips (a view on shared
-    memory: the backend builds its Arrow column over it, no copy); other rows contribute their own values
-    (encoded bytes or None). ``arena``: (position in ``rows``, arena batch, samples skipped), in order."""
+    """For each tensor (or nested) field of one bucket's ``rows``: (kind, parts covering the rows in order), for
+    a backend's ``put_columns``. An arena batch contributes its column sliced past the samples it skips (a view
+    on shared memory: the backend builds its Arrow column over it, no copy); other rows contribute their own
+    values (encoded bytes or None). ``arena``: (position in ``rows``, arena batch, samples skipped), in order."""
     keys: dict[str, str] = {}
     for _pos, chunk, _skip in arena:
         if chunk.arena is not None:
             keys.update((name, col.kind) for name, col in chunk.arena.columns.items())
-    covered = sum(chunk.count - skip for _pos, chunk, skip in arena)
-    if covered < len(rows):  # rows of other puts: their tensor-kind fields (records, copy-path batches, patches)
-        plain = {k for r in rows for k, v in r.items() if v is not None and kinds.get(k) in TENSOR_KINDS}
-        keys.update((k, kinds[k]) for k in plain if k not in keys)
+    present = {k for r in rows for k in r}  # one C-level pass; rows of tensor-only batches hold engine keys only
+    keys.update((k, kinds[k]) for k in present if kinds.get(k) in TYPED_KINDS and k not in keys)
     out: dict[str, tuple[str, list[Column | list[Any]]]] = {}
     for key, kind in keys.items():
         parts: list[Column | list[Any]] = []
@@ -114,7 +112,10 @@ def tensor_parts(
                 parts.append([r.get(key) for r in rows[pos:start]])
             count = chunk.count - skip
             col = chunk.arena.columns.get(key) if chunk.arena is not None else None
-            parts.append(Column(col.kind, col.dtype_name, col.array[skip:]) if col is not None else [None] * count)
+            if col is not None:
+                parts.append(Column(col.kind, col.dtype_name, col.array[skip:]))
+            else:  # a field of the batch's other rows (a list per sample), or one it lacks
+                parts.append([r.get(key) for r in rows[start : start + count]])
             pos = start + count
         if pos < len(rows):
             parts.append([r.get(key) for r in rows[pos:]])

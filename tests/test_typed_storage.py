@@ -285,3 +285,38 @@ def test_random_batches_of_random_layouts_round_trip_exactly(tmp_path: Path, see
                     assert np.array_equal(got[key], value)
 
     asyncio.run(go())
+
+
+def test_nested_lists_of_one_scalar_type_are_native_list_columns_and_the_rest_stays_exact(tmp_path: Path) -> None:
+    records = [
+        {"a": [1, 2, 3], "b": [[0.5], [], [1.5, 2.0]], "c": ["x", "y"], "f": [True], "t": (1, 2), "d": {"k": 1}},
+        {"a": [], "b": [], "c": [], "f": [], "t": (3,), "d": {"k": [2]}},
+        {"a": None, "b": [[-0.0, float("inf")]], "c": ["z"], "f": [False, True]},
+    ]
+
+    async def go() -> None:
+        async with Queue("n", tmp_path, num_buckets=1) as q:
+            await q.put_batch(records)
+            await q.flush()
+            assert await q.get(limit=5) == records
+
+    asyncio.run(go())
+    assert _column(tmp_path, "n", "a")[0].type == pa.large_list(pa.int64())
+    assert _column(tmp_path, "n", "b")[0].type == pa.large_list(pa.large_list(pa.float64()))
+    assert _column(tmp_path, "n", "c")[0].type == pa.large_list(pa.large_string())
+    assert _column(tmp_path, "n", "f")[0].type == pa.large_list(pa.bool_())
+    assert _column(tmp_path, "n", "a")[1].to_pylist() == [[1, 2, 3], [], None]
+    for name in ("t", "d"):  # a tuple must come back a tuple, a dict of mixed values exactly: msgpack bytes
+        field, _ = _column(tmp_path, "n", name)
+        assert field.type == pa.large_binary() and field.metadata[b"persisting.layout"] == b"bytes"
+
+    async def more() -> None:
+        async with Queue("n", tmp_path, num_buckets=1) as q:
+            await q.put_batch([{"a": [1.5]}, {"a": [2**63]}])  # a float, then an int beyond int64: bytes from now on
+            await q.flush()
+            rows = await q.get(limit=10)
+            assert rows[:3] == records and rows[3] == {"a": [1.5]} and rows[4] == {"a": [2**63]}
+            assert type(rows[0]["a"][0]) is int and type(rows[3]["a"][0]) is float
+
+    asyncio.run(more())
+    assert _column(tmp_path, "n", "a")[0].type == pa.large_binary()

@@ -13,6 +13,8 @@ Lance). The layout is written in the field's metadata, so pyarrow, DuckDB or Pol
                                        shape: list<int32>>  (row-major data)     (or samples of no elements)
     bytes                       large_binary: the codec's msgpack encoding        anything else (dtypes that change,
                                 (persisting 0.1's layout; read for old topics)    numpy scalars, structured dtypes)
+    list                        large_list<...<leaf>> (nested_columns)           ``nested`` record values: lists of
+                                                                                  one scalar type at one depth
 
     field metadata: persisting.layout, persisting.kind ("ndarray": numpy, "tensor": torch) and persisting.dtype
     (numpy dtype str such as "<f4", or the torch dtype name such as "bfloat16")
@@ -40,6 +42,7 @@ import pyarrow as pa
 from .. import codec
 from ..errors import CorruptionError
 from ..tensors import Column, storage_dtype
+from . import nested_columns
 
 LAYOUT_KEY = b"persisting.layout"
 KIND_KEY = b"persisting.kind"
@@ -49,6 +52,8 @@ FIXED = "fixed_shape_tensor"
 SCALAR = "scalar"
 VARIABLE = "variable_shape_tensor"
 BYTES = "bytes"
+LIST = "list"
+NESTED = "nested"
 
 Part = Column | list[Any]
 """What the engine hands over for some rows of one tensor field: a Column (its samples) or row values."""
@@ -87,6 +92,11 @@ class Layout:
             return cls(BYTES, "")
         kind, dtype_name = meta.get(KIND_KEY, b"").decode(), meta.get(DTYPE_KEY, b"").decode()
         shape: tuple[int, ...] = ()
+        if layout == LIST:
+            depth, t = 0, field.type
+            while pa.types.is_large_list(t):
+                depth, t = depth + 1, t.value_type
+            shape = (depth,)
         if layout == FIXED:
             shape = tuple(int(d) for d in field.type.shape)
             if _complex(kind, dtype_name):
@@ -100,6 +110,8 @@ class Layout:
     def arrow_type(self) -> pa.DataType:
         if self.layout == BYTES:
             return pa.large_binary()
+        if self.layout == LIST:
+            return nested_columns.arrow_type(self.dtype_name, self.shape[0])
         value_type, extra = _value_type(self.kind, self.dtype_name)
         if self.layout == SCALAR:
             return value_type
@@ -168,6 +180,8 @@ def _typed(kind: str, value: Any) -> tuple[str, np.ndarray] | None:
 def to_runs(kind: str, parts: Sequence[Part]) -> list[Run]:
     """The parts as runs; consecutive row values of one dtype and shape are stacked (a copy: records are small)."""
     runs: list[Run] = []
+    if kind == NESTED:  # row values only: nested_columns looks at them whole
+        return [Run(len(part), opaque=list(part)) for part in parts if not isinstance(part, Column)]
     for part in parts:
         if isinstance(part, Column):
             runs.append(Run(part.array.shape[0], part.dtype_name, part.array))
@@ -198,6 +212,8 @@ def _stacked(samples: list[tuple[str, np.ndarray]]) -> Run:
 def choose(kind: str, runs: Sequence[Run], stored: Layout | None) -> Layout | None:
     """The layout that holds both what is stored (``stored``) and ``runs``, as typed as it can be; None when
     there is no column yet and nothing but nulls to write (no column is made for them)."""
+    if kind == NESTED:
+        return _choose_nested(runs, stored)
     if stored is not None and (stored.layout == BYTES or stored.kind != kind):
         return Layout(BYTES, kind)  # (a 0.1 topic's bytes column has no kind in its metadata: the field's is used)
     if any(r.opaque is not None for r in runs):
@@ -220,6 +236,17 @@ def choose(kind: str, runs: Sequence[Run], stored: Layout | None) -> Layout | No
     return Layout(SCALAR if scalar else FIXED, kind, dtype_name, shape)
 
 
+def _choose_nested(runs: Sequence[Run], stored: Layout | None) -> Layout | None:
+    values = [v for r in runs for v in (r.opaque or ()) if v is not None]
+    if stored is not None and (stored.layout != LIST or stored.kind != NESTED):
+        return Layout(BYTES, NESTED)
+    if not values:
+        return stored
+    known = None if stored is None else (stored.dtype_name, stored.shape[0])
+    shape = nested_columns.choose(values, known)
+    return Layout(BYTES, NESTED) if shape is None else Layout(LIST, NESTED, shape[0], (shape[1],))
+
+
 def needs_rewrite(stored: Layout, layout: Layout) -> bool:
     """Whether the stored column must be rewritten to hold ``layout`` (``choose`` never goes back; a bytes
     column holds everything, a 0.1 topic's included)."""
@@ -232,6 +259,9 @@ def needs_rewrite(stored: Layout, layout: Layout) -> bool:
 def build(layout: Layout, runs: Sequence[Run]) -> pa.ChunkedArray:
     """One column of ``layout`` from ``runs``: a chunk per run, over the runs' own memory where it can be."""
     target = layout.arrow_type()
+    if layout.layout == LIST:
+        values = [v for r in runs for v in (r.opaque if r.opaque is not None else [None] * r.count)]
+        return pa.chunked_array([nested_columns.build(values, (layout.dtype_name, layout.shape[0]))], type=target)
     chunks = [_chunk(layout, target, run) for run in runs if run.count]
     return pa.chunked_array(chunks, type=target)
 
@@ -294,6 +324,8 @@ def row_values(layout: Layout, column: pa.Array | pa.ChunkedArray) -> list[bytes
 
 def _chunk_values(layout: Layout, chunk: pa.Array) -> list[bytes | None]:
     n = len(chunk)
+    if layout.layout == LIST:
+        return nested_columns.row_values((layout.dtype_name, layout.shape[0]), chunk)
     if layout.layout == BYTES:
         return chunk.to_pylist()
     valid = _validity(chunk)
