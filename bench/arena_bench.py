@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
@@ -61,6 +62,43 @@ def run_memcpy(shape: Shape, batches: int, seed: int) -> Row:
         batches,
         f"one thread, {POOL} source batches into a pre-faulted ring of {ring} batches "
         f"({ring * shape.batch_bytes // MiB:,} MiB); the limit",
+        received=batches,
+        seconds=seconds,
+    )
+
+
+SYNC_EVERY_BYTES = 64 * MiB  # the disk reference syncs as often as a flush of that many bytes would
+
+
+def run_fdatasync(base: Path, shape: Shape, batches: int, seed: int) -> Row:
+    """The disk's limit for what the beyond-the-arena run must persist: the same bytes written to a plain file
+    on the same filesystem as the broker's storage, fdatasync'ed every SYNC_EVERY_BYTES and at the end."""
+    pool = make_pool(shape, seed)
+    path = base / "fdatasync-reference.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        t0 = time.perf_counter()
+        unsynced = 0
+        for i in range(batches):
+            for v in pool[i % POOL].values():
+                os.write(fd, v.reshape(-1).view(np.uint8).data)
+                unsynced += v.nbytes
+            if unsynced >= SYNC_EVERY_BYTES:
+                os.fdatasync(fd)
+                unsynced = 0
+        os.fdatasync(fd)
+        seconds = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return Row.of(
+        f"fdatasync-{shape.key}",
+        "file write + fdatasync",
+        "disk",
+        shape,
+        batches,
+        f"os.write of each batch's arrays to one file beside the broker's storage, os.fdatasync every "
+        f"{SYNC_EVERY_BYTES // MiB} MiB and at the end; the disk's limit for the beyond-the-arena run",
         received=batches,
         seconds=seconds,
     )
@@ -141,6 +179,10 @@ def run_arena_bench(
             mem_small = result.row(f"memcpy-{SMALL.key}")
             row.memcpy_gbps = mem_small.gbps if mem_small is not None else None
             result.rows.append(row)
+            bar.set_description(f"fdatasync {SMALL.key}")
+            disk = run_fdatasync(base, SMALL, beyond_batches, seed)
+            disk.memcpy_gbps = row.memcpy_gbps
+            result.rows.append(disk)
     result.broker_log = log_lines(base / "broker.log")
     result.wall_s = time.perf_counter() - t_start
     return result
