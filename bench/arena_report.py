@@ -109,7 +109,7 @@ def _notes(result: ArenaBenchResult) -> list[str]:
         f"Every batch is checked on receipt: its first element carries the batch number (order and content). Source "
         f"data: {POOL} random batches per producer (numpy default_rng(seed={s['seed']})), used in turn.",
         'persisting: durability="process" (the log is written, not fsynced). Arena batches are written behind: the '
-        "flush to Lance starts when the topic is quiet, when the oldest batch waited 5 s, or when half the arena "
+        "flush to Lance starts when the topic is quiet, when the oldest batch waited 5 s, or when 3/4 of the arena "
         "waits for it; an extent is reused only after its rows are flushed and no consumer holds views, so beyond "
         "the arena size throughput is bound by the flush (Lance's write of typed columns, then fsync), which the "
         "'file write + fdatasync' row bounds from above (the same bytes, no encoding).",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ SAMPLE_OPS = frozenset(
 )
 OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS
 REAP_INTERVAL_SECONDS = 1.0
-FLUSH_AT_ARENA_SHARE = 0.5  # a topic flushes at once when this share of the arena waits to reach Lance
+# A topic flushes at once when this share of the arena waits to reach Lance (arena batches are written behind,
+# see persisting/flushing.py): the rest of the arena is the producers' room while that flush runs.
+FLUSH_AT_ARENA_SHARE = float(os.environ.get("PERSISTING_FLUSH_AT_ARENA_SHARE", "0.75"))
 MAX_LEASE_WAIT_SECONDS = 60.0
 
 
@@ -380,7 +383,8 @@ class TensorPlane:
                 # The non-tensor fields of arena batches sit beside the views in the tail: no payload copy.
                 plain = [f for f in fields if f not in tensor_fields]
                 hold = extents.hold([eid for eid, _ in runs], _peer(req))
-                others = await topic.plain_values(indexes, plain)  # the hold keeps the views valid meanwhile
+                # (the hold keeps the views valid meanwhile); a tensors-only take sends no per-sample rows at all
+                others = await topic.plain_values(indexes, plain) if plain else []
                 result = {
                     "hold": hold,
                     "generation": arena.generation,
