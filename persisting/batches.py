@@ -21,7 +21,7 @@ from . import codec, tensors
 from .arena import FIELD_ALIGN_BYTES, Arena, align_up
 from .errors import ConfigError, ProtocolError
 from .fields import ProductionStatus
-from .meta import BatchMeta, FieldMeta, SampleMeta
+from .meta import BatchMeta, FieldMeta, SampleMeta, sample_metas
 from .tensors import Column
 
 
@@ -77,7 +77,7 @@ def batch_meta(
 def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields: list[str] | None) -> BatchMeta:
     """A BatchMeta from ``Topic.describe``'s runs; the samples of one run share one fields mapping (and tags)."""
     samples: list[SampleMeta] = []
-    it = iter(indexes)
+    at = 0
     for count, desc, *rest in runs:
         tags = dict(rest[0]) if rest and rest[0] else None
         chosen = {
@@ -88,11 +88,9 @@ def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields:
         for name in fields or ():
             if name not in chosen:  # asked for and not written yet for these samples
                 chosen[name] = FieldMeta(name, "", production_status=ProductionStatus.NOT_PRODUCED)
-        if tags is None:
-            samples.extend(SampleMeta(next(it), partition, chosen) for _ in range(int(count)))
-        else:
-            samples.extend(SampleMeta(next(it), partition, chosen, dict(tags)) for _ in range(int(count)))
-    if len(samples) != len(indexes):
+        samples.extend(sample_metas(indexes[at : at + int(count)], partition, chosen, tags))
+        at += int(count)
+    if at != len(indexes) or len(samples) != len(indexes):
         raise ProtocolError(f"field descriptions cover {len(samples)} samples, not {len(indexes)}")
     return BatchMeta(tuple(samples), {"fields": list(fields) if fields is not None else None})
 

@@ -4,14 +4,19 @@ kept across a restart and a kill -9.
 One file per topic, ``<topic>/consumption.log``, of checksummed frames::
 
     frame = length u32 | crc32 u32 | msgpack record
-    record = ["take", partition, task, [global indexes][, answers[, [request key, [indexes]]]]]
-                                                            samples handed to task (consume-on-fetch);
+    record = ["took", partition, task, runs[, answers[, [request key, runs]]]]
+                                                            samples handed to task (consume-on-fetch), as
+                                                            runs [[first, count], ...] of consecutive global
+                                                            indexes, in the batch's order;
                                                             answers: [[cache key, [indexes]], ...], what
                                                             RankAware/LengthBalanced give the other ranks
                                                             asking with those keys (in the same frame:
                                                             the take and its answers land together);
                                                             request key: the client's key for this take and
-                                                            the batch it got, for a re-sent take
+                                                            the batch it got (runs), for a re-sent take
+           | ["take", partition, task, [global indexes][, answers[, [request key, [indexes]]]]]
+                                                            the same with every index listed (written
+                                                            before the runs; still read)
            | ["answers", partition, task, answers]          a snapshot of remembered answers
            | ["keys", [[request key, [indexes]], ...]]      a snapshot of remembered take keys
            | ["reset", partition, task]                     reset_consumption: the task starts over
@@ -29,6 +34,9 @@ restarted broker, so a crash loses no batch (exactly-once per process crash). Cl
 their call returns, and fdatasync'ed too when the topic's durability is "sync". Replay stops at the first torn or
 corrupt frame and cuts the file there. At open, a log longer than ``COMPACT_AT_BYTES`` is rewritten as one
 snapshot (tmp file, fsync, rename).
+
+In memory, ``Consumption`` is one task's state in one partition: what it took (intervals of global indexes,
+``runs.IndexRuns``), what it holds leased (``Leases``, one entry per take) and where its scans start.
 """
 
 from __future__ import annotations
@@ -37,20 +45,23 @@ import os
 import struct
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from .arena import Peer, peer_alive
 from .errors import StorageError
+from .runs import IndexRuns, PartitionIndex, expand
 from .samplers import RANK_CACHE_SIZE
 from .wal import fsync_dir
 
 _FRAME = struct.Struct("<II")
 COMPACT_AT_BYTES = 4 * 1024 * 1024
 
-Taken = dict[tuple[str, str], set[int]]
+Taken = dict[tuple[str, str], IndexRuns]
 Cleared = dict[str, set[int]]  # partition -> its cleared samples
 Tags = dict[str, dict[int, dict[str, Any]]]  # partition -> global index -> that sample's tags
 Answers = OrderedDict[tuple[Any, ...], list[int]]  # (partition, task, *cache key) -> the batch, oldest first
@@ -77,6 +88,101 @@ def _ranges(indexes: set[int]) -> list[list[int]]:
         else:
             out.append([i, i + 1])
     return out
+
+
+class Leases:
+    """The samples a task holds leased (acknowledged delivery), kept per take: a lease of N samples is one
+    entry, so looking for ended leases costs one step per lease, not per sample."""
+
+    __slots__ = ("_by_index", "_leases", "_next_id")
+
+    def __init__(self) -> None:
+        self._by_index: dict[int, int] = {}  # sample -> the lease holding it
+        # lease id -> [loop time it ends, the process holding it or None, its samples, how many it still holds]
+        self._leases: dict[int, list[Any]] = {}
+        self._next_id = 0
+
+    def __len__(self) -> int:
+        return len(self._by_index)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_index)
+
+    def __contains__(self, index: object) -> bool:
+        return index in self._by_index
+
+    def keys(self) -> Any:
+        return self._by_index.keys()
+
+    def lease(self, indexes: Sequence[int], until: float, holder: Peer | None) -> None:
+        fresh = dict.fromkeys(indexes, self._next_id)
+        if not fresh:
+            return
+        if not self._by_index.keys().isdisjoint(fresh):  # leased again: the new lease holds them
+            for index in fresh:
+                self.pop(index)
+        self._by_index.update(fresh)
+        self._leases[self._next_id] = [until, holder, list(fresh), len(fresh)]
+        self._next_id += 1
+
+    def pop(self, index: int, default: Any = None) -> Any:
+        """Forget the lease of one sample (consumed or cleared); returns its lease id, or ``default``."""
+        lease_id = self._by_index.pop(index, None)
+        if lease_id is None:
+            return default
+        entry = self._leases[lease_id]
+        entry[3] -= 1
+        if entry[3] == 0:
+            del self._leases[lease_id]
+        return lease_id
+
+    def expire(self, now: float) -> float | None:
+        """Drop leases that ended or whose holder died; returns when the next one ends (None: none left)."""
+        alive: dict[Peer, bool] = {}
+        nearest = None
+        by_index = self._by_index
+        for lease_id, (until, holder, indexes, _held) in list(self._leases.items()):
+            if holder is not None and holder not in alive:
+                alive[holder] = peer_alive(holder)
+            if until <= now or (holder is not None and not alive[holder]):
+                del self._leases[lease_id]
+                for index in indexes:
+                    if by_index.get(index) == lease_id:
+                        del by_index[index]
+            elif nearest is None or until < nearest:
+                nearest = until
+        return nearest
+
+
+class Consumption:
+    """What one task has taken from one partition (``done``, intervals of global indexes); every sample at a
+    position below ``floor`` of the partition's index is taken or cleared (so scans start there)."""
+
+    __slots__ = ("done", "floor", "leased")
+
+    def __init__(self, done: IndexRuns | Iterable[int] | None = None) -> None:
+        self.floor = 0
+        self.done = done if isinstance(done, IndexRuns) else IndexRuns.of(done or ())
+        self.leased = Leases()
+
+    def expire(self, now: float) -> float | None:
+        """Drop leases that ended or whose holder died; returns when the next one ends (None: none left)."""
+        return self.leased.expire(now)
+
+    def advance_floor(self, indexes: PartitionIndex, cleared: set[int] | None) -> None:
+        """Move ``floor`` to the first position of the partition at or after it whose sample is neither taken nor
+        cleared: one step per taken interval (and per cleared sample) passed."""
+        p, total, done = self.floor, len(indexes), self.done
+        while p < total:
+            index, left = indexes.run_at(p)
+            end = done.end_of(index)
+            if end > index:
+                p += min(end - index, left)
+            elif cleared and index in cleared:
+                p += 1
+            else:
+                break
+        self.floor = p
 
 
 class ConsumptionLog:
@@ -132,8 +238,8 @@ class ConsumptionLog:
         cleared = state.cleared
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
-            for (partition, task), indexes in state.taken.items():
-                f.write(_frame(["taken", partition, task, _ranges(indexes)]))
+            for (partition, task), taken in state.taken.items():
+                f.write(_frame(["taken", partition, task, taken.intervals()]))
             for partition, indexes in cleared.items():
                 f.write(_frame(["cleared", partition, _ranges(indexes)]))
             for partition, tagged in state.tags.items():
@@ -181,7 +287,7 @@ def remember_answers(answers: Answers, partition: str, task: str, entries: Any) 
     for key, indexes in entries:
         full = (partition, task, *key)
         answers.pop(full, None)
-        answers[full] = [int(i) for i in indexes]
+        answers[full] = list(map(int, indexes))
     while len(answers) > RANK_CACHE_SIZE:
         answers.popitem(last=False)
 
@@ -190,7 +296,7 @@ def remember_keys(keys: Keys, entries: Any) -> None:
     """``[(request key, indexes), ...]`` at the newest end of ``keys``; keep the latest TAKE_KEYS_KEPT."""
     for key, indexes in entries:
         keys.pop(str(key), None)
-        keys[str(key)] = [int(i) for i in indexes]
+        keys[str(key)] = list(map(int, indexes))
     while len(keys) > TAKE_KEYS_KEPT:
         keys.popitem(last=False)
 
@@ -215,8 +321,14 @@ def _apply(state: Replayed, record: Any) -> None:
             target.update(range(int(lo), int(hi)))
         return
     task = str(record[2])
-    if kind == "take":
-        taken.setdefault((partition, task), set()).update(int(i) for i in record[3])
+    if kind == "took":
+        taken.setdefault((partition, task), IndexRuns()).add_runs(record[3])
+        if len(record) > 4:
+            remember_answers(answers, partition, task, record[4])
+        if len(record) > 5:
+            remember_keys(state.keys, [[record[5][0], expand(record[5][1])]])
+    elif kind == "take":
+        taken.setdefault((partition, task), IndexRuns()).update([int(i) for i in record[3]])
         if len(record) > 4:
             remember_answers(answers, partition, task, record[4])
         if len(record) > 5:
@@ -224,9 +336,9 @@ def _apply(state: Replayed, record: Any) -> None:
     elif kind == "answers":
         remember_answers(answers, partition, task, record[3])
     elif kind == "taken":
-        target = taken.setdefault((partition, task), set())
+        runs = taken.setdefault((partition, task), IndexRuns())
         for lo, hi in record[3]:
-            target.update(range(int(lo), int(hi)))
+            runs.add_range(int(lo), int(hi))
     elif kind == "reset":
         taken.pop((partition, task), None)
         for full in [k for k in answers if k[:2] == (partition, task)]:

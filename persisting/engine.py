@@ -66,6 +66,7 @@ from .layout import (
 from .opening import ArenaResolver, Opening
 from .partitions import Partitions
 from .queue.backend import StorageBackend
+from .runs import PartitionIndex
 from .samples import Consumption, Samples
 from .tail import ArenaPayload, Chunk
 from .wal import WriteAheadLog
@@ -91,8 +92,8 @@ class Topic(Opening, Flushing, Samples, Partitions):
         self.name = name
         self._arena_resolver = arena_resolver
         self._on_flushed = on_flushed
-        # partition -> its global indexes in order (built on first use)
-        self._partitions: dict[str, list[int]] | None = None
+        # partition -> its global indexes in order, as runs (built on first use)
+        self._partitions: dict[str, PartitionIndex] | None = None
         # Patches appended but not yet acknowledged, in index order: they count (readiness, the row a field is
         # read from) only once visible, so no sample is handed out with a field that a crash could still lose.
         self._pending_patches: collections.deque[Chunk] = collections.deque()
@@ -170,9 +171,13 @@ class Topic(Opening, Flushing, Samples, Partitions):
             self._pending_patches.append(chunk)
             self._apply_visible_patches()
             return
-        self._partitions.setdefault(chunk.partition, []).extend(range(chunk.first, chunk.first + chunk.count))
-        fields = self._fields
-        fields.add(chunk.partition, [chunk.own_fields_id(i, fields) for i in range(chunk.count)])
+        index = self._partitions.get(chunk.partition)
+        if index is None:
+            index = self._partitions[chunk.partition] = PartitionIndex()
+        index.append(chunk.first, chunk.count)
+        # What Chunk.own_fields_id gives each row, as runs: one step for a put whose rows share their fields.
+        extra = tuple(chunk.arena.columns) if chunk.arena is not None else ()
+        self._fields.add_runs(chunk.partition, self._fields.rows_ids(chunk.other, extra))
 
     def _apply_visible_patches(self) -> None:
         """Count the pending patches that are acknowledged now (in index order, so the latest write wins)."""

@@ -15,18 +15,21 @@ count as having every field (``ANY``).
 State, built with the partition index on first use and kept up to date by every put::
 
     sets     interned frozensets of field names (id -> set; id 0 = ANY)
-    own      partition -> list parallel to that partition's global indexes: the id of each sample's own fields
+    own      partition -> the id of each sample's own fields by position in the partition, as steps (runs.Steps):
+             the samples of one put usually share their fields, so a put adds one step, not one id per sample
     sources  sample -> {field: global index of the patch row that wrote it last}
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from enum import IntEnum
 from typing import Any
 
 from .codec import RESERVED_PREFIX
+from .runs import Steps
 
 ANY = 0  # the field-set id of rows stored before fields were recorded: every field counts as produced
 
@@ -51,7 +54,8 @@ class FieldIndex:
         self._ids: dict[frozenset[str], int] = {}
         self._json: dict[int, str] = {}
         self._by_keys: dict[tuple[str, ...], int] = {}
-        self.own: dict[str, list[int]] = {}
+        self._by_json: dict[str | bytes, int] = {}
+        self.own: dict[str, Steps] = {}
         self.sources: dict[int, dict[str, int]] = {}
 
     def intern(self, names: frozenset[str]) -> int:
@@ -76,7 +80,12 @@ class FieldIndex:
         """The id of a stored ``_persisting_fields`` value (None: a row from before fields were recorded)."""
         if raw is None:
             return ANY
-        return self.intern(frozenset(json.loads(raw)))
+        if not isinstance(raw, str | bytes):
+            return self.intern(frozenset(json.loads(raw)))
+        found = self._by_json.get(raw)
+        if found is None:  # the rows of a bucket share a few field lists: parse each once, not once per row
+            found = self._by_json[raw] = self.intern(frozenset(json.loads(raw)))
+        return found
 
     def to_json(self, set_id: int) -> str | None:
         """The stored form of a field set (cached: a flush writes it once per row)."""
@@ -87,9 +96,27 @@ class FieldIndex:
             found = self._json[set_id] = json.dumps(sorted(self.sets[set_id]))
         return found
 
+    def rows_ids(self, rows: Sequence[dict[str, Any]], extra: tuple[str, ...] = ()) -> list[tuple[int, int]]:
+        """The ids of stored rows' own fields as (count, id) runs. The rows of one put usually share their keys
+        and hold no None: then one id for all, found with C-level passes over the rows (no Python per row)."""
+        if not rows:
+            return []
+        if len(set(map(tuple, rows))) == 1 and None not in itertools.chain.from_iterable(map(dict.values, rows)):
+            return [(len(rows), self.row_id(rows[0], extra))]
+        out: list[tuple[int, int]] = []
+        for set_id, same in itertools.groupby(self.row_id(row, extra) for row in rows):
+            out.append((sum(1 for _ in same), set_id))
+        return out
+
     def add(self, partition: str, ids: Sequence[int]) -> None:
-        """New samples of ``partition``, in the order their indexes were appended to the partition's list."""
-        self.own.setdefault(partition, []).extend(ids)
+        """New samples of ``partition`` (one id each), in the order their indexes were appended to the partition."""
+        self.own.setdefault(partition, Steps()).extend(ids)
+
+    def add_runs(self, partition: str, runs: Iterable[tuple[int, int]]) -> None:
+        """New samples of ``partition`` as (count, field-set id) runs, in order."""
+        steps = self.own.setdefault(partition, Steps())
+        for count, set_id in runs:
+            steps.append(count, set_id)
 
     def patch(self, first: int, targets: Sequence[int], fields: Sequence[str]) -> None:
         """Rows ``first..`` wrote ``fields`` of ``targets`` (row ``first + k`` for ``targets[k]``)."""
@@ -108,6 +135,32 @@ class FieldIndex:
             return True
         written = self.sources.get(index)
         return written is not None and all(f in own or f in written for f in fields)
+
+    def ready_spans(self, partition: str, lo: int, hi: int, first: int, fields: frozenset[str]) -> list[list[int]]:
+        """The positions in ``[lo, hi)`` of ``partition`` whose samples have every one of ``fields``, as
+        ``[start, stop]`` spans; ``first`` is the global index at ``lo`` (the indexes there are consecutive).
+        Samples sharing own fields that hold ``fields`` pass together; others are looked at one by one (only
+        a patch can have written what they lack)."""
+        out: list[list[int]] = []
+        sources, sets = self.sources, self.sets
+        for start, stop, set_id in self.own[partition].spans(lo, hi):
+            own = sets[set_id]
+            if set_id == ANY or fields <= own:
+                if out and out[-1][1] == start:
+                    out[-1][1] = stop
+                else:
+                    out.append([start, stop])
+                continue
+            if not sources:
+                continue
+            for p in range(start, stop):
+                written = sources.get(first + p - lo)
+                if written is not None and all(f in own or f in written for f in fields):
+                    if out and out[-1][1] == p:
+                        out[-1][1] = p + 1
+                    else:
+                        out.append([p, p + 1])
+        return out
 
     def produced(self, partition: str, position: int, index: int) -> frozenset[str] | None:
         """The fields produced for a sample (None: every field, a row from before fields were recorded)."""

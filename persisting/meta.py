@@ -72,6 +72,30 @@ class SampleMeta:
         return all(f.is_ready for f in self.fields.values())
 
 
+_new_object = object.__new__
+# The slots' own setters (what a frozen dataclass's __init__ reaches through object.__setattr__).
+_set_index, _set_partition, _set_fields, _set_tags = (
+    vars(SampleMeta)[name].__set__ for name in ("global_index", "partition_id", "fields", "custom_meta")
+)
+
+
+def sample_metas(
+    indexes: Iterable[int], partition: str, fields: dict[str, FieldMeta], tags: Mapping[str, Any] | None = None
+) -> list[SampleMeta]:
+    """``SampleMeta(index, partition, fields, dict(tags or {}))`` for each index, made through the slots directly:
+    a frozen dataclass's ``__init__`` pays a generic ``object.__setattr__`` per field, and a get_meta makes one
+    meta per sample it hands out (the samples of one run share ``fields``, like those built one by one)."""
+    out: list[SampleMeta] = []
+    for index in indexes:
+        meta = _new_object(SampleMeta)
+        _set_index(meta, index)
+        _set_partition(meta, partition)
+        _set_fields(meta, fields)
+        _set_tags(meta, {} if tags is None else dict(tags))
+        out.append(meta)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class BatchMeta:
     samples: tuple[SampleMeta, ...] = ()

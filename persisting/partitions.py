@@ -24,7 +24,6 @@ and they survive a restart. A cleared sample's tags go at the next compaction of
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import os
 import time
@@ -42,6 +41,7 @@ from .queue.backend import StorageBackend
 
 if TYPE_CHECKING:
     from .config import TopicConfig
+    from .runs import PartitionIndex
     from .samples import Consumption
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class Partitions:
 
         def _check_open(self) -> None: ...
 
-        async def _partition_index(self) -> dict[str, list[int]]: ...
+        async def _partition_index(self) -> dict[str, PartitionIndex]: ...
 
         @staticmethod
         async def _read_column(backend: StorageBackend, key: str) -> list[Any]: ...
@@ -92,12 +92,9 @@ class Partitions:
 
     async def check_in_partition(self, partition: str, indexes: Sequence[int], why: str = "") -> None:
         """Raise ``ConfigError`` naming the indexes that are not acknowledged samples of ``partition``."""
-        samples = (await self._partition_index()).get(partition, [])
-        unknown = []
-        for index in indexes:
-            k = bisect.bisect_left(samples, index)
-            if k == len(samples) or samples[k] != index or index >= self.visible_upto:
-                unknown.append(index)
+        samples = (await self._partition_index()).get(partition)
+        visible = self.visible_upto
+        unknown = list(indexes) if samples is None else [i for i in indexes if i >= visible or i not in samples]
         if unknown:
             raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}{why}")
 
@@ -110,8 +107,9 @@ class Partitions:
         """Delete samples of ``partition`` (None: every sample it has); returns how many were newly cleared."""
         self._check_open()
         if indexes is None:
-            samples = (await self._partition_index()).get(partition, [])
-            targets = [i for i in samples[: bisect.bisect_left(samples, self.visible_upto)] if i not in self._cleared]
+            samples = (await self._partition_index()).get(partition)
+            visible = [] if samples is None else samples.to_list(samples.below(self.visible_upto))
+            targets = [i for i in visible if i not in self._cleared] if self._cleared else visible
         else:
             # Samples this partition cleared already count as cleared (a re-sent clear, say), even once a purge
             # took their rows and with them their place in the partition index.
@@ -126,7 +124,7 @@ class Partitions:
         self._unpurged.update(targets)
         self._flush_wanted.set()  # the flush loop schedules the purge
         for (where, _task), state in self._consumption.items():
-            if where == partition:
+            if where == partition and state.leased:
                 for index in targets:
                     state.leased.pop(index, None)
         return len(targets)
@@ -162,14 +160,15 @@ class Partitions:
         self._check_open()
         out: dict[str, dict[str, Any]] = {}
         for partition, samples in (await self._partition_index()).items():
-            visible = samples[: bisect.bisect_left(samples, self.visible_upto)]
-            cleared = sum(1 for i in visible if i in self._cleared) if self._cleared else 0
+            visible = samples.below(self.visible_upto)
+            gone = self._cleared_in.get(partition, set())  # a sample is cleared through its own partition
+            cleared = sum(1 for i in gone if i < self.visible_upto and i in samples)
             tasks: dict[str, dict[str, int]] = {}
             for (where, task), state in self._consumption.items():
                 if where == partition:
-                    taken = len(state.done - self._cleared) if self._cleared else len(state.done)
+                    taken = len(state.done) - sum(1 for i in gone if i in state.done)
                     tasks[task] = {"consumed": taken, "leased": len(state.leased)}
-            out[partition] = {"samples": len(visible) - cleared, "cleared": cleared, "tasks": tasks}
+            out[partition] = {"samples": visible - cleared, "cleared": cleared, "tasks": tasks}
         return out
 
     def purge_wait(self) -> float | None:

@@ -8,47 +8,28 @@ Where a sample's fields lie and reading them is its base, ``sample_data.SampleDa
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .arena import Peer, peer_alive
-from .consumption import ConsumptionLog, remember_answers, remember_keys
+import numpy as np
+
+from .arena import Peer
+from .consumption import Consumption, ConsumptionLog, remember_answers, remember_keys
 from .errors import ConfigError
 from .fields import FieldIndex
 from .layout import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
 from .queue.backend import StorageBackend
+from .runs import PartitionIndex, Spans, runs_of, value_runs, without
 from .sample_data import SampleData
 from .samplers import Sampler, SequentialSampler, Shares
 from .tail import Chunk
 
-
-class Consumption:
-    """What one task has taken from one partition (``done``); every sample at a position below ``floor`` of the
-    partition's index list is in it (so scans start there)."""
-
-    __slots__ = ("done", "floor", "leased")
-
-    def __init__(self, done: set[int] | None = None) -> None:
-        self.floor = 0
-        self.done: set[int] = done if done is not None else set()
-        # acknowledged delivery: index -> (loop time the lease ends, the process holding it or None)
-        self.leased: dict[int, tuple[float, Peer | None]] = {}
-
-    def expire(self, now: float) -> float | None:
-        """Drop leases that ended or whose holder died; returns when the next one ends (None: none left)."""
-        alive: dict[Peer, bool] = {}
-        nearest = None
-        for index, (until, holder) in list(self.leased.items()):
-            if holder is not None and holder not in alive:
-                alive[holder] = peer_alive(holder)
-            if until <= now or (holder is not None and not alive[holder]):
-                del self.leased[index]
-            elif nearest is None or until < nearest:
-                nearest = until
-        return nearest
+# Drops the positions of spans whose samples may not be handed out; ``offset`` turns a position into its global
+# index (global = position + offset: the spans lie in one run of consecutive indexes).
+SpanFilter = Callable[[Spans, int], Spans]
+_NO_SAMPLES = PartitionIndex()
 
 
 class Samples(SampleData):
@@ -56,8 +37,9 @@ class Samples(SampleData):
     kinds: dict[str, str]
     visible_upto: int
     flushed_upto: int
-    _partitions: dict[str, list[int]] | None
+    _partitions: dict[str, PartitionIndex] | None
     _cleared: set[int]
+    _cleared_in: dict[str, set[int]]
     _tags: dict[int, dict[str, Any]]
     _fields: FieldIndex
     _consumption: dict[tuple[str, str], Consumption]
@@ -87,13 +69,13 @@ class Samples(SampleData):
         @staticmethod
         async def _read_column(backend: StorageBackend, key: str) -> list[Any]: ...
 
-    async def _partition_index(self) -> dict[str, list[int]]:
+    async def _partition_index(self) -> dict[str, PartitionIndex]:
         if self._partitions is None:
             # Under the flush lock, the backends and the tail hold disjoint rows and none moves between them.
             async with self._flush_lock:
                 if self._partitions is None:
                     fields = FieldIndex()
-                    found: dict[str, list[tuple[int, int]]] = {}
+                    found: dict[str, tuple[list[int], list[int]]] = {}  # partition -> (indexes, field set ids)
                     patches: list[tuple[int, int, int]] = []  # (patch row, sample it writes, field set id)
                     for backend in self._backends:
                         parts = await self._read_column(backend, PARTITION_KEY)
@@ -102,14 +84,18 @@ class Samples(SampleData):
                         names = await self._read_column(backend, FIELDS_KEY)
                         for partition, index, of, raw in zip(parts, indexes, targets, names, strict=True):
                             if of is None:
-                                found.setdefault(str(partition), []).append((int(index), fields.intern_json(raw)))
+                                pair = found.get(str(partition))
+                                if pair is None:
+                                    pair = found[str(partition)] = ([], [])
+                                pair[0].append(int(index))
+                                pair[1].append(fields.intern_json(raw))
                             else:
                                 patches.append((int(index), int(of), fields.intern_json(raw)))
-                    partitions: dict[str, list[int]] = {}
-                    for partition, pairs in found.items():
-                        pairs.sort()
-                        partitions[partition] = [index for index, _ in pairs]
-                        fields.add(partition, [set_id for _, set_id in pairs])
+                    partitions: dict[str, PartitionIndex] = {}
+                    for partition, (found_indexes, ids) in found.items():
+                        order = np.argsort(np.asarray(found_indexes, dtype=np.int64), kind="stable")
+                        partitions[partition] = PartitionIndex.of(np.asarray(found_indexes, dtype=np.int64)[order])
+                        fields.add_runs(partition, value_runs(np.asarray(ids, dtype=np.int64)[order]))
                     for index, of, set_id in sorted(patches):
                         fields.patch(index, [of], sorted(fields.sets[set_id]))
                     self._fields = fields
@@ -162,12 +148,14 @@ class Samples(SampleData):
         window = self._window(sampler, batch_size)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        state = self._consumption.setdefault((partition, task), Consumption())
+        state = self._consumption.get((partition, task))
+        if state is None:
+            state = self._consumption[(partition, task)] = Consumption()
         while True:
-            indexes = (await self._partition_index()).get(partition, [])
-            end = bisect.bisect_left(indexes, self.visible_upto, lo=state.floor)
+            indexes = (await self._partition_index()).get(partition, _NO_SAMPLES)
+            end = max(state.floor, indexes.below(self.visible_upto))
             next_expiry = state.expire(loop.time()) if state.leased else None
-            skip = self._unready(partition, indexes, fields)
+            skip = self._unready(partition, fields)
             ready, positions, truncated = self._ready_front(state, indexes, end, window, skip)
             result = await self._sample(sampler, ready, positions, batch_size, kw)
             if truncated and len(result[0]) < batch_size:
@@ -193,26 +181,23 @@ class Samples(SampleData):
                 f"sampler {type(sampler).__qualname__} returned samples that were not ready for task {task!r}"
             )
         if lease is not None:
-            until = loop.time() + lease[0]
-            for index in consumed:
-                state.leased[index] = (until, lease[1])
+            state.leased.lease(consumed, loop.time() + lease[0], lease[1])
         elif consumed:
+            taken = runs_of(consumed)
             if self._consumption_log is not None:
                 # Written before the answer leaves: a kill -9 after this never hands these samples out again, and
                 # the other ranks of this step still get their part of it (the answers ride in the same frame).
-                record: list[Any] = ["take", partition, task, list(consumed)]
+                record: list[Any] = ["took", partition, task, taken]
                 answers = _durable_answers(key, sampled, shares)
                 if answers or request_key is not None:
                     record.append(answers)
                 if request_key is not None:
-                    record.append([request_key, list(sampled)])
+                    record.append([request_key, runs_of(sampled)])
                 self._consumption_log.append(record)
-            state.done.update(consumed)
+            state.done.add_runs(taken)
             if request_key is not None:
                 remember_keys(self._take_keys, [(request_key, sampled)])
-        cleared = self._cleared
-        while state.floor < len(indexes) and (indexes[state.floor] in state.done or indexes[state.floor] in cleared):
-            state.floor += 1
+        state.advance_floor(indexes, self._cleared_in.get(partition))
         parts: list[tuple[tuple[Any, ...], list[int]]] = list(shares.items())  # the other ranks' parts of this step
         if key is not None:
             parts.append((key, sampled))
@@ -232,41 +217,68 @@ class Samples(SampleData):
             )
         return limit
 
-    def _unready(self, partition: str, indexes: list[int], fields: list[str] | None) -> Callable[[int], bool] | None:
-        """A test of a position of ``partition`` (in ``indexes``): True when the sample was cleared or one of
-        ``fields`` is not produced for it."""
-        cleared = self._cleared
+    def _unready(self, partition: str, fields: list[str] | None) -> SpanFilter | None:
+        """The filter of a take's candidates in ``partition``: drops the samples that were cleared, and (given
+        ``fields``) those lacking one of them (None: nothing to drop)."""
+        cleared = self._cleared_in.get(partition)
         if not fields:
-            return (lambda p: indexes[p] in cleared) if cleared else None
+            return (lambda spans, offset: without(spans, offset, cleared)) if cleared else None
         need = frozenset(fields)
-        ready = self._fields.ready
-        return lambda p: indexes[p] in cleared or not ready(partition, p, indexes[p], need)
+        ready_spans = self._fields.ready_spans
+
+        def keep(spans: Spans, offset: int) -> Spans:
+            if cleared:
+                spans = without(spans, offset, cleared)
+            out: Spans = []
+            for a, b in spans:
+                out.extend(ready_spans(partition, a, b, a + offset, need))
+            return out
+
+        return keep
 
     @staticmethod
     def _ready_front(
         state: Consumption,
-        indexes: list[int],
+        indexes: PartitionIndex,
         end: int,
         limit: int | None,
-        skip: Callable[[int], bool] | None = None,
+        skip: SpanFilter | None = None,
     ) -> tuple[list[int], list[int], bool]:
-        """The first ``limit`` (None: all) samples the task may take among ``indexes[state.floor:end]``: (global
-        indexes, their positions in the partition, whether more were ready after them).
+        """The first ``limit`` (None: all) samples the task may take among positions ``[state.floor, end)`` of
+        the partition: (global indexes, their positions in the partition, whether more were ready after them).
 
-        A sample is ready unless the task took it, holds a lease on it, or ``skip(position)`` says so. The scan stops
-        at the first ready sample past ``limit``, so it costs the window plus the taken or leased samples above the
-        floor, not the backlog."""
+        A sample is ready unless the task took it, holds a lease on it, or ``skip`` drops it. The scan goes by
+        runs: of the partition's consecutive indexes, minus the intervals the task took; it looks at no more of a
+        run than the batch still needs (plus one sample, to tell whether more were ready), so it costs the window
+        plus a step per taken interval and per run above the floor, not the backlog."""
         done, leased = state.done, state.leased
         ready: list[int] = []
         positions: list[int] = []
-        for p in range(state.floor, end):
-            index = indexes[p]
-            if index in done or index in leased or (skip is not None and skip(p)):
-                continue
-            if limit is not None and len(ready) >= limit:
-                return ready, positions, True
-            ready.append(index)
-            positions.append(p)
+        for first, start, count in indexes.runs(state.floor, end):
+            offset = first - start  # global index - position, along this run
+            g, run_end = first, first + count
+            while g < run_end:
+                g = done.end_of(g)  # past an interval the task took
+                if g >= run_end:
+                    break
+                following = done.next_start(g)
+                untaken_end = run_end if following is None or following > run_end else following
+                while g < untaken_end:
+                    want = untaken_end - g if limit is None else min(untaken_end - g, limit - len(ready) + 1)
+                    spans: Spans = [[g - offset, g + want - offset]]
+                    if leased:
+                        spans = without(spans, offset, leased.keys())
+                    if skip is not None and spans:
+                        spans = skip(spans, offset)
+                    for a, b in spans:
+                        if limit is not None and len(ready) + b - a > limit:
+                            b = a + limit - len(ready)
+                            ready.extend(range(a + offset, b + offset))
+                            positions.extend(range(a, b))
+                            return ready, positions, True
+                        ready.extend(range(a + offset, b + offset))
+                        positions.extend(range(a, b))
+                    g += want
         return ready, positions, False
 
     async def _sample(
@@ -290,12 +302,15 @@ class Samples(SampleData):
         self._check_open()
         await self.check_in_partition(partition, indexes)
         self.check_not_cleared(indexes)
-        state = self._consumption.setdefault((partition, task), Consumption())
+        state = self._consumption.get((partition, task))
+        if state is None:
+            state = self._consumption[(partition, task)] = Consumption()
         if self._consumption_log is not None and indexes:
-            self._consumption_log.append(["take", partition, task, list(indexes)])
+            self._consumption_log.append(["took", partition, task, runs_of(indexes)])
         state.done.update(indexes)
-        for index in indexes:
-            state.leased.pop(index, None)
+        if state.leased:
+            for index in indexes:
+                state.leased.pop(index, None)
 
     def reset_consumption(self, partition: str, task: str) -> None:
         """Every sample of ``partition`` becomes available to ``task`` again (logged: it survives a restart)."""
