@@ -27,6 +27,8 @@ from .tensors import Column
 
 def other_rows(other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str, str]) -> codec.EncodedBatch:
     """The non-tensor fields as ``n`` encoded rows (empty rows when there are none)."""
+    if not other:  # a tensors-only batch: nothing to check per sample
+        return codec.EncodedBatch([{} for _ in range(n)], {})
     records = [{name: values[i] for name, values in other.items()} for i in range(n)]
     return codec.encode_batch(records, known_kinds)
 
@@ -71,7 +73,7 @@ def batch_meta(
             tuple(replace(s, fields={**s.fields, **fields}) for s in patch.samples),
             {**patch.extra_info, "fields": None},
         )
-    return BatchMeta(tuple(SampleMeta(first + i, partition, fields) for i in range(n)))
+    return BatchMeta(tuple(sample_metas(range(first, first + n), partition, fields)))
 
 
 def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields: list[str] | None) -> BatchMeta:
