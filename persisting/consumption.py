@@ -92,15 +92,17 @@ def _ranges(indexes: set[int]) -> list[list[int]]:
 
 class Leases:
     """The samples a task holds leased (acknowledged delivery), kept per take: a lease of N samples is one
-    entry, so looking for ended leases costs one step per lease, not per sample."""
+    entry, so looking for ended leases costs one step per lease, not per sample; ``held`` has them as intervals,
+    so a take passes over a leased run in one step."""
 
-    __slots__ = ("_by_index", "_leases", "_next_id")
+    __slots__ = ("_by_index", "_leases", "_next_id", "held")
 
     def __init__(self) -> None:
         self._by_index: dict[int, int] = {}  # sample -> the lease holding it
         # lease id -> [loop time it ends, the process holding it or None, its samples, how many it still holds]
         self._leases: dict[int, list[Any]] = {}
         self._next_id = 0
+        self.held = IndexRuns()
 
     def __len__(self) -> int:
         return len(self._by_index)
@@ -111,29 +113,38 @@ class Leases:
     def __contains__(self, index: object) -> bool:
         return index in self._by_index
 
-    def keys(self) -> Any:
-        return self._by_index.keys()
-
     def lease(self, indexes: Sequence[int], until: float, holder: Peer | None) -> None:
         fresh = dict.fromkeys(indexes, self._next_id)
         if not fresh:
             return
         if not self._by_index.keys().isdisjoint(fresh):  # leased again: the new lease holds them
-            for index in fresh:
-                self.pop(index)
+            self.release(list(fresh))
         self._by_index.update(fresh)
+        self.held.update(list(fresh))
         self._leases[self._next_id] = [until, holder, list(fresh), len(fresh)]
         self._next_id += 1
 
     def pop(self, index: int, default: Any = None) -> Any:
         """Forget the lease of one sample (consumed or cleared); returns its lease id, or ``default``."""
-        lease_id = self._by_index.pop(index, None)
+        lease_id = self._forget(index)
         if lease_id is None:
             return default
-        entry = self._leases[lease_id]
-        entry[3] -= 1
-        if entry[3] == 0:
-            del self._leases[lease_id]
+        self.held.discard_range(index, index + 1)
+        return lease_id
+
+    def release(self, indexes: Sequence[int]) -> None:
+        """Forget the leases of these samples (consumed or cleared), those that have one."""
+        gone = [index for index in indexes if self._forget(index) is not None]
+        if gone:
+            self.held.discard(gone)
+
+    def _forget(self, index: int) -> int | None:
+        lease_id = self._by_index.pop(index, None)
+        if lease_id is not None:
+            entry = self._leases[lease_id]
+            entry[3] -= 1
+            if entry[3] == 0:
+                del self._leases[lease_id]
         return lease_id
 
     def expire(self, now: float) -> float | None:
@@ -146,9 +157,10 @@ class Leases:
                 alive[holder] = peer_alive(holder)
             if until <= now or (holder is not None and not alive[holder]):
                 del self._leases[lease_id]
-                for index in indexes:
-                    if by_index.get(index) == lease_id:
-                        del by_index[index]
+                gone = [index for index in indexes if by_index.get(index) == lease_id]
+                for index in gone:
+                    del by_index[index]
+                self.held.discard(gone)
             elif nearest is None or until < nearest:
                 nearest = until
         return nearest

@@ -56,6 +56,7 @@ class FieldIndex:
         self._by_keys: dict[tuple[str, ...], int] = {}
         self._by_json: dict[str | bytes, int] = {}
         self.own: dict[str, Steps] = {}
+        self._own_ids: dict[str, set[int]] = {}  # partition -> the field-set ids its samples were put with
         self.sources: dict[int, dict[str, int]] = {}
 
     def intern(self, names: frozenset[str]) -> int:
@@ -110,13 +111,23 @@ class FieldIndex:
 
     def add(self, partition: str, ids: Sequence[int]) -> None:
         """New samples of ``partition`` (one id each), in the order their indexes were appended to the partition."""
-        self.own.setdefault(partition, Steps()).extend(ids)
+        self.add_runs(partition, [(1, set_id) for set_id in ids])
 
     def add_runs(self, partition: str, runs: Iterable[tuple[int, int]]) -> None:
         """New samples of ``partition`` as (count, field-set id) runs, in order."""
-        steps = self.own.setdefault(partition, Steps())
+        steps = self.own.get(partition)
+        if steps is None:
+            steps = self.own[partition] = Steps()
+            self._own_ids[partition] = set()
+        seen = self._own_ids[partition]
         for count, set_id in runs:
             steps.append(count, set_id)
+            seen.add(set_id)
+
+    def covers(self, partition: str, fields: frozenset[str]) -> bool:
+        """Whether every sample of ``partition`` was put with all of ``fields`` (then none needs a look)."""
+        sets = self.sets
+        return all(i == ANY or fields <= sets[i] for i in self._own_ids.get(partition, ()))
 
     def patch(self, first: int, targets: Sequence[int], fields: Sequence[str]) -> None:
         """Rows ``first..`` wrote ``fields`` of ``targets`` (row ``first + k`` for ``targets[k]``)."""

@@ -125,8 +125,7 @@ class Partitions:
         self._flush_wanted.set()  # the flush loop schedules the purge
         for (where, _task), state in self._consumption.items():
             if where == partition and state.leased:
-                for index in targets:
-                    state.leased.pop(index, None)
+                state.leased.release(targets)
         return len(targets)
 
     async def set_tags(self, partition: str, items: Sequence[tuple[int, dict[str, Any]]]) -> None:

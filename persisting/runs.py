@@ -137,6 +137,30 @@ class IndexRuns:
         his[i:j] = [new_hi]
         self._size += new_hi - new_lo - covered
 
+    def discard_range(self, lo: int, hi: int) -> None:
+        """Remove every value in ``[lo, hi)``."""
+        los, his = self.los, self.his
+        i = bisect.bisect_right(his, lo)  # the first interval ending after lo
+        j = bisect.bisect_left(los, hi)  # intervals from i up to j overlap [lo, hi)
+        if hi <= lo or i >= j:
+            return
+        removed = sum(min(h, hi) - max(low, lo) for low, h in zip(los[i:j], his[i:j], strict=True))
+        kept_los, kept_his = [], []
+        if los[i] < lo:
+            kept_los.append(los[i])
+            kept_his.append(lo)
+        if his[j - 1] > hi:
+            kept_los.append(hi)
+            kept_his.append(his[j - 1])
+        los[i:j] = kept_los
+        his[i:j] = kept_his
+        self._size -= removed
+
+    def discard(self, values: Sequence[int]) -> None:
+        """Remove ints in any order."""
+        for first, count in runs_of(sorted(values)):
+            self.discard_range(first, first + count)
+
     def update(self, values: Iterable[int]) -> None:
         """Add ints in any order (a take's batch, a mark_consumed's list)."""
         seq = values if isinstance(values, Sequence) else list(values)
@@ -149,6 +173,15 @@ class IndexRuns:
         """Add (first, count) runs."""
         for first, count in runs:
             self.add_range(int(first), int(first) + int(count))
+
+    def gap(self, value: int) -> tuple[int, int | None]:
+        """(the first int from ``value`` on that is not in the set, the start of the next interval after it or None
+        when none follows): one bisect."""
+        los = self.los
+        k = bisect.bisect_right(los, value) - 1
+        if k >= 0 and value < self.his[k]:
+            value = self.his[k]
+        return value, (los[k + 1] if k + 1 < len(los) else None)
 
     def end_of(self, value: int) -> int:
         """The end of the interval holding ``value``, or ``value`` itself when no interval holds it."""

@@ -152,7 +152,8 @@ class Samples(SampleData):
         if state is None:
             state = self._consumption[(partition, task)] = Consumption()
         while True:
-            indexes = (await self._partition_index()).get(partition, _NO_SAMPLES)
+            built = self._partitions if self._partitions is not None else await self._partition_index()
+            indexes = built.get(partition, _NO_SAMPLES)
             end = max(state.floor, indexes.below(self.visible_upto))
             next_expiry = state.expire(loop.time()) if state.leased else None
             skip = self._unready(partition, fields)
@@ -221,9 +222,9 @@ class Samples(SampleData):
         """The filter of a take's candidates in ``partition``: drops the samples that were cleared, and (given
         ``fields``) those lacking one of them (None: nothing to drop)."""
         cleared = self._cleared_in.get(partition)
-        if not fields:
+        need = frozenset(fields or ())
+        if not need or self._fields.covers(partition, need):  # every sample was put with these fields
             return (lambda spans, offset: without(spans, offset, cleared)) if cleared else None
-        need = frozenset(fields)
         ready_spans = self._fields.ready_spans
 
         def keep(spans: Spans, offset: int) -> Spans:
@@ -251,24 +252,30 @@ class Samples(SampleData):
         runs: of the partition's consecutive indexes, minus the intervals the task took; it looks at no more of a
         run than the batch still needs (plus one sample, to tell whether more were ready), so it costs the window
         plus a step per taken interval and per run above the floor, not the backlog."""
-        done, leased = state.done, state.leased
+        done, held = state.done, state.leased.held
         ready: list[int] = []
         positions: list[int] = []
         for first, start, count in indexes.runs(state.floor, end):
             offset = first - start  # global index - position, along this run
             g, run_end = first, first + count
             while g < run_end:
-                g = done.end_of(g)  # past an interval the task took
+                while True:  # past the intervals the task took or holds leased, which may follow each other
+                    g, following = done.gap(g)
+                    if not held:
+                        break
+                    past_held, following_held = held.gap(g)
+                    if past_held == g:
+                        if following is None or (following_held is not None and following_held < following):
+                            following = following_held
+                        break
+                    g = past_held
                 if g >= run_end:
                     break
-                following = done.next_start(g)
-                untaken_end = run_end if following is None or following > run_end else following
-                while g < untaken_end:
-                    want = untaken_end - g if limit is None else min(untaken_end - g, limit - len(ready) + 1)
+                free_end = run_end if following is None or following > run_end else following
+                while g < free_end:
+                    want = free_end - g if limit is None else min(free_end - g, limit - len(ready) + 1)
                     spans: Spans = [[g - offset, g + want - offset]]
-                    if leased:
-                        spans = without(spans, offset, leased.keys())
-                    if skip is not None and spans:
+                    if skip is not None:
                         spans = skip(spans, offset)
                     for a, b in spans:
                         if limit is not None and len(ready) + b - a > limit:
@@ -309,8 +316,7 @@ class Samples(SampleData):
             self._consumption_log.append(["took", partition, task, runs_of(indexes)])
         state.done.update(indexes)
         if state.leased:
-            for index in indexes:
-                state.leased.pop(index, None)
+            state.leased.release(indexes)
 
     def reset_consumption(self, partition: str, task: str) -> None:
         """Every sample of ``partition`` becomes available to ``task`` again (logged: it survives a restart)."""

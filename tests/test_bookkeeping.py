@@ -35,11 +35,21 @@ def test_index_runs_answer_like_a_set(seed: int) -> None:
     rng = random.Random(seed)
     runs, model = IndexRuns(), set()
     for step in range(2000):
-        if rng.random() < 0.5:
+        roll = rng.random()
+        if roll < 0.4:
             lo = rng.randrange(0, 400)
             hi = lo + rng.randrange(0, 20)
             runs.add_range(lo, hi)
             model.update(range(lo, hi))
+        elif roll < 0.6:
+            lo = rng.randrange(0, 400)
+            hi = lo + rng.randrange(0, 12)
+            runs.discard_range(lo, hi)
+            model.difference_update(range(lo, hi))
+        elif roll < 0.7:
+            gone = [rng.randrange(0, 400) for _ in range(rng.choice([1, 5]))]
+            runs.discard(gone)
+            model.difference_update(gone)
         else:
             values = [rng.randrange(0, 400) for _ in range(rng.choice([1, 3, 70]))]
             runs.update(np.asarray(values) if rng.random() < 0.2 else values)
@@ -53,6 +63,12 @@ def test_index_runs_answer_like_a_set(seed: int) -> None:
         following = runs.next_start(probe)
         later = [v for v in model if v > probe and v - 1 not in model]
         assert following == (min(later) if later else None), label
+        free, after = runs.gap(probe)
+        assert free == end and free not in model and set(range(probe, free)) <= model, label
+        starts = [v for v in model if v > free and v - 1 not in model]
+        assert after == (min(starts) if starts else None), label
+        assert runs.intervals() == [[lo, hi] for lo, hi in zip(runs.los, runs.his, strict=True)]
+        assert all(hi < lo for hi, lo in zip(runs.his, runs.los[1:], strict=False)), label  # disjoint, not touching
     assert runs == model and IndexRuns.of(model) == runs
 
 
