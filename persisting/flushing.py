@@ -59,6 +59,8 @@ FLUSH_DUTY_FACTOR = 3.0
 # Arena batches: a flush once the topic had no arena put for this long, or its oldest waited that long (see above).
 WRITE_BEHIND_IDLE_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_IDLE", "0.05"))
 WRITE_BEHIND_MAX_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_MAX", "5.0"))
+# ... and such a flush goes in steps of this much payload (~0.25 s of Lance's encoding at the default)
+WRITE_BEHIND_STEP_BYTES = int(os.environ.get("PERSISTING_WRITE_BEHIND_STEP_BYTES", str(128 * 1024 * 1024)))
 # Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
 # its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
 IDEMPOTENCY_WINDOW_SECONDS = 120.0
@@ -142,15 +144,19 @@ class Flushing:
                 return
             if woke == "rearm" or (woke == "timeout" and wait != interval and not self._work_due()):
                 continue  # an arena batch came (its flush is due later), or a later put moved that moment
+            # Written behind (nothing asked for this flush): in steps, so a stream that resumes waits one step.
+            behind = woke == "timeout" and wait != interval and self._write_behind.due(time.monotonic()) == 0.0
             self._flush_wanted.clear()
             if self._stopping:
                 return
             try:
                 started = time.monotonic()
-                await self._flush_once()
+                await self._flush_once(WRITE_BEHIND_STEP_BYTES if behind else None)
                 await self._maintain()
                 await self.purge_if_due()
                 self._flush_error = None
+                if behind:
+                    continue  # the next step comes at once while the topic stays quiet
                 # Under a steady stream, space background flushes out: every flush costs one Lance commit per
                 # bucket (~5 ms of CPU each) whatever its size, and the log already keeps the rows durable.
                 took = time.monotonic() - started
@@ -191,6 +197,18 @@ class Flushing:
         if self._write_behind.put(time.monotonic()):
             self._rearm.set()
 
+    def _step_cut(self, cut: int, step_bytes: int) -> int:
+        """The first index of the tail chunk past ``step_bytes`` of arena payload (at least one chunk goes)."""
+        total = 0
+        for k, chunk in enumerate(self._tail):
+            if chunk.first >= cut:
+                break
+            if chunk.arena is not None:
+                total += sum(col.array.nbytes for col in chunk.arena.columns.values())
+                if total > step_bytes and k + 1 < len(self._tail):
+                    return min(cut, self._tail[k + 1].first)
+        return cut
+
     def flush_soon(self) -> None:
         """Start a background flush now, without the usual spacing (the arena needs the space)."""
         self._urgent.set()
@@ -202,7 +220,8 @@ class Flushing:
         await self._flush_once()
         self._flush_wanted.set()  # housekeeping (compaction, cleanup) follows in the background
 
-    async def _flush_once(self) -> None:
+    async def _flush_once(self, step_bytes: int | None = None) -> None:
+        """Flush every visible chunk; ``step_bytes``: only the oldest ones, up to about that much arena payload."""
         async with self._flush_lock:
             cut = self.visible_upto
             if cut <= self.flushed_upto:
@@ -210,6 +229,8 @@ class Flushing:
             wal = self._wal
             if wal is None:
                 return
+            if step_bytes is not None:
+                cut = self._step_cut(cut, step_bytes)
             t0 = time.perf_counter()
             started = time.monotonic()
             if wal.current_bytes() >= ROTATE_AT_BYTES:

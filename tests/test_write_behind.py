@@ -24,9 +24,10 @@ pytestmark = pytest.mark.slow
 def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     started: list[BrokerProcess] = []
 
-    def start(idle_s: float, max_s: float) -> BrokerProcess:
+    def start(idle_s: float, max_s: float, step_bytes: int = 128 * 1024 * 1024) -> BrokerProcess:
         monkeypatch.setenv("PERSISTING_WRITE_BEHIND_IDLE", str(idle_s))
         monkeypatch.setenv("PERSISTING_WRITE_BEHIND_MAX", str(max_s))
+        monkeypatch.setenv("PERSISTING_WRITE_BEHIND_STEP_BYTES", str(step_bytes))
         b = make_broker(tmp_path)
         b.extra_args = ["--arena-bytes", str(64 * 1024 * 1024)]
         b.start()
@@ -96,5 +97,31 @@ def test_the_oldest_arena_batch_is_flushed_after_the_longest_wait_even_under_a_s
                 if time.monotonic() - t0 > 1.5 and list((broker.storage / "t").glob("bucket-*.lance")):
                     flushed_during_stream = True
             assert flushed_during_stream, "no flush within 3 s of steady puts although the longest wait is 0.5 s"
+
+    asyncio.run(go())
+
+
+def _commits(storage: Path) -> int:
+    """Lance versions over every bucket of topic t: one per commit (each flush writes each bucket once)."""
+    import lance
+
+    return sum(lance.dataset(str(b)).version for b in (storage / "t").glob("bucket-*.lance"))
+
+
+@pytest.mark.parametrize("step_bytes", [1, 1 << 30])
+def test_a_quiet_topic_is_written_in_steps_of_bounded_payload(make: Any, step_bytes: int) -> None:
+    """Steps of one batch: a commit per batch; one big step: one flush, a commit per bucket (4 buckets)."""
+    broker = make(0.2, 60, step_bytes)
+
+    async def go() -> None:
+        async with Queue("t", broker=broker.address) as q:
+            for i in range(8):
+                await q.put(_batch(i), partition_id="p")
+            deadline = time.monotonic() + 20
+            while await _unpersisted(broker.address) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert await _unpersisted(broker.address) == 0
+            commits = _commits(broker.storage)
+            assert commits == 8 if step_bytes == 1 else commits <= 4, commits
 
     asyncio.run(go())
