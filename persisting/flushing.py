@@ -57,10 +57,10 @@ MIN_FLUSH_SPACING_SECONDS = float(os.environ.get("PERSISTING_MIN_FLUSH_SPACING",
 # rest belongs to hand-overs. The arena asks for a flush sooner when it fills (flush_soon).
 FLUSH_DUTY_FACTOR = 3.0
 # Arena batches: a flush once the topic had no arena put for this long, or its oldest waited that long (see above).
-WRITE_BEHIND_IDLE_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_IDLE", "0.05"))
+WRITE_BEHIND_IDLE_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_IDLE", "0.1"))
 WRITE_BEHIND_MAX_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_MAX", "5.0"))
-# ... and such a flush goes in steps of this much payload (~0.25 s of Lance's encoding at the default)
-WRITE_BEHIND_STEP_BYTES = int(os.environ.get("PERSISTING_WRITE_BEHIND_STEP_BYTES", str(128 * 1024 * 1024)))
+# ... and such a flush goes in steps of this much payload (~0.13 s of Lance's encoding at the default)
+WRITE_BEHIND_STEP_BYTES = int(os.environ.get("PERSISTING_WRITE_BEHIND_STEP_BYTES", str(64 * 1024 * 1024)))
 # Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
 # its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
 IDEMPOTENCY_WINDOW_SECONDS = 120.0
