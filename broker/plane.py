@@ -353,7 +353,8 @@ class TensorPlane:
             extents.abandon(ext)
         else:
             extents.seal(ext, topic.name, first + n - 1)
-            extents.persisted(topic.name, topic.flushed_upto)
+            if first + n <= topic.flushed_upto:  # flushed while it was logged (on_flushed saw it unsealed)
+                extents.persisted(topic.name, topic.flushed_upto)
             if extents.unpersisted_bytes() > self.size_bytes * FLUSH_AT_ARENA_SHARE:
                 topic.flush_soon()  # before producers have to wait for space
         nxt = req.args.get("lease_next")
