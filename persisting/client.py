@@ -250,31 +250,43 @@ class Queue(DataAPI):
         if n == 0:
             return patch if patch is not None else BatchMeta()
         payload = sum(col.array.nbytes for col in columns.values())
-        if isinstance(topic, RemoteTopic) and self.zerocopy_mode != "off" and columns:
+        remote = await self._through_arena(topic) if columns else None
+        if remote is not None:
+            plain = batches.other_rows(other, n, remote.kinds)
+            try:
+                first, n = await remote.put_tensors(
+                    columns,
+                    plain,
+                    codec.pack(plain.rows),
+                    n,
+                    partition,
+                    LEASE_TIMEOUT_S if timeout is None else timeout,
+                    of,
+                )
+                self._moved["put_zero_copy_bytes"] += payload
+                return batches.batch_meta(first, n, partition, columns, other, patch)
+            except ConfigError as exc:
+                if not self._copy_instead(exc):
+                    raise
+        return await self._put_copied(topic, columns, other, n, partition, patch)
+
+    async def _through_arena(self, topic: Topic | RemoteTopic) -> RemoteTopic | None:
+        """The broker topic if a tensor batch goes through its arena (put and reserve decide alike), else None;
+        ``"force"`` refuses where it cannot."""
+        if isinstance(topic, RemoteTopic) and self.zerocopy_mode != "off":
             if await topic.has_arena():
-                plain = batches.other_rows(other, n, topic.kinds)
-                try:
-                    first, n = await topic.put_tensors(
-                        columns,
-                        plain,
-                        codec.pack(plain.rows),
-                        n,
-                        partition,
-                        LEASE_TIMEOUT_S if timeout is None else timeout,
-                        of,
-                    )
-                    self._moved["put_zero_copy_bytes"] += payload
-                    return batches.batch_meta(first, n, partition, columns, other, patch)
-                except ConfigError as exc:
-                    if self.zerocopy_mode == "force" or "larger than the arena" not in str(exc):
-                        raise
-            elif self.zerocopy_mode == "force":
+                return topic
+            if self.zerocopy_mode == "force":
                 raise ConfigError("zerocopy_mode='force': the broker runs without an arena (--arena-bytes)")
         elif self.zerocopy_mode == "force":
             raise ConfigError(
                 "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
             )
-        return await self._put_copied(topic, columns, other, n, partition, patch)
+        return None
+
+    def _copy_instead(self, exc: ConfigError) -> bool:
+        """A batch larger than the arena is copied over the socket, unless ``"force"`` refuses that."""
+        return self.zerocopy_mode != "force" and "larger than the arena" in str(exc)
 
     async def _put_copied(
         self,
@@ -328,20 +340,13 @@ class Queue(DataAPI):
         r = None
         if n == 0:  # as put of an empty batch: nothing to lease, nothing stored
             pass
-        elif isinstance(topic, RemoteTopic) and self.zerocopy_mode != "off":
-            if await topic.has_arena():
-                wait = LEASE_TIMEOUT_S if timeout is None else float(timeout)
-                try:
-                    r = await reservation.in_arena(self, topic, fields, n, partition_id, wait)
-                except ConfigError as exc:
-                    if self.zerocopy_mode == "force" or "larger than the arena" not in str(exc):
-                        raise
-            elif self.zerocopy_mode == "force":
-                raise ConfigError("zerocopy_mode='force': the broker runs without an arena (--arena-bytes)")
-        elif self.zerocopy_mode == "force":
-            raise ConfigError(
-                "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
-            )
+        elif (remote := await self._through_arena(topic)) is not None:
+            wait = LEASE_TIMEOUT_S if timeout is None else float(timeout)
+            try:
+                r = await reservation.in_arena(self, remote, fields, n, partition_id, wait)
+            except ConfigError as exc:
+                if not self._copy_instead(exc):
+                    raise
         if r is None:
             r = reservation.plain(self, fields, n, partition_id)
         self._reservations.add(r)
