@@ -19,7 +19,7 @@ import zmq
 import zmq.asyncio
 
 from persisting import Queue
-from persisting.remote import Connection
+from persisting.client.remote import Connection
 
 from .measure import Tick, nearest_rank
 from .records import make_records

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from persisting.arena import default_path
+from persisting.tensors.arena import default_path
 
 
 @contextlib.contextmanager

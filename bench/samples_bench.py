@@ -40,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 from persisting import GRPOGroupNSampler, Queue
-from persisting.remote import connection
+from persisting.client.remote import connection
 
 from .broker_server import broker_process, cpu_seconds, log_lines
 from .measure import Tick, nearest_rank

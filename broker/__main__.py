@@ -32,9 +32,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from persisting import protocol
-from persisting.arena import DEFAULT_ARENA_BYTES
 from persisting.errors import PersistingError
+from persisting.tensors.arena import DEFAULT_ARENA_BYTES
+from persisting.wire import protocol
 
 from .server import Broker
 
@@ -159,7 +159,7 @@ async def serve(conf: dict[str, Any]) -> None:
 
 
 async def status(conf: dict[str, Any]) -> int:
-    from persisting.remote import Connection
+    from persisting.client.remote import Connection
 
     conn = Connection(conf["socket"])
     try:

@@ -17,8 +17,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from persisting.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, Peer, align_up, peer_alive
 from persisting.errors import ConfigError, Full, ProtocolError, UnknownExtentError
+from persisting.tensors.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, Peer, align_up, peer_alive
 
 
 @dataclass(slots=True)

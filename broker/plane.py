@@ -32,16 +32,18 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from persisting import arena as arena_mod
-from persisting import codec, protocol, samplers, tensors
-from persisting.arena import FIELD_ALIGN_BYTES, Arena
-from persisting.config import TopicConfig
-from persisting.engine import Topic
+from persisting.engine import samplers
+from persisting.engine.config import TopicConfig
+from persisting.engine.layout import read_json
+from persisting.engine.tail import ArenaPayload
+from persisting.engine.topic import Topic
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
-from persisting.layout import read_json
-from persisting.protocol import Reply, Request, arg
 from persisting.queue.lance_backend import LanceBackend
-from persisting.tail import ArenaPayload
+from persisting.tensors import arena as arena_mod
+from persisting.tensors import column as tensors
+from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
+from persisting.wire import codec, protocol
+from persisting.wire.protocol import Reply, Request, arg
 
 from .extents import Extents, Peer
 

@@ -21,12 +21,12 @@ from typing import Any
 import msgpack
 import zmq
 
-from persisting import codec, protocol
-from persisting.config import DURABILITY_MODES, TopicConfig
-from persisting.engine import Topic
+from persisting.engine.config import DURABILITY_MODES, TopicConfig
+from persisting.engine.topic import Topic
 from persisting.errors import ConfigError, PersistingError, ProtocolError
-from persisting.protocol import Reply, Request, arg
 from persisting.queue.lance_backend import LanceBackend
+from persisting.wire import codec, protocol
+from persisting.wire.protocol import Reply, Request, arg
 
 from .plane import OPS as PLANE_OPS
 from .plane import TensorPlane

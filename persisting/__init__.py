@@ -1,6 +1,9 @@
 """persisting: a same-node data broker for co-located GPU workers (embedded mode: ``Queue`` in-process)."""
 
-from .client import Queue
+from .client.kv import KVInterface
+from .client.queue import Queue
+from .client.sync import SyncQueue, SyncReservation
+from .engine.samplers import GRPOGroupNSampler, LengthBalancedSampler, RankAwareSampler, Sampler, SequentialSampler
 from .errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -16,11 +19,8 @@ from .errors import (
     StorageError,
     TopicLockedError,
 )
-from .kv import KVInterface
-from .meta import BatchMeta, FieldMeta, SampleMeta
-from .reservation import Reservation
-from .samplers import GRPOGroupNSampler, LengthBalancedSampler, RankAwareSampler, Sampler, SequentialSampler
-from .sync import SyncQueue, SyncReservation
+from .tensors.meta import BatchMeta, FieldMeta, SampleMeta
+from .tensors.reservation import Reservation
 
 __version__ = "0.1.0"
 

@@ -16,8 +16,8 @@ import time
 import numpy as np
 
 from persisting import Queue
-from persisting.arena import peer_id
-from persisting.remote import connection
+from persisting.client.remote import connection
+from persisting.tensors.arena import peer_id
 
 
 async def main() -> None:

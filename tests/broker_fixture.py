@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from persisting.arena import default_path
+from persisting.tensors.arena import default_path
 
 
 @dataclass

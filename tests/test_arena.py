@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue, remote
-from persisting.arena import Arena, default_path, peer_id
-from persisting.remote import connection
+from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue
+from persisting.client import remote
+from persisting.client.remote import connection
+from persisting.tensors.arena import Arena, default_path, peer_id
 
 from .broker_fixture import BrokerProcess, make_broker
 

@@ -12,12 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from persisting import GRPOGroupNSampler, SequentialSampler, codec, consumption
-from persisting.config import TopicConfig
-from persisting.engine import Topic
-from persisting.layout import topic_dirname
+from persisting import GRPOGroupNSampler, SequentialSampler
+from persisting.engine import consumption
+from persisting.engine.config import TopicConfig
+from persisting.engine.layout import topic_dirname
+from persisting.engine.runs import IndexRuns, PartitionIndex, Steps, expand, runs_of
+from persisting.engine.topic import Topic
 from persisting.queue import LanceBackend
-from persisting.runs import IndexRuns, PartitionIndex, Steps, expand, runs_of
+from persisting.wire import codec
 
 
 def test_runs_of_gives_the_values_back(seed: int) -> None:

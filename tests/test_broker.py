@@ -18,7 +18,7 @@ import pytest
 import zmq
 
 from persisting import InvalidRecordError, Queue, SchemaConflictError, SyncQueue
-from persisting.protocol import PROTOCOL_VERSION
+from persisting.wire.protocol import PROTOCOL_VERSION
 
 from .broker_fixture import BrokerProcess, make_broker
 
@@ -442,8 +442,8 @@ def test_a_request_sent_twice_runs_once(broker: BrokerProcess) -> None:
     copy of one already answered gets the same answer."""
     import numpy as np
 
-    from persisting import protocol
-    from persisting.arena import peer_id
+    from persisting.tensors.arena import peer_id
+    from persisting.wire import protocol
 
     async def put(partition: str) -> None:
         async with Queue("dup", broker=broker.address) as q:

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from persisting import ConfigError, Queue, SyncQueue, consumption
-from persisting.layout import topic_dirname
+from persisting import ConfigError, Queue, SyncQueue
+from persisting.engine import consumption
+from persisting.engine.layout import topic_dirname
 
 from .broker_fixture import BrokerProcess, make_broker
 
@@ -112,8 +113,8 @@ def _raw_take(address: str, key: str, partition: str = "p", task: str = "train",
     """One take on a fresh connection, as a client re-sending it after a reconnect would send it."""
     import zmq
 
-    from persisting import protocol
-    from persisting.arena import peer_id
+    from persisting.tensors.arena import peer_id
+    from persisting.wire import protocol
 
     args = {"topic": "rk", "config": {"durability": "process"}, "partition": partition, "task": task}
     args |= {"batch_size": n, "wait": 0.0, "sampler": None, "sampler_kw": {}, "lease_seconds": None}

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from persisting import BatchMeta, ConfigError, Queue, SchemaConflictError, SyncQueue, consumption
-from persisting.fields import ProductionStatus
-from persisting.meta import SampleMeta
+from persisting import BatchMeta, ConfigError, Queue, SchemaConflictError, SyncQueue
+from persisting.engine import consumption
 from persisting.queue import LanceBackend
+from persisting.tensors.meta import ProductionStatus, SampleMeta
 
 from .broker_fixture import BrokerProcess
 
@@ -248,9 +248,9 @@ def test_clear_and_tags_through_the_broker_survive_a_kill_9(broker: BrokerProces
 def test_a_patch_counts_only_once_it_is_acknowledged(store: Path) -> None:
     """A patch appended but not yet durable must not make a sample ready, nor be where its field is read from:
     a crash before the sync would lose a field that a consumer was already given."""
-    from persisting import codec
-    from persisting.config import TopicConfig
-    from persisting.engine import Topic
+    from persisting.engine.config import TopicConfig
+    from persisting.engine.topic import Topic
+    from persisting.wire import codec
 
     async def main() -> None:
         topic = Topic("pend", store, TopicConfig(), LanceBackend)
@@ -299,10 +299,10 @@ def test_close_takes_rows_whose_put_still_waited_for_its_sync(store: Path) -> No
     """A put cancelled while its sync runs (a broker's request at shutdown) leaves rows in the log that it never
     marked acknowledged; close flushes them too, so nothing stays in the log alone (a broker removes its arena
     after a clean stop: such rows would come back without their tensors)."""
-    from persisting import codec
-    from persisting.config import TopicConfig
-    from persisting.engine import Topic
+    from persisting.engine.config import TopicConfig
+    from persisting.engine.topic import Topic
     from persisting.errors import QueueClosedError
+    from persisting.wire import codec
 
     async def main() -> None:
         topic = Topic("settle", store, TopicConfig(), LanceBackend)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from persisting import codec, flushing
-from persisting.config import TopicConfig
-from persisting.engine import Topic
+from persisting.engine import flushing
+from persisting.engine.config import TopicConfig
+from persisting.engine.topic import Topic
 from persisting.queue import LanceBackend
+from persisting.wire import codec
 
 
 def test_same_key_is_stored_once_across_reopen(store: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from persisting import ConfigError, SyncQueue
-from persisting.loader import StreamingDataset
+from persisting.client.loader import StreamingDataset
 
 
 def test_ranks_of_one_group_see_the_same_batches_and_groups_are_disjoint(store: Path) -> None:

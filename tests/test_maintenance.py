@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from persisting import Queue, _loop
+from persisting import Queue
+from persisting.client import _loop
 from persisting.queue import LanceBackend
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from persisting import Queue, partitions
+from persisting import Queue
+from persisting.engine import partitions
 from persisting.queue import LanceBackend
 
 from .broker_fixture import make_broker

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from persisting import InvalidRecordError, PersistingError, Queue, SchemaConflictError, SyncQueue, codec
+from persisting import InvalidRecordError, PersistingError, Queue, SchemaConflictError, SyncQueue
+from persisting.wire import codec
 
 
 def roundtrip(store: Path, records: list[dict[str, Any]], *, flush: bool, name: str = "rt") -> list[dict[str, Any]]:

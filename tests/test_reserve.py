@@ -28,8 +28,8 @@ from persisting import (
     SyncQueue,
     SyncReservation,
 )
-from persisting.arena import HEADER_BYTES, default_path
-from persisting.remote import connection
+from persisting.client.remote import connection
+from persisting.tensors.arena import HEADER_BYTES, default_path
 
 from .broker_fixture import BrokerProcess, make_broker
 

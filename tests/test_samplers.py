@@ -13,15 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from persisting import (
-    ConfigError,
-    GRPOGroupNSampler,
-    LengthBalancedSampler,
-    Queue,
-    RankAwareSampler,
-    SequentialSampler,
-    consumption,
-)
+from persisting import ConfigError, GRPOGroupNSampler, LengthBalancedSampler, Queue, RankAwareSampler, SequentialSampler
+from persisting.engine import consumption
 
 from .broker_fixture import BrokerProcess
 
@@ -243,7 +236,7 @@ class _Pick:
 @pytest.fixture
 def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts the engine's ready scans: stopped at a window, or over every ready sample."""
-    from persisting.samples import Samples
+    from persisting.engine.samples import Samples
 
     counts = {"window": 0, "full": 0}
     original = Samples._ready_front

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from broker.__main__ import SETTINGS
-from persisting.arena import default_path
+from persisting.tensors.arena import default_path
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "systemd" / "persisting-broker.service"
@@ -125,8 +125,8 @@ def test_unit_shape() -> None:
 
 def test_env_example_names_real_settings() -> None:
     known = {f"PERSISTING_{key.upper()}" for key in SETTINGS} | {"PERSISTING_CONFIG"}
-    # and the engine's and the broker's own tuning variables, read where they are used (flushing.py, plane.py)
-    source = "".join(f.read_text() for package in ("persisting", "broker") for f in (ROOT / package).glob("*.py"))
+    # and the engine's and the broker's own tuning variables, read where they are used (engine/flushing.py, broker/plane.py)
+    source = "".join(f.read_text() for package in ("persisting", "broker") for f in (ROOT / package).rglob("*.py"))
     known |= set(re.findall(r'os\.environ\.get\("(PERSISTING_[A-Z_]+)"', source))
     keys = set(env_file(ENV_EXAMPLE)) | commented_env_keys(ENV_EXAMPLE)
     assert keys, "the example sets nothing"

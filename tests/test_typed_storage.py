@@ -18,11 +18,11 @@ import pyarrow as pa
 import pytest
 
 from persisting import Queue
-from persisting.arena import Arena
+from persisting.engine.tail import ArenaPayload, Chunk, tensor_parts
 from persisting.queue import tensor_columns
 from persisting.queue.lance_backend import REWRITE_SUFFIX, LanceBackend
-from persisting.tail import ArenaPayload, Chunk, tensor_parts
-from persisting.tensors import Column
+from persisting.tensors.arena import Arena
+from persisting.tensors.column import Column
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_topic"
 

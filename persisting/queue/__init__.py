@@ -1,8 +1,26 @@
-"""Storage backends: the protocol (``persisting.queue.backend``) and the implementations that ship."""
+"""Storage backends: the protocol (``persisting.queue.backend``) and the implementations that ship.
+
+``Queue`` and ``KVInterface`` are importable from here too, where Persisting's users import them from
+(``from persisting.queue import Queue, KVInterface``); they live in ``persisting.client`` and are loaded on first
+use, because the client imports these backends.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from .backend import StorageBackend
 from .lance_backend import LanceBackend
 from .memory import InMemoryBackend
 from .persisting_backend import PersistingBackend
 
-__all__ = ["InMemoryBackend", "LanceBackend", "PersistingBackend", "StorageBackend"]
+if TYPE_CHECKING:
+    from ..client import KVInterface, Queue
+
+__all__ = ["InMemoryBackend", "KVInterface", "LanceBackend", "PersistingBackend", "Queue", "StorageBackend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Queue", "KVInterface"):
+        from .. import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

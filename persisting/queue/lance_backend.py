@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, SchemaConflictError, StorageError
-from ..layout import INDEX_KEY
+from ..wire.codec import INDEX_KEY
 from . import tensor_columns
 from ._stream import StreamMixin
 from .tensor_columns import Layout, Part

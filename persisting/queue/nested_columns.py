@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import codec
+from ..wire import codec
 
 _LEAVES: dict[type, tuple[str, pa.DataType]] = {
     bool: ("bool", pa.bool_()),

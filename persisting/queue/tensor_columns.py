@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .. import codec
 from ..errors import CorruptionError
-from ..tensors import Column, storage_dtype
+from ..tensors.column import Column, storage_dtype
+from ..wire import codec
 from . import nested_columns
 
 LAYOUT_KEY = b"persisting.layout"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ...client import Queue
+from ...client.queue import Queue
 from ._base import ContractBase
 from ._support import (
     Row,

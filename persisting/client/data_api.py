@@ -1,0 +1,322 @@
+"""The TransferQueue-style data API of ``Queue``: samples handed to tasks and what goes with them.
+
+A mixin of ``client.Queue``: ``get_meta`` (take samples for a task, with a sampler, readiness of fields, waiting,
+consume-on-fetch or leases), ``get_data`` and ``get_batch`` (their fields: views on shared memory in broker mode),
+``check_ready``, ``mark_consumed``, ``reset_consumption``, ``clear``, ``set_custom_meta`` (tags) and
+``partitions``. Arguments are checked here, in the caller's thread, so that bad input is refused before it reaches
+an engine or the wire; embedded mode runs the engine's coroutines on the engine loop, broker mode sends one
+request per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Coroutine, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..engine import samplers
+from ..engine.topic import Topic
+from ..errors import ConfigError
+from ..tensors import batches
+from ..tensors.meta import BatchMeta
+from . import _loop
+from .remote import RemoteTopic
+
+T = TypeVar("T")
+DEFAULT_LEASE_SECONDS = 60.0  # acknowledged delivery: how long a consumer has to mark_consumed
+
+
+class DataAPI:
+    zerocopy_mode: str
+    _moved: dict[str, int]
+
+    if TYPE_CHECKING:  # provided by client.Queue
+
+        async def _engine(self) -> Topic | RemoteTopic: ...
+
+    async def get_meta(
+        self,
+        fields: Sequence[str] | None = None,
+        batch_size: int = 1,
+        task_name: str = "default",
+        partition_id: str = "default",
+        sampler: Any = None,
+        *,
+        dp_rank: int | None = None,
+        batch_index: int | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+        delivery: str = "fetch",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> BatchMeta:
+        """Hand the next ``batch_size`` samples of ``partition_id`` to ``task_name`` (each sample goes to a task
+        once: consume-on-fetch). Fewer, or none, when fewer are there yet; the meta names them for get_data.
+
+        ``wait=True``: first wait (notified by puts, not polling) until ``batch_size`` samples are there, at
+        most ``timeout`` seconds (None: for ever); then hand out what there is, which may be fewer or none.
+
+        ``delivery="ack"``: acknowledged delivery. The samples are leased for ``lease_seconds``; ``mark_consumed``
+        acknowledges them; a lease that ends first, or whose process died, gives them back to the task
+        (at-least-once). The default ``"fetch"`` hands each sample to the task once (consume-on-fetch).
+
+        ``sampler``: which ready samples to hand out (``persisting.samplers``: SequentialSampler, the default;
+        RankAwareSampler with ``dp_rank`` and ``batch_index``; GRPOGroupNSampler; or your own in embedded mode).
+
+        ``fields``: only samples whose every one of these fields is produced (written by their put or by a later
+        ``put(..., batch_meta=...)``) are handed out; the others wait for their fields (``wait=True`` is woken by
+        the put that completes them). None: every sample, with the fields it has."""
+        self._check_take_args(batch_size, task_name, partition_id, timeout)
+        wanted = None if fields is None else [str(f) for f in fields]
+        topic = await self._engine()
+        limit = (None if timeout is None else float(timeout)) if wait else 0.0
+        kw = _sampler_kw(dp_rank, batch_index)
+        lease = _lease(delivery, lease_seconds)
+        if isinstance(topic, RemoteTopic):
+            wire = _sampler_wire(sampler)
+            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw, lease, wanted)
+        else:
+            _check_sampler(sampler)
+            take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw, lease, wanted)
+            indexes, descs = await _loop.call(take)
+        return batches.meta_from(indexes, partition_id, descs, wanted)
+
+    async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
+        """The same samples with each field's current production status (``FieldMeta.production_status``,
+        ``SampleMeta.is_ready``, ``BatchMeta.is_ready``): for ``fields``, or the fields the meta names. Takes
+        nothing; partitions stay as they are, tags are the stored ones updated by the meta's own."""
+        if not isinstance(batch_meta, BatchMeta):
+            raise ConfigError(f"check_ready takes a BatchMeta, got {type(batch_meta).__qualname__}")
+        if isinstance(fields, str):
+            raise ConfigError("fields must be a list of field names, not one str")
+        wanted = [str(f) for f in fields] if fields is not None else batches.wanted_fields(batch_meta)
+        indexes = batch_meta.global_indexes
+        if not indexes:
+            return batch_meta
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            descs = await topic.describe(indexes)
+        else:
+            descs = await _loop.call(topic.describe(indexes))
+        fresh = batches.meta_from(indexes, "", descs, wanted)
+        samples = tuple(
+            replace(new, partition_id=old.partition_id, custom_meta={**new.custom_meta, **old.custom_meta})
+            for new, old in zip(fresh.samples, batch_meta.samples, strict=True)
+        )
+        return BatchMeta(samples, {**batch_meta.extra_info, "fields": wanted})
+
+    async def mark_consumed(
+        self, task_name: str, global_indexes: Sequence[int] | BatchMeta, partition_id: str = "default"
+    ) -> None:
+        """Acknowledge samples taken with ``delivery="ack"`` (or any samples): never handed to the task again."""
+        self._check_take_args(0, task_name, partition_id, None)
+        indexes = global_indexes.global_indexes if isinstance(global_indexes, BatchMeta) else list(global_indexes)
+        if not all(type(i) is int and i >= 0 for i in indexes):
+            raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta)")
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            await topic.mark_consumed(partition_id, task_name, indexes)
+        else:
+            await _loop.call(topic.mark_consumed(partition_id, task_name, indexes))
+
+    async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
+        """Make every sample of ``partition_id`` available to ``task_name`` again (survives a restart)."""
+        self._check_take_args(0, task_name, partition_id, None)
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            await topic.reset_consumption(partition_id, task_name)
+        else:
+            await _loop.call(_reset_local(topic, partition_id, task_name))
+
+    async def clear(
+        self, global_indexes: Sequence[int] | BatchMeta | None = None, partition_id: str = "default"
+    ) -> int:
+        """Delete samples of ``partition_id`` (None: all of them); returns how many were newly cleared.
+
+        Durable (logged, and synced with ``durability="sync"``) before it returns. Cleared samples are never
+        handed out again, ``get_data`` of them raises ``ConfigError``, ``get()``/``stream()`` skip them, and no
+        other sample's global index changes. Their rows leave the Lance datasets while the topic runs (a purge at
+        most every ``PERSISTING_PURGE_SPACING`` seconds, 30 by default) and at its next open."""
+        self._check_take_args(0, "clear", partition_id, None)
+        indexes = None
+        if global_indexes is not None:
+            indexes = global_indexes.global_indexes if isinstance(global_indexes, BatchMeta) else list(global_indexes)
+            if not all(type(i) is int and i >= 0 for i in indexes):
+                raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta, or None for the whole partition)")
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            return await topic.clear(partition_id, indexes)
+        return await _loop.call(topic.clear(partition_id, indexes))
+
+    async def set_custom_meta(self, batch_meta: BatchMeta) -> None:
+        """Store the samples' tags (``custom_meta``, set with ``BatchMeta.with_custom_meta``) with the samples.
+
+        Merged into what each sample has (a key set again takes the new value); durable when this returns (synced
+        with ``durability="sync"``); every later ``get_meta``, ``get_batch`` and ``check_ready``, in any process and
+        after a restart, hands the samples out with them. Values must be msgpack-safe."""
+        if not isinstance(batch_meta, BatchMeta):
+            raise ConfigError(f"set_custom_meta takes a BatchMeta, got {type(batch_meta).__qualname__}")
+        by_partition: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for sample in batch_meta.samples:
+            if sample.custom_meta:
+                by_partition.setdefault(sample.partition_id, []).append((sample.global_index, sample.custom_meta))
+        topic = await self._engine()
+        for partition, items in by_partition.items():
+            await on_topic(topic, topic.set_tags(partition, items))
+
+    async def partitions(self) -> dict[str, dict[str, Any]]:
+        """Every partition of the topic: ``{partition: {"samples": n, "cleared": n, "tasks": {task: {"consumed":
+        n, "leased": n}}}}`` (samples not cleared; per task, what it took and what it holds leased now)."""
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            return await topic.partitions()
+        return await _loop.call(topic.partitions())
+
+    @staticmethod
+    def _check_take_args(batch_size: Any, task_name: Any, partition_id: Any, timeout: Any) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
+            raise ConfigError(f"batch_size must be an int >= 0, got {batch_size!r}")
+        for label, v in (("task_name", task_name), ("partition_id", partition_id)):
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{label} must be a non-empty str, got {v!r}")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+
+    async def get_data(
+        self, batch_meta: BatchMeta, partition_id: str | None = None, device: Any = None
+    ) -> batches.Batch:
+        """The samples of ``batch_meta``: per field, one array/tensor stacked along the batch dimension (views on
+        shared memory in broker mode), a list when sample shapes differ, a list of values for other fields."""
+        if not isinstance(batch_meta, BatchMeta):
+            raise ConfigError(f"get_data takes the BatchMeta from get_meta or put, got {type(batch_meta).__qualname__}")
+        if partition_id is not None and any(s.partition_id != partition_id for s in batch_meta.samples):
+            raise ConfigError(f"this BatchMeta holds samples of {batch_meta.partition_ids}, not {partition_id!r}")
+        indexes = batch_meta.global_indexes
+        fields = batches.wanted_fields(batch_meta)
+        if not indexes:
+            return batches.Batch()
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic):
+            data, zero, copied = await topic.get_data(indexes, fields, self.zerocopy_mode, device)
+            self._moved["get_zero_copy_bytes"] += zero
+            self._moved["get_copied_bytes"] += copied
+            return data
+        if self.zerocopy_mode == "force":
+            raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
+        rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
+        data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
+        self._moved["get_copied_bytes"] += sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
+        return data
+
+    async def get_batch(
+        self,
+        fields: Sequence[str] | None = None,
+        batch_size: int = 1,
+        task_name: str = "default",
+        partition_id: str = "default",
+        sampler: Any = None,
+        device: Any = None,
+        *,
+        dp_rank: int | None = None,
+        batch_index: int | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+        delivery: str = "fetch",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> tuple[batches.Batch, BatchMeta]:
+        """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``)."""
+        topic = await self._engine()
+        if isinstance(topic, RemoteTopic) and fields is not None:
+            self._check_take_args(batch_size, task_name, partition_id, timeout)
+            wanted = [str(f) for f in fields]
+            limit = (None if timeout is None else float(timeout)) if wait else 0.0
+            sampling = (_sampler_wire(sampler), _sampler_kw(dp_rank, batch_index), _lease(delivery, lease_seconds))
+            indexes, descs, data, zero, copied = await topic.take_batch(
+                partition_id, task_name, batch_size, limit, wanted, self.zerocopy_mode, device, *sampling
+            )
+            self._moved["get_zero_copy_bytes"] += zero
+            self._moved["get_copied_bytes"] += copied
+            return (data if indexes else batches.Batch()), batches.meta_from(indexes, partition_id, descs, wanted)
+        meta = await self.get_meta(
+            fields,
+            batch_size,
+            task_name,
+            partition_id,
+            sampler,
+            dp_rank=dp_rank,
+            batch_index=batch_index,
+            wait=wait,
+            timeout=timeout,
+            delivery=delivery,
+            lease_seconds=lease_seconds,
+        )
+        return await self.get_data(meta, device=device), meta
+
+
+def on_topic(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
+    """Where a topic's coroutine runs: an embedded engine on its loop, a broker client on the caller's."""
+    return coro if isinstance(topic, RemoteTopic) else _loop.call(coro)
+
+
+async def _take_local(
+    topic: Topic,
+    partition: str,
+    task: str,
+    n: int,
+    timeout: float | None,
+    sampler: Any,
+    kw: dict[str, Any],  # the sampler's dp_rank and batch_index
+    lease: float | None,
+    fields: list[str] | None,
+) -> tuple[list[int], list[list[Any]]]:
+    held = None if lease is None else (lease, None)
+    indexes = await topic.take(partition, task, n, timeout, sampler, held, fields=fields, **kw)
+    return indexes, await topic.describe(indexes, lenient=True)
+
+
+async def _reset_local(topic: Topic, partition: str, task: str) -> None:
+    topic.reset_consumption(partition, task)
+
+
+def _lease(delivery: Any, lease_seconds: Any) -> float | None:
+    """The lease of acknowledged delivery, None for consume-on-fetch."""
+    if delivery == "fetch":
+        return None
+    if delivery != "ack":
+        raise ConfigError(f"delivery must be 'fetch' (consume-on-fetch) or 'ack' (leases), got {delivery!r}")
+    if not isinstance(lease_seconds, int | float) or isinstance(lease_seconds, bool) or lease_seconds <= 0:
+        raise ConfigError(f"lease_seconds must be a number > 0, got {lease_seconds!r}")
+    return float(lease_seconds)
+
+
+def _sampler_kw(dp_rank: Any, batch_index: Any) -> dict[str, int]:
+    kw = {}
+    for label, value in (("dp_rank", dp_rank), ("batch_index", batch_index)):
+        if value is not None:
+            if type(value) is not int or value < 0:
+                raise ConfigError(f"{label} must be an int >= 0, got {value!r}")
+            kw[label] = value
+    return kw
+
+
+def _check_sampler(sampler: Any) -> None:
+    if sampler is not None and not isinstance(sampler, samplers.Sampler):
+        raise ConfigError(
+            "sampler must have sample(ready, batch_size, **kw) -> (sampled, consumed); "
+            f"got {type(sampler).__qualname__}"
+        )
+
+
+def _sampler_wire(sampler: Any) -> dict[str, Any] | None:
+    """A sampler as the broker rebuilds it: built-in ones only (nothing from the wire is unpickled)."""
+    _check_sampler(sampler)
+    if sampler is None:
+        return None
+    to_wire = getattr(sampler, "to_wire", None)
+    if type(sampler).__module__ != samplers.__name__ or to_wire is None:
+        raise ConfigError(
+            f"{type(sampler).__qualname__} is a custom sampler: it works in embedded mode only, the broker runs "
+            "the built-in ones (Sequential, RankAware, GRPOGroupN and LengthBalanced samplers)"
+        )
+    wire: dict[str, Any] = to_wire()
+    return wire

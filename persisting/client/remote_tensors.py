@@ -1,0 +1,387 @@
+"""Broker mode, the tensor plane on the client side: a mixin of ``remote.RemoteTopic``.
+
+A put leases an extent of the broker's arena (or uses the one leased ahead in the previous put's reply), copies
+the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
+makes read-only views on this process's one mapping of it, checked against the mapping; the views' finalizers
+tell the broker when they are gone (``Connection.defer_release``).
+
+A reservation (``Queue.reserve``, ``reservation.py``) leases its extent the same way (``reserve_extent``: by
+this process, so the broker's reaper frees it if the process dies), hands the producer writable arrays on it,
+and ``put_reserved`` seals it with the same ``put_tensors`` request, without touching the bytes.
+
+Every ``put_tensors`` and abandon names the arena generation its extent came from: extent ids start again at 1
+in a restarted broker, so without it an extent id leased from the old broker could seal or free an extent this
+process leased from the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
+
+from .. import errors
+from ..tensors import batches
+from ..tensors.arena import Arena, attach_cached, peer_id
+from ..tensors.column import Column
+from ..wire.codec import EncodedBatch
+
+RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
+
+if TYPE_CHECKING:
+    from .remote import Connection
+
+
+@dataclass(slots=True, eq=False)
+class ReservedExtent:
+    """An extent leased for a reservation, until its put seals it or it is given back (``spent``)."""
+
+    extent: int
+    base: int  # its offset in the arena file
+    nbytes: int  # the bytes the reservation's layout uses (the extent may be larger)
+    arena: Arena
+    spent: bool = False  # sealed, or given back: nothing more to tell the broker about it
+
+
+def _abandon_soon(lease: ReservedExtent, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+    """Give a reserved extent back without waiting (a failed or cancelled put, or its arrays were garbage-collected
+    unput); from any thread. A sealed extent is left alone by the broker, so a late abandon is harmless."""
+    if lease.spent:
+        return
+    lease.spent = True
+    args = {"abandon": [lease.extent], "generation": lease.arena.generation, "peer": peer_id()}
+
+    def send() -> None:
+        task = asyncio.ensure_future(conn.request("release", args, timeout=5))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the broker reaps the lease when we exit
+        loop.call_soon_threadsafe(send)
+
+
+class TensorClient:
+    kinds: dict[str, str]
+    _count: int
+    _arena_info: dict[str, Any] | None
+    _spare: list[Any] | None  # [extent, offset, bytes, generation] leased ahead for the next put
+
+    if TYPE_CHECKING:  # provided by remote.RemoteTopic
+
+        @property
+        def _conn(self) -> Connection: ...
+
+        def _args(self, **extra: Any) -> dict[str, Any]: ...
+
+    async def _arena(self, generation: bytes | None = None) -> Arena | None:
+        """This process's mapping of the broker's arena (made once; again after the broker restarted)."""
+        info = self._arena_info
+        if info is None or (generation is not None and info.get("generation") != generation):
+            hello = await self._conn.request("hello", {})
+            info = self._arena_info = dict(hello.result.get("arena") or {})
+        if not info:
+            return None
+        return attach_cached(Path(info["path"]), bytes(info["generation"]))
+
+    async def has_arena(self) -> bool:
+        return await self._arena() is not None
+
+    async def put_tensors(
+        self,
+        columns: dict[str, Column],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        timeout: float,
+        of: list[int] | None = None,
+    ) -> tuple[int, int]:
+        places, total = batches.layout(columns)
+        need = max(total, 1)
+        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
+
+        async def extent_for(_attempt: int) -> tuple[int, bytes]:
+            return await self._write(places, need, timeout)
+
+        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of)
+
+    async def put_reserved(
+        self,
+        lease: ReservedExtent,
+        fields: list[list[Any]],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        timeout: float,
+        of: list[int] | None = None,
+    ) -> tuple[int, int]:
+        """Seal a reserved extent the producer has filled (``fields``: the put_tensors layout). No tensor byte is
+        copied, unless the broker restarted since the reservation: then its bytes (still in this process's
+        mapping of the old arena file) are copied once into an extent of the new arena."""
+
+        async def extent_for(attempt: int) -> tuple[int, bytes]:
+            if attempt:
+                await self._move(lease, timeout)
+            return lease.extent, lease.arena.generation
+
+        return await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of)
+
+    async def _seal(
+        self,
+        fields: list[list[Any]],
+        need: int,
+        extent_for: Callable[[int], Awaitable[tuple[int, bytes]]],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        of: list[int] | None,
+    ) -> tuple[int, int]:
+        """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
+        the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
+        key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
+        result: list[Any] = []
+        for attempt in range(RESTART_RETRIES):
+            extent, generation = await extent_for(attempt)
+            args = self._args(
+                partition=partition,
+                kinds=other.kinds,
+                count=n,
+                key=key,
+                extent=extent,
+                generation=generation,
+                fields=fields,
+                peer=peer_id(),
+                lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
+            )
+            if of is not None:
+                args["of"] = of
+            try:
+                result = (await self._conn.request("put_tensors", args, [other_blob])).result
+                break
+            except errors.UnknownExtentError:
+                # The extent came from a broker that has restarted since (killed before it stored this batch,
+                # or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
+                if attempt == RESTART_RETRIES - 1:
+                    raise
+        first, count = result[0], result[1]
+        if len(result) > 2 and result[2]:
+            self._spare = list(result[2])
+        self.kinds.update(other.kinds)
+        self.kinds.update({str(f[0]): str(f[1]) for f in fields})
+        self._count = max(self._count, first + count)
+        return int(first), int(count)
+
+    async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
+        """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset
+        in the arena file, the arena it lies in)."""
+        arena = await self._arena()
+        if arena is None:
+            raise errors.ConfigError("the broker runs without an arena")
+        spare, self._spare = self._spare, None
+        if spare is not None and (spare[2] < need or bytes(spare[3]) != arena.generation):
+            await self._give_back(spare)
+            spare = None
+        if spare is None:
+            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
+            extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
+        else:
+            extent, base, _size, generation = spare
+        if generation != arena.generation:
+            arena = await self._arena(bytes(generation))
+            if arena is None:
+                raise errors.ConfigError("the broker runs without an arena")
+        return int(extent), int(base), arena
+
+    async def _write(self, places: list[tuple[str, Column, int, int]], need: int, timeout: float) -> tuple[int, bytes]:
+        """Lease an extent of ``need`` bytes (or use the one leased ahead) and copy the tensors into it; returns
+        its id and arena generation."""
+        extent, base, arena = await self._lease(need, timeout)
+        for _name, col, offset, nbytes in places:
+            # The one copy a tensor gets: straight into the broker's shared memory.
+            arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
+        return extent, arena.generation
+
+    async def reserve_extent(self, need: int, timeout: float) -> ReservedExtent:
+        """Lease an extent for a reservation of ``need`` bytes (``need`` > 0)."""
+        extent, base, arena = await self._lease(need, timeout)
+        return ReservedExtent(extent, base, need, arena)
+
+    def watch_reserved(self, owner: np.ndarray, lease: ReservedExtent) -> None:
+        """Give ``lease`` back once ``owner`` (the uint8 view every array of the reservation is made from) is
+        garbage-collected, if it was neither put nor abandoned by then: nothing can write into it any more."""
+        done = weakref.finalize(owner, _abandon_soon, lease, self._conn, asyncio.get_running_loop())
+        done.atexit = False  # at exit the broker reaps what this process leased
+
+    async def abandon_reserved(self, lease: ReservedExtent) -> None:
+        """Give a reserved extent back now (best effort: a broker that restarted since never knew it)."""
+        if lease.spent:
+            return
+        lease.spent = True
+        args = {"abandon": [lease.extent], "generation": lease.arena.generation, "peer": peer_id()}
+        with contextlib.suppress(errors.PersistingError):
+            await self._conn.request("release", args, timeout=5)
+
+    def abandon_reserved_soon(self, lease: ReservedExtent) -> None:
+        """``abandon_reserved`` without waiting for the reply (from an ``except`` that may be a cancellation)."""
+        _abandon_soon(lease, self._conn, asyncio.get_running_loop())
+
+    async def _move(self, lease: ReservedExtent, timeout: float) -> None:
+        """Copy a reservation into a fresh extent after its own was lost to a broker restart."""
+        extent, base, arena = await self._lease(lease.nbytes, timeout)
+        arena.view(base, lease.nbytes, writable=True)[:] = lease.arena.view(lease.base, lease.nbytes)
+        lease.extent, lease.base, lease.arena = extent, base, arena
+
+    async def _give_back(self, spare: list[Any]) -> None:
+        """Return an extent leased ahead and not used (the next batch did not fit in it)."""
+        args = {"abandon": [spare[0]], "generation": bytes(spare[3]), "peer": peer_id()}
+        with contextlib.suppress(errors.PersistingError):
+            await self._conn.request("release", args, timeout=5)
+
+    async def aclose(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await self._give_back(spare)
+
+    async def take(
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None = 0.0,
+        sampler: dict[str, Any] | None = None,
+        sampler_kw: dict[str, int] | None = None,
+        lease: float | None = None,
+        fields: list[str] | None = None,
+    ) -> tuple[list[int], list[list[Any]]]:
+        """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch of samples
+        whose ``fields`` are all produced."""
+        # One key for every slice and re-send of this take: a broker that died after logging it answers the
+        # re-sent take (same key) with the same batch once it is back.
+        request_key = uuid.uuid4().hex
+
+        def args(left: float) -> dict[str, Any]:
+            return self._args(
+                key=request_key,
+                partition=partition,
+                task=task,
+                batch_size=batch_size,
+                wait=left,
+                sampler=sampler,
+                sampler_kw=sampler_kw or {},
+                lease_seconds=lease,
+                ready_fields=fields,
+                peer=peer_id(),
+                release=self._conn.take_releases(),
+            )
+
+        reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
+        indexes, descs = reply.result
+        return list(indexes), list(descs)
+
+    async def clear(self, partition: str, indexes: list[int] | None) -> int:
+        reply = await self._conn.request("clear", self._args(partition=partition, indexes=indexes))
+        return int(reply.result)
+
+    async def set_tags(self, partition: str, items: list[tuple[int, dict[str, Any]]]) -> None:
+        await self._conn.request("set_tags", self._args(partition=partition, items=[list(i) for i in items]))
+
+    async def partitions(self) -> dict[str, dict[str, Any]]:
+        reply = await self._conn.request("partitions", self._args())
+        return dict(reply.result)
+
+    async def describe(self, indexes: list[int]) -> list[list[Any]]:
+        """The broker's ``Topic.describe``: field descriptions of samples, run-length encoded."""
+        reply = await self._conn.request("describe", self._args(indexes=indexes))
+        return list(reply.result)
+
+    async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
+        await self._conn.request("mark_consumed", self._args(partition=partition, task=task, indexes=indexes))
+
+    async def reset_consumption(self, partition: str, task: str) -> None:
+        await self._conn.request("reset_consumption", self._args(partition=partition, task=task))
+
+    async def get_data(
+        self, indexes: list[int], fields: list[str], mode: str, device: Any
+    ) -> tuple[batches.Batch, int, int]:
+        """(data, bytes handed over as views, bytes copied)."""
+        args = self._args(
+            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), release=self._conn.take_releases()
+        )
+        reply = await self._conn.request("get_data", args)
+        return await self._data(reply.result, reply.buffers, fields, mode, device)
+
+    async def take_batch(
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None,
+        fields: list[str],
+        mode: str,
+        device: Any,
+        sampler: dict[str, Any] | None = None,
+        sampler_kw: dict[str, int] | None = None,
+        lease: float | None = None,
+    ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
+        """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
+        request_key = uuid.uuid4().hex  # as in take
+
+        def args(left: float) -> dict[str, Any]:
+            return self._args(
+                key=request_key,
+                partition=partition,
+                task=task,
+                batch_size=batch_size,
+                wait=left,
+                fields=fields,
+                zerocopy=mode != "off",
+                sampler=sampler,
+                sampler_kw=sampler_kw or {},
+                lease_seconds=lease,
+                peer=peer_id(),
+                release=self._conn.take_releases(),
+            )
+
+        reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
+        indexes, descs, result = reply.result
+        data, zero, copied = await self._data(result, reply.buffers, fields, mode, device)
+        return list(indexes), list(descs), data, zero, copied
+
+    async def _data(
+        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any
+    ) -> tuple[batches.Batch, int, int]:
+        if len(buffers) != 1 or not isinstance(result, dict):
+            raise errors.ProtocolError("a data reply without its rows buffer")
+        rows = msgpack.unpackb(buffers[0], raw=False, use_list=True)
+        if "hold" not in result:
+            data = batches.from_rows(rows, result["kinds"], fields, device)
+            return data, 0, len(buffers[0])
+        loop = asyncio.get_running_loop()
+        conn, hold = self._conn, result["hold"]
+
+        def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
+            conn.defer_release(hold, loop)
+
+        try:
+            arena = await self._arena(bytes(result["generation"]))
+            if arena is None:
+                raise errors.ConfigError("the broker runs without an arena")
+            tensor_fields = [f for f in fields if f not in result["kinds"]]
+            data, zero, copied = batches.from_runs(arena, result["runs"], tensor_fields, mode, device, release)
+        except BaseException:
+            release()
+            raise
+        if result["kinds"]:
+            data.update(batches.from_rows(rows, result["kinds"], list(result["kinds"]), device))
+        ordered = batches.Batch((f, data[f]) for f in fields if f in data)
+        ordered._hold, data._hold = data._hold, None
+        return ordered, zero, copied

@@ -1,0 +1,1 @@
+"""The demo ``./dev demo`` runs: ``run.py`` (embedded, broker, arena), ``rl.py`` (its RL step)."""

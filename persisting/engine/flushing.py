@@ -1,0 +1,361 @@
+"""Flushing a topic: moving acknowledged rows from the tail (and the write-ahead log) into the backends.
+
+A mixin of ``engine.Topic`` (like samples.py and partitions.py), on the engine's loop. One flush at a time (the
+flush lock): it takes every visible chunk of the tail, decides each row's bucket (here, once per row, not on the
+put path), writes each bucket's rows in parallel (tensor fields as typed Arrow columns; those of an arena batch
+without the bucket column built over its shared memory, no copy), then, in one loop step, drops the chunks from
+the tail and advances ``flushed_upto``: a reader sees a row in the tail or in a backend, never in neither. Only
+then are log segments below the cut dropped (schema.json and state.json written first).
+
+A bucket whose write fails is reopened from what is on disk (a Lance commit can land and still raise); rows whose
+index is not above the largest the bucket holds are skipped, so the retry stores exactly what is missing.
+
+Scheduling: a background loop flushes when ``batch_size`` rows wait or ``auto_flush_interval_sec`` passed,
+spaced at least ``MIN_FLUSH_SPACING_SECONDS`` apart and at most a quarter of the time; ``flush()``, ``close()``
+and a filling arena (``flush_soon``) do not wait for the spacing.
+
+Arena batches are written behind (``WriteBehind``): their payload already outlives every process in the arena, so
+a flush of them waits until the topic has had no arena put for ``WRITE_BEHIND_IDLE_SECONDS``, the oldest has
+waited ``WRITE_BEHIND_MAX_SECONDS`` (the window a machine restart could lose), or the arena fills (the broker calls
+``flush_soon``). Writing tensors to Lance costs a core for about 2 s per GB on the reference machine: done during
+a stream of hand-overs, it takes the cores the hand-overs need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..queue.backend import StorageBackend
+from ..wire.codec import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
+from .config import Metrics, TopicConfig
+from .fields import FieldIndex
+from .layout import IndexColumn, batch_bucket, bucket_of, write_json_atomic
+from .tail import Chunk, tensor_parts, whole_batch
+from .wal import ROTATE_AT_BYTES, WriteAheadLog
+
+log = logging.getLogger(__name__)
+
+# Background flushes start at most this often (flush(), close() and arena pressure do not wait for it).
+MIN_FLUSH_SPACING_SECONDS = float(os.environ.get("PERSISTING_MIN_FLUSH_SPACING", "0.25"))
+# ... and, when flushes are slow (megabytes of tensor payload to disk), at most a quarter of the time: the
+# rest belongs to hand-overs. The arena asks for a flush sooner when it fills (flush_soon).
+FLUSH_DUTY_FACTOR = 3.0
+# Arena batches: a flush once the topic had no arena put for this long, or its oldest waited that long (see above).
+WRITE_BEHIND_IDLE_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_IDLE", "0.1"))
+WRITE_BEHIND_MAX_SECONDS = float(os.environ.get("PERSISTING_WRITE_BEHIND_MAX", "5.0"))
+# ... and such a flush goes in steps of this much payload (~0.13 s of Lance's encoding at the default)
+WRITE_BEHIND_STEP_BYTES = int(os.environ.get("PERSISTING_WRITE_BEHIND_STEP_BYTES", str(64 * 1024 * 1024)))
+# Flushed log segments are kept this long so that a put retried across a broker restart is recognized by
+# its key (clients give up after PERSISTING_REQUEST_TIMEOUT, 30 s by default).
+IDEMPOTENCY_WINDOW_SECONDS = 120.0
+
+
+class WriteBehind:
+    """When a topic's arena batches are due for a flush: the times of its oldest unflushed and latest arena put."""
+
+    __slots__ = ("latest", "oldest")
+
+    def __init__(self) -> None:
+        self.oldest: float | None = None
+        self.latest = 0.0
+
+    def put(self, now: float) -> bool:
+        """An arena batch was put at ``now``; True if it is the first one waiting (the loop must look again)."""
+        first = self.oldest is None
+        if first:
+            self.oldest = now
+        self.latest = now
+        return first
+
+    def due(self, now: float) -> float | None:
+        """Seconds until a flush is due (0: now), or None when no arena batch waits."""
+        if self.oldest is None:
+            return None
+        return max(0.0, min(self.latest + WRITE_BEHIND_IDLE_SECONDS, self.oldest + WRITE_BEHIND_MAX_SECONDS) - now)
+
+    def flushed(self, started: float, left: bool) -> None:
+        """A flush that began at ``started`` is done; ``left``: arena batches put since then still wait."""
+        self.oldest = started if left else None
+
+
+class Flushing:
+    name: str
+    path: Path
+    config: TopicConfig
+    kinds: dict[str, str]
+    metrics: Metrics
+    visible_upto: int
+    next_index: int
+    flushed_upto: int
+    _fields: FieldIndex
+    _factory: Callable[..., StorageBackend]
+    _backends: list[StorageBackend]
+    _columns: list[IndexColumn]
+    _tail: list[Chunk]
+    _tail_firsts: list[int]
+    _resident: list[Chunk]
+    _resident_firsts: list[int]
+    _wal: WriteAheadLog | None
+    _kinds_written: dict[str, str]
+    _durable_backend: bool
+    _on_flushed: Callable[[str, int], None] | None
+    _flush_lock: asyncio.Lock
+    _flush_wanted: asyncio.Event
+    _urgent: asyncio.Event
+    _stop_requested: asyncio.Event
+    _stopping: bool
+    _flush_error: BaseException | None
+    _write_behind: WriteBehind
+    _rearm: asyncio.Event
+
+    if TYPE_CHECKING:  # provided by engine.Topic
+
+        def _check_open(self) -> None: ...
+
+        async def _read_indexes(self, backend: StorageBackend) -> list[Any]: ...
+
+        def purge_wait(self) -> float | None: ...
+
+        async def purge_if_due(self) -> None: ...
+
+    async def _flush_loop(self) -> None:
+        interval = self.config.auto_flush_interval_sec or None
+        while not self._stopping:
+            due = [w for w in (self.purge_wait(), self._write_behind.due(time.monotonic())) if w is not None]
+            wait = min([*due, interval]) if interval is not None else (min(due) if due else None)
+            woke = await self._sleep(wait)
+            if self._stopping:
+                return
+            if woke == "rearm" or (woke == "timeout" and wait != interval and not self._work_due()):
+                continue  # an arena batch came (its flush is due later), or a later put moved that moment
+            # Written behind (nothing asked for this flush): in steps, so a stream that resumes waits one step.
+            behind = woke == "timeout" and wait != interval and self._write_behind.due(time.monotonic()) == 0.0
+            self._flush_wanted.clear()
+            if self._stopping:
+                return
+            try:
+                started = time.monotonic()
+                await self._flush_once(WRITE_BEHIND_STEP_BYTES if behind else None)
+                await self._maintain()
+                await self.purge_if_due()
+                self._flush_error = None
+                if behind:
+                    continue  # the next step comes at once while the topic stays quiet
+                # Under a steady stream, space background flushes out: every flush costs one Lance commit per
+                # bucket (~5 ms of CPU each) whatever its size, and the log already keeps the rows durable.
+                took = time.monotonic() - started
+                spacing = max(MIN_FLUSH_SPACING_SECONDS, FLUSH_DUTY_FACTOR * took)
+                rest = started + spacing - time.monotonic()
+                if rest > 0 and not self._urgent.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._urgent.wait(), rest)
+                self._urgent.clear()
+            except Exception as exc:  # kept for stats(); the next flush() retries and raises it
+                log.exception("background flush of topic %r failed; will retry", self.name)
+                self._flush_error = exc
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), 1.0)
+
+    async def _sleep(self, seconds: float | None) -> str:
+        """Until a flush is wanted ("wanted"), the first arena batch in a while came ("rearm"), or ``seconds``
+        passed ("timeout")."""
+        waits = {
+            asyncio.ensure_future(self._flush_wanted.wait()): "wanted",
+            asyncio.ensure_future(self._rearm.wait()): "rearm",
+        }
+        try:
+            done, _pending = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        self._rearm.clear()
+        if any(waits[w] == "wanted" for w in done) or self._flush_wanted.is_set():
+            return "wanted"
+        return "rearm" if done else "timeout"
+
+    def _work_due(self) -> bool:
+        return self.purge_wait() == 0.0 or self._write_behind.due(time.monotonic()) == 0.0
+
+    def arena_put(self) -> None:
+        """An arena batch was appended: written behind (see the module docstring), not at ``batch_size``."""
+        if self._write_behind.put(time.monotonic()):
+            self._rearm.set()
+
+    def _step_cut(self, cut: int, step_bytes: int) -> int:
+        """The first index of the tail chunk past ``step_bytes`` of arena payload (at least one chunk goes)."""
+        total = 0
+        for k, chunk in enumerate(self._tail):
+            if chunk.first >= cut:
+                break
+            if chunk.arena is not None:
+                total += sum(col.array.nbytes for col in chunk.arena.columns.values())
+                if total > step_bytes and k + 1 < len(self._tail):
+                    return min(cut, self._tail[k + 1].first)
+        return cut
+
+    def flush_soon(self) -> None:
+        """Start a background flush now, without the usual spacing (the arena needs the space)."""
+        self._urgent.set()
+        self._flush_wanted.set()
+
+    async def flush(self) -> None:
+        """Return once every record acknowledged before this call is stored in the backends."""
+        self._check_open()
+        await self._flush_once()
+        self._flush_wanted.set()  # housekeeping (compaction, cleanup) follows in the background
+
+    async def _flush_once(self, step_bytes: int | None = None) -> None:
+        """Flush every visible chunk; ``step_bytes``: only the oldest ones, up to about that much arena payload."""
+        async with self._flush_lock:
+            cut = self.visible_upto
+            if cut <= self.flushed_upto:
+                return
+            wal = self._wal
+            if wal is None:
+                return
+            if step_bytes is not None:
+                cut = self._step_cut(cut, step_bytes)
+            t0 = time.perf_counter()
+            started = time.monotonic()
+            if wal.current_bytes() >= ROTATE_AT_BYTES:
+                wal.rotate(self.next_index)
+            k = bisect.bisect_left(self._tail_firsts, cut)
+            chunks = self._tail[:k]
+            per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
+            per_index: list[list[int]] = [[] for _ in self._backends]
+            # per bucket: (position in its rows, arena batch, samples skipped) for batches written as columns
+            per_arena: list[list[tuple[int, Chunk, int]]] = [[] for _ in self._backends]
+            col, n = self.config.bucket_column, self.config.num_buckets
+            columnar = all(hasattr(b, "put_columns") for b in self._backends)
+            whole = {id(c) for c in chunks if whole_batch(c, col)}
+            slow = [c for c in chunks if c.arena is not None and not (columnar and id(c) in whole)]
+            if slow:
+                # Encoding tensor samples copies megabytes: off the loop, so hand-overs go on meanwhile.
+                await asyncio.to_thread(lambda: [c.rows for c in slow])
+            for chunk in chunks:
+                batch_b = batch_bucket(chunk.first, n) if id(chunk) in whole else None
+                if chunk.arena is not None and columnar and batch_b is not None:
+                    # A tensor batch without the bucket column goes to one bucket whole, so its payload is
+                    # written as columns straight from the arena (no Python object per sample).
+                    b = batch_b
+                    skip = max(0, self._columns[b].last() - chunk.first + 1)
+                    if skip < chunk.count and chunk.of is None and not any(chunk.other[skip:]):
+                        # Tensors only (the usual batch): every row carries the same engine columns but its index.
+                        per_arena[b].append((len(per_bucket[b]), chunk, skip))
+                        fields = self._fields.to_json(chunk.own_fields_id(skip, self._fields))
+                        indexes = range(chunk.first + skip, chunk.first + chunk.count)
+                        partition = chunk.partition
+                        per_bucket[b].extend(
+                            {INDEX_KEY: i, PARTITION_KEY: partition, FIELDS_KEY: fields} for i in indexes
+                        )
+                        per_index[b].extend(indexes)
+                    elif skip < chunk.count:
+                        per_arena[b].append((len(per_bucket[b]), chunk, skip))
+                        for i in range(skip, chunk.count):
+                            out = dict(chunk.other[i])
+                            out[INDEX_KEY] = chunk.first + i
+                            out[PARTITION_KEY] = chunk.partition
+                            self._mark_fields(out, chunk, i)
+                            per_bucket[b].append(out)
+                            per_index[b].append(chunk.first + i)
+                    continue
+                # Buckets are decided here, once per row, not on the put path.
+                for i, row in enumerate(chunk.rows):
+                    index = chunk.first + i
+                    b = batch_b if batch_b is not None else bucket_of(row.get(col), index, n)
+                    if index <= self._columns[b].last():
+                        continue  # already stored by a flush whose completion was not recorded
+                    out = dict(row)
+                    out[INDEX_KEY] = index
+                    out[PARTITION_KEY] = chunk.partition
+                    self._mark_fields(out, chunk, i)
+                    per_bucket[b].append(out)
+                    per_index[b].append(index)
+            results = await asyncio.gather(
+                *(self._flush_bucket(b, rows, per_index[b], per_arena[b]) for b, rows in enumerate(per_bucket) if rows),
+                return_exceptions=True,
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+            # One loop step: readers see the rows either in the tail or in the backends, never neither.
+            for chunk in chunks:
+                if chunk.arena is not None:
+                    # Flushed, but its extent stays mapped until the arena needs the space: consumers keep
+                    # getting views instead of reading the payload back from Lance.
+                    chunk.forget_rows()
+                    self._resident.append(chunk)
+                    self._resident_firsts.append(chunk.first)
+            del self._tail[:k]
+            del self._tail_firsts[:k]
+            self.flushed_upto = cut
+            self._write_behind.flushed(started, any(c.arena is not None for c in self._tail))
+            if self._durable_backend:
+                await asyncio.to_thread(self._persist_progress, wal, cut)
+            if self._on_flushed is not None:
+                self._on_flushed(self.name, cut)
+            self.metrics.flushes += 1
+            self.metrics.records_flushed += sum(len(x) for x in per_index)
+            self.metrics.flush_seconds += time.perf_counter() - t0
+
+    async def _flush_bucket(
+        self, b: int, rows: list[dict[str, Any]], indexes: list[int], arena: list[tuple[int, Chunk, int]]
+    ) -> None:
+        try:
+            backend = self._backends[b]
+            tensors = tensor_parts(rows, arena, self.kinds) if hasattr(backend, "put_columns") else {}
+            if tensors:
+                # Tensor fields as typed columns (over the arena's memory for arena batches): see tensor_columns.
+                await backend.put_columns(rows, tensors)  # type: ignore[attr-defined]
+            else:
+                await self._backends[b].put_batch(rows)
+                await self._backends[b].flush()
+        except Exception:
+            # The rows may or may not have landed (a Lance commit can land and still raise). Start the bucket
+            # afresh from what is on disk, so the retry stores exactly what is missing.
+            if self._durable_backend:
+                await self._reopen_bucket(b)
+            raise
+        # Reads never look at indexes at or above flushed_upto, so growing the column early is safe; it makes a
+        # retry after another bucket's failure skip the rows this bucket already holds.
+        self._columns[b].extend(indexes)
+
+    async def _reopen_bucket(self, b: int) -> None:
+        backend = await asyncio.to_thread(
+            self._factory, b, str(self.path), batch_size=self.config.batch_size, **self.config.backend_kwargs
+        )
+        self._backends[b] = backend
+        self._columns[b] = IndexColumn(await self._read_indexes(backend))
+
+    def _persist_progress(self, wal: WriteAheadLog, cut: int) -> None:
+        # Before any frame leaves the log: the kinds it carried go to schema.json, and state.json records what
+        # is in the backends (the start-up floor for indexes and the point replay can skip to).
+        if self.kinds != self._kinds_written:
+            write_json_atomic(self.path / "schema.json", self.kinds)
+            self._kinds_written = dict(self.kinds)
+        segments = wal.droppable(cut, IDEMPOTENCY_WINDOW_SECONDS)
+        if segments:
+            write_json_atomic(self.path / "state.json", {"flushed_upto": cut})
+            wal.drop(segments)
+
+    async def _maintain(self) -> None:
+        for backend in self._backends:
+            maintain = getattr(backend, "maintain", None)
+            if maintain is not None:
+                await maintain()
+
+    def _mark_fields(self, out: dict[str, Any], chunk: Chunk, i: int) -> None:
+        """The engine columns a stored row carries so that the field index can be rebuilt at open."""
+        if chunk.of is not None:
+            out[OF_KEY] = chunk.of[i]
+            out[FIELDS_KEY] = self._fields.to_json(self._fields.intern(frozenset(chunk.patch_fields)))
+        else:
+            out[FIELDS_KEY] = self._fields.to_json(chunk.own_fields_id(i, self._fields))

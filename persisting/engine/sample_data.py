@@ -1,0 +1,279 @@
+"""Where a sample's fields lie, and reading them: the tail, the arena, or the backends.
+
+The base of the ``samples.Samples`` mixin of ``engine.Topic``, on the engine's loop. A sample's own fields are in
+the row its put wrote; a field written later (a patch, see fields.py) is in the patch's row. A row is in the tail
+until it is flushed, then in its bucket's backend; the tensor fields of a batch that came through the broker's
+arena stay in its extent (``arena_runs`` tells a broker client where, so it makes views instead of reading
+copies) until the arena recycles the extent after its flush. ``describe`` gives get_meta the samples' field
+descriptions (dtype, shape, production status) and tags; ``sample_rows`` gives get_data their stored values.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..wire.codec import RESERVED_PREFIX, decode_sample
+from .fields import FieldIndex
+from .tail import Chunk
+
+
+class SampleData:
+    name: str
+    kinds: dict[str, str]
+    visible_upto: int
+    flushed_upto: int
+    _fields: FieldIndex
+    _tags: dict[int, dict[str, Any]]
+    _tail: list[Chunk]
+    _tail_firsts: list[int]
+    _resident: list[Chunk]
+    _resident_firsts: list[int]
+
+    if TYPE_CHECKING:  # provided by engine.Topic and samples.Samples
+
+        def check_not_cleared(self, indexes: list[int]) -> None: ...
+
+        async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]: ...
+
+        async def field_index(self) -> FieldIndex: ...
+
+    async def _field_values(self, indexes: list[int], name: str) -> dict[int, Any]:
+        """One plain field's values for samples (arena batches: from memory; others: their rows)."""
+        out: dict[int, Any] = {}
+        need: list[int] = []
+        for index in indexes:
+            chunk = self.arena_chunk(index)
+            if chunk is not None:
+                out[index] = chunk.other[index - chunk.first].get(name)
+            else:
+                need.append(index)
+        if need:
+            rows, _kinds = await self.rows_at(need)
+            out.update((i, row.get(name)) for i, row in zip(need, rows, strict=True))
+        return out
+
+    def tail_chunk(self, index: int) -> Chunk | None:
+        if index < self.flushed_upto or index >= self.visible_upto:
+            return None
+        k = bisect.bisect_right(self._tail_firsts, index) - 1
+        if k < 0:
+            return None
+        chunk = self._tail[k]
+        return chunk if chunk.first <= index < chunk.first + chunk.count else None
+
+    def arena_chunk(self, index: int) -> Chunk | None:
+        """The arena batch holding ``index``: in the tail, or flushed and still resident in the arena."""
+        chunk = self.tail_chunk(index)
+        if chunk is None and index < self.flushed_upto:
+            k = bisect.bisect_right(self._resident_firsts, index) - 1
+            if k >= 0:
+                found = self._resident[k]
+                if found.first <= index < found.first + found.count:
+                    chunk = found
+        return chunk if chunk is not None and chunk.arena is not None else None
+
+    def forget_arena(self, extent_id: int) -> None:
+        """The arena reuses this extent: its (flushed) samples are read from the backends from now on."""
+        for k, chunk in enumerate(self._resident):
+            if chunk.arena is not None and chunk.arena.extent_id == extent_id:
+                del self._resident[k]
+                del self._resident_firsts[k]
+                return
+
+    def arena_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
+        """Where the tensor fields of ``indexes`` lie in the arena, if all of them do (else None).
+
+        One entry per run of consecutive samples in one extent: (extent id, [[field, kind, dtype, shape,
+        offset of the run's first sample, samples in the run, bytes per sample], ...]). Nothing awaits here, so
+        the answer stays true until the caller's next await (a hold taken before it keeps it true after).
+        """
+        sources = self._fields.sources
+        if sources and any(i in sources for i in indexes):
+            # Some fields were written later by patches: each field's runs follow the rows that hold it.
+            runs = []
+            for name in fields:
+                part = self._arena_field_runs([self._fields.source(i, name) for i in indexes], [name])
+                if part is None:
+                    return None
+                runs.extend(part)
+            return runs
+        return self._arena_field_runs(indexes, fields)
+
+    def _arena_field_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
+        runs: list[tuple[int, list[list[Any]]]] = []
+        for chunk, at, count in self._arena_groups(indexes):
+            if chunk is None or chunk.arena is None:
+                return None
+            i = indexes[at] - chunk.first
+            entry_fields: list[list[Any]] = []
+            for name in fields:
+                col = chunk.arena.columns.get(name)
+                if col is None:
+                    return None
+                per = col.array.strides[0] if col.array.ndim else 0
+                addr = col.array.__array_interface__["data"][0] + i * per
+                entry_fields.append([name, col.kind, col.dtype_name, list(col.sample_shape), addr, count, per])
+            runs.append((chunk.arena.extent_id, entry_fields))
+        return runs
+
+    def _arena_groups(self, indexes: list[int]) -> list[tuple[Chunk | None, int, int]]:
+        """``indexes`` cut into runs of consecutive indexes inside one arena batch: (batch or None, position in
+        ``indexes``, length). One lookup per run, not per sample (a meta is usually one or a few batches)."""
+        out: list[tuple[Chunk | None, int, int]] = []
+        k, total = 0, len(indexes)
+        while k < total:
+            chunk = self.arena_chunk(indexes[k])
+            if chunk is None:
+                out.append((None, k, 1))
+                k += 1
+                continue
+            end = chunk.first + chunk.count
+            j = k + 1
+            while j < total and indexes[j] == indexes[j - 1] + 1 and indexes[j] < end:
+                j += 1
+            out.append((chunk, k, j - k))
+            k = j
+        return out
+
+    async def rows_at(self, indexes: list[int], lenient: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once.
+        ``lenient``: a row that is gone (its sample cleared meanwhile) comes back as ``{}`` instead of raising."""
+        if not lenient:
+            self.check_not_cleared(indexes)
+        out: dict[int, dict[str, Any]] = {}
+        kinds = dict(self.kinds)
+        ordered = sorted(set(indexes))
+        k = 0
+        while k < len(ordered):
+            j = k
+            while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+                j += 1
+            rows, kinds = await self.read(ordered[k], j - k + 1)
+            for n, row in enumerate(rows):
+                out[ordered[k] + n] = row
+            k = j + 1
+        missing = [i for i in indexes if i not in out]
+        if missing and not lenient:
+            raise ConfigError(f"topic {self.name!r} has no samples at global indexes {missing[:10]}")
+        return [out.get(i, {}) for i in indexes], kinds
+
+    async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
+        """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}
+        [, tags]], ...]`` (dtype and per-sample shape for tensor fields, "" and [] for others; ``tags``: the
+        samples' stored tags, absent when they have none). Samples of one batch share a run, so a meta of
+        hundreds of samples costs one description per batch, not one per sample. Fields written later by patches
+        are described from the rows that hold them.
+
+        ``lenient`` (the answer to a take): a sample cleared while this reads (a purge may take its rows) is
+        described with no fields instead of raising; ``get_data`` of it then says it was cleared."""
+        descs = await self._describe_each(indexes, lenient)
+        sources = (await self.field_index()).sources
+        patched = [(n, sources[i]) for n, i in enumerate(indexes) if i in sources]
+        if patched:
+            rows = sorted({src for _, written in patched for src in written.values()})
+            found = dict(zip(rows, await self._describe_each(rows, lenient), strict=True))
+            for n, written in patched:
+                desc = dict(descs[n] or {})
+                for name, src in written.items():
+                    held = (found[src] or {}).get(name)
+                    if held is not None:
+                        desc[name] = held
+                descs[n] = desc
+        runs: list[list[Any]] = []
+        tags = self._tags
+        for index, entry in zip(indexes, descs, strict=True):
+            tagged = tags.get(index) if tags else None
+            if runs and (runs[-1][1] is entry or runs[-1][1] == entry) and (runs[-1][2:] or [None])[0] == tagged:
+                runs[-1][0] += 1
+            else:
+                runs.append([1, entry or {}] if tagged is None else [1, entry or {}, tagged])
+        return runs
+
+    async def _describe_each(self, indexes: list[int], lenient: bool = False) -> list[dict[str, list[Any]] | None]:
+        """Each row's own field descriptions (samples of one arena batch share one dict)."""
+        descs: list[dict[str, list[Any]] | None] = [None] * len(indexes)
+        need: list[int] = []
+        for chunk, at, count in self._arena_groups(indexes):
+            if chunk is None or chunk.arena is None:
+                need.extend(range(at, at + count))
+                continue
+            base = {
+                name: [col.kind, col.dtype_name, list(col.sample_shape)] for name, col in chunk.arena.columns.items()
+            }
+            first = indexes[at] - chunk.first
+            for n, other in enumerate(chunk.other[first : first + count], start=at):
+                if other:
+                    desc = dict(base)
+                    desc.update({k: [self.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
+                    descs[n] = desc
+                else:
+                    descs[n] = base
+        if need:
+            rows, kinds = await self.rows_at([indexes[n] for n in need], lenient)
+            for n, row in zip(need, rows, strict=True):
+                found: dict[str, list[Any]] = {}
+                for name, value in row.items():
+                    if name.startswith(RESERVED_PREFIX) or value is None:
+                        continue
+                    kind = kinds.get(name, "")
+                    if kind in ("ndarray", "tensor"):
+                        dtype_name, arr = decode_sample(kind, value)
+                        found[name] = [kind, dtype_name, list(arr.shape)]
+                    else:
+                        found[name] = [kind, "", []]
+                descs[n] = found
+        return descs
+
+    async def plain_values(self, indexes: list[int], names: list[str]) -> list[dict[str, Any]]:
+        """Stored values of non-tensor fields of samples, read beside the arena views without encoding any
+        payload: from the arena batches' own rows where they lie there, else from the rows that hold them."""
+        keep = set(names)
+        out: list[dict[str, Any]] = []
+        later: list[tuple[int, str, int]] = []  # (position, field, row holding it) to read from storage
+        sources = self._fields.sources
+        for n, index in enumerate(indexes):
+            chunk = self.arena_chunk(index)
+            if chunk is None:
+                out.append({})
+                later.extend((n, name, self._fields.source(index, name)) for name in names)
+                continue
+            out.append({k: v for k, v in chunk.other[index - chunk.first].items() if k in keep})
+            for name, src in sources.get(index, {}).items():
+                if name not in keep:
+                    continue
+                holder = self.arena_chunk(src)
+                if holder is not None:
+                    out[n][name] = holder.other[src - holder.first].get(name)
+                else:
+                    later.append((n, name, src))
+        if later:
+            need = sorted({src for _, _, src in later})
+            rows, _kinds = await self.rows_at(need)
+            by_index = dict(zip(need, rows, strict=True))
+            for n, name, src in later:
+                value = by_index[src].get(name)
+                if value is None:
+                    out[n].pop(name, None)
+                else:
+                    out[n][name] = value
+        return out
+
+    async def sample_rows(self, indexes: list[int], fields: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The stored values of ``fields`` of samples, each field from the latest row that wrote it (the sample
+        itself, or a patch), in the order given."""
+        rows, kinds = await self.rows_at(indexes)
+        sources = (await self.field_index()).sources
+        keep = set(fields)
+        out = [{k: v for k, v in row.items() if k in keep} for row in rows]
+        wanted = [
+            (n, name, src) for n, i in enumerate(indexes) for name, src in sources.get(i, {}).items() if name in keep
+        ]
+        if wanted:
+            need = sorted({src for _, _, src in wanted})
+            patch_rows, kinds = await self.rows_at(need)
+            by_index = dict(zip(need, patch_rows, strict=True))
+            for n, name, src in wanted:
+                out[n][name] = by_index[src].get(name)
+        return out, kinds

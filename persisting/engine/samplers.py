@@ -1,0 +1,200 @@
+"""Samplers: which of the ready samples a ``get_meta`` call hands out.
+
+The protocol (a custom sampler implements it)::
+
+    sample(ready, batch_size, **kw) -> (sampled, consumed)
+
+``ready`` lists the global indexes of the samples this task may still take in the partition, in index order;
+``kw`` carries ``positions`` (each ready sample's position in its partition: 0 for the first sample ever put
+there) plus what the caller passed (``dp_rank``, ``batch_index``, ...). ``sampled`` goes into the BatchMeta;
+``consumed`` is marked taken for the task (consume-on-fetch), usually the same list; an optional third element
+gives other ranks' parts of the same step by cache key (LengthBalancedSampler). A sampler that cannot fill
+a whole batch returns what it can: ``get_meta(wait=True)`` waits until it fills one.
+
+Optionally ``window(batch_size) -> int``: how many ready samples from the front the sampler needs to see. The
+engine then passes only the first ``window`` ready samples (and their positions), so a call costs the same
+whatever the backlog; if the sampler does not fill the batch from them (fewer than ``batch_size`` sampled) and
+more samples were ready, it is asked again with the whole list. A sampler declaring a window promises that
+whenever it fills a batch from a window, it would have picked the same from the whole list (true of any sampler
+that picks greedily from the front, like the built-in ones). Without ``window``, ``ready`` is every sample the
+task may still take.
+
+Built-in samplers work in embedded and broker mode (the broker rebuilds them from ``to_wire()``); a custom
+sampler works in embedded mode only, because nothing from the wire is unpickled.
+
+``RankAwareSampler``: every rank of one data-parallel group asking for the same (partition, task, dp_rank,
+batch_index) gets the identical batch; different dp_rank values get disjoint samples. The engine remembers the
+answer per key (``cache_key``), so the first rank's request samples and the others read it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ConfigError
+
+RANK_CACHE_SIZE = 4096  # (partition, task, dp_rank, batch_index) answers remembered per topic
+
+
+Shares = dict[tuple[Any, ...], list[int]]  # cache key (dp_rank, batch_index) -> that rank's part of a step
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    def sample(
+        self, ready: Sequence[int], batch_size: int, **kw: Any
+    ) -> tuple[list[int], list[int]] | tuple[list[int], list[int], Shares]: ...
+
+
+class SequentialSampler:
+    """The first ``batch_size`` ready samples, in index order."""
+
+    name = "sequential"
+
+    def window(self, batch_size: int) -> int:
+        """Ready samples (from the front) the sampler needs to see: the batch itself."""
+        return batch_size
+
+    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
+        picked = list(ready[:batch_size])
+        return picked, picked
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def cache_key(self, **kw: Any) -> tuple[Any, ...] | None:
+        return None
+
+
+class RankAwareSampler(SequentialSampler):
+    """Sequential, and the same batch for every rank asking with the same ``dp_rank`` and ``batch_index``."""
+
+    name = "rank_aware"
+
+    def cache_key(self, **kw: Any) -> tuple[Any, ...] | None:
+        dp_rank, batch_index = kw.get("dp_rank"), kw.get("batch_index")
+        for label, value in (("dp_rank", dp_rank), ("batch_index", batch_index)):
+            if type(value) is not int or value < 0:
+                raise ConfigError(f"RankAwareSampler needs {label}= an int >= 0, got {value!r}")
+        return (dp_rank, batch_index)
+
+
+class GRPOGroupNSampler:
+    """Whole groups of ``n_samples_per_prompt`` (the n responses of one prompt, put together), never split.
+
+    A group is ``n`` consecutive samples of the partition: positions ``[k*n, (k+1)*n)``; put each prompt's
+    responses in one put, in puts whose sizes are multiples of n. A group is handed out once all its samples
+    are ready; ``batch_size`` must be a multiple of n.
+    """
+
+    name = "grpo"
+
+    def __init__(self, n_samples_per_prompt: int) -> None:
+        if type(n_samples_per_prompt) is not int or n_samples_per_prompt < 1:
+            raise ConfigError(f"n_samples_per_prompt must be an int >= 1, got {n_samples_per_prompt!r}")
+        self.n = n_samples_per_prompt
+
+    def window(self, batch_size: int) -> int:
+        """Ready samples (from the front) the sampler needs to see: the batch, plus slack for groups at the front
+        that are not whole yet (skipped); one more group so that a batch cut by an unaligned put still fits."""
+        return 2 * batch_size + self.n
+
+    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
+        if batch_size % self.n:
+            raise ConfigError(
+                f"batch_size {batch_size} is not a multiple of n_samples_per_prompt={self.n}: a batch holds whole "
+                "groups only"
+            )
+        positions: Sequence[int] = kw["positions"]
+        picked: list[int] = []
+        k = 0
+        while k < len(ready) and len(picked) < batch_size:
+            start = positions[k]
+            if start % self.n == 0 and k + self.n <= len(ready) and positions[k + self.n - 1] == start + self.n - 1:
+                picked.extend(ready[k : k + self.n])  # all n of the group are ready (positions are consecutive)
+                k += self.n
+            else:
+                k += 1  # a group that is not whole yet (or was split by a put of the wrong size): skip it
+        return picked, picked
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "n": self.n}
+
+    def cache_key(self, **kw: Any) -> tuple[Any, ...] | None:
+        return None
+
+
+class LengthBalancedSampler:
+    """Whole groups split across the ``dp_size`` ranks of one step so that each rank's sum of ``length_field``
+    is as even as possible (the trainer's ranks then finish their step at about the same time).
+
+    The first rank asking for a ``batch_index`` takes ``batch_size * dp_size`` samples (whole groups of
+    ``n_samples_per_prompt``), deals the groups out (longest first, each to the rank with the smallest sum that
+    still has room) and every rank of that step gets its share; ``batch_size`` is per rank and must be a multiple
+    of n. ``length_field`` must be an int field of the samples (missing counts as 0).
+    """
+
+    name = "length_balanced"
+
+    def __init__(self, length_field: str, dp_size: int, n_samples_per_prompt: int = 1) -> None:
+        if not isinstance(length_field, str) or not length_field:
+            raise ConfigError("length_field must name an int field of the samples")
+        if type(dp_size) is not int or dp_size < 1:
+            raise ConfigError(f"dp_size must be an int >= 1, got {dp_size!r}")
+        self.length_field = length_field
+        self.dp_size = dp_size
+        self.groups = GRPOGroupNSampler(n_samples_per_prompt)
+
+    def window(self, batch_size: int) -> int:
+        """Ready samples (from the front) the sampler needs to see, and the ones it is given lengths for: a step
+        of ``batch_size * dp_size``, with as much again as slack for groups that are not whole yet."""
+        return 2 * batch_size * self.dp_size
+
+    def cache_key(self, **kw: Any) -> tuple[Any, ...] | None:
+        key = RankAwareSampler().cache_key(**kw)
+        if key is not None and key[0] >= self.dp_size:
+            raise ConfigError(f"dp_rank {key[0]} is not below dp_size={self.dp_size}")
+        return key
+
+    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int], Shares]:
+        n = self.groups.n
+        picked, _ = self.groups.sample(ready, batch_size * self.dp_size, **kw)
+        if len(picked) < batch_size * self.dp_size:
+            return [], [], {}  # a step is dealt out whole or not at all
+        lengths: dict[int, int] = kw.get("lengths") or {}
+        groups = [picked[k : k + n] for k in range(0, len(picked), n)]
+        groups.sort(key=lambda g: -sum(int(lengths.get(i) or 0) for i in g))
+        shares: list[list[int]] = [[] for _ in range(self.dp_size)]
+        sums = [0] * self.dp_size
+        for group in groups:
+            open_ranks = [r for r in range(self.dp_size) if len(shares[r]) < batch_size]
+            r = min(open_ranks, key=lambda r: sums[r])
+            shares[r].extend(group)
+            sums[r] += sum(int(lengths.get(i) or 0) for i in group)
+        dp_rank, batch_index = kw["dp_rank"], kw["batch_index"]
+        for share in shares:
+            share.sort()
+        others = {(r, batch_index): shares[r] for r in range(self.dp_size) if r != dp_rank}
+        return shares[dp_rank], picked, others
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "length_field": self.length_field, "dp_size": self.dp_size, "n": self.groups.n}
+
+
+def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler | LengthBalancedSampler:
+    """A built-in sampler from its ``to_wire()`` form (what the broker accepts)."""
+    if raw is None:
+        return SequentialSampler()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"not a sampler description: {raw!r}")
+    name = raw.get("name")
+    if name == "sequential":
+        return SequentialSampler()
+    if name == "rank_aware":
+        return RankAwareSampler()
+    if name == "grpo":
+        return GRPOGroupNSampler(raw.get("n"))  # type: ignore[arg-type]
+    if name == "length_balanced":
+        return LengthBalancedSampler(raw.get("length_field"), raw.get("dp_size"), raw.get("n", 1))  # type: ignore[arg-type]
+    raise ConfigError(f"unknown sampler {name!r}; the broker knows sequential, rank_aware, grpo and length_balanced")

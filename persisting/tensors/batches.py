@@ -1,0 +1,223 @@
+"""Tensor batches between the user and a topic: rows to store, metas to return, arrays to hand back.
+
+Two ways a batch travels. The copy path (embedded mode, ``zerocopy_mode="off"``, or no arena): each sample
+becomes a row whose tensor fields hold encoded bytes, exactly like records. The arena path (broker mode): the
+producer writes each field's whole batch once into a leased extent (``layout``), and consumers get views of the
+broker's arena (``from_runs``), kept alive by reference: when the last array made from a ``get_data`` call is
+garbage-collected the broker is told to release it.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, ProtocolError
+from ..wire import codec
+from . import column as tensors
+from .arena import FIELD_ALIGN_BYTES, Arena, align_up
+from .column import Column
+from .meta import BatchMeta, FieldMeta, ProductionStatus, SampleMeta, sample_metas
+
+
+def other_rows(other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str, str]) -> codec.EncodedBatch:
+    """The non-tensor fields as ``n`` encoded rows (empty rows when there are none)."""
+    if not other:  # a tensors-only batch: nothing to check per sample
+        return codec.EncodedBatch([{} for _ in range(n)], {})
+    records = [{name: values[i] for name, values in other.items()} for i in range(n)]
+    return codec.encode_batch(records, known_kinds)
+
+
+def full_rows(
+    columns: Mapping[str, Column], other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str, str]
+) -> codec.EncodedBatch:
+    """Every field of every sample as encoded rows (the copy path)."""
+    batch = other_rows(other, n, known_kinds)
+    kinds = dict(batch.kinds)
+    for name, col in columns.items():
+        kinds[name] = col.kind
+        for i, row in enumerate(batch.rows):
+            row[name] = codec.encode_sample(col.kind, col.dtype_name, col.array[i])
+    return codec.EncodedBatch(batch.rows, kinds)
+
+
+def layout(columns: Mapping[str, Column]) -> tuple[list[tuple[str, Column, int, int]], int]:
+    """Where each field goes in an extent: (name, column, offset, nbytes), and the extent size."""
+    out = []
+    cursor = 0
+    for name, col in columns.items():
+        offset = align_up(cursor, FIELD_ALIGN_BYTES)
+        out.append((name, col, offset, col.array.nbytes))
+        cursor = offset + col.array.nbytes
+    return out, cursor
+
+
+def batch_meta(
+    first: int,
+    n: int,
+    partition: str,
+    columns: Mapping[str, Column],
+    other: Mapping[str, Any],
+    patch: BatchMeta | None = None,
+) -> BatchMeta:
+    """The meta of a put: its new samples, or (``patch``) the samples it wrote fields of, with those fields."""
+    fields = {name: FieldMeta(name, col.kind, col.dtype_name, col.sample_shape) for name, col in columns.items()}
+    fields.update({name: FieldMeta(name, "value") for name in other})
+    if patch is not None:
+        return BatchMeta(
+            tuple(replace(s, fields={**s.fields, **fields}) for s in patch.samples),
+            {**patch.extra_info, "fields": None},
+        )
+    return BatchMeta(tuple(sample_metas(range(first, first + n), partition, fields)))
+
+
+def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields: list[str] | None) -> BatchMeta:
+    """A BatchMeta from ``Topic.describe``'s runs; the samples of one run share one fields mapping (and tags)."""
+    samples: list[SampleMeta] = []
+    at = 0
+    for count, desc, *rest in runs:
+        tags = dict(rest[0]) if rest and rest[0] else None
+        chosen = {
+            name: FieldMeta(name, str(kind), str(dtype), tuple(int(d) for d in shape))
+            for name, (kind, dtype, shape) in desc.items()
+            if fields is None or name in fields
+        }
+        for name in fields or ():
+            if name not in chosen:  # asked for and not written yet for these samples
+                chosen[name] = FieldMeta(name, "", production_status=ProductionStatus.NOT_PRODUCED)
+        samples.extend(sample_metas(indexes[at : at + int(count)], partition, chosen, tags))
+        at += int(count)
+    if at != len(indexes) or len(samples) != len(indexes):
+        raise ProtocolError(f"field descriptions cover {len(samples)} samples, not {len(indexes)}")
+    return BatchMeta(tuple(samples), {"fields": list(fields) if fields is not None else None})
+
+
+def wanted_fields(meta: BatchMeta) -> list[str]:
+    fields = meta.extra_info.get("fields")
+    return list(fields) if fields else meta.field_names
+
+
+def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list[str], device: Any) -> Batch:
+    """The copy path: stored rows to the user's kinds, stacked per field when shapes agree."""
+    out = Batch()
+    for name in fields:
+        kind = kinds.get(name)
+        values = [row.get(name) for row in rows]
+        if kind in ("ndarray", "tensor"):
+            decoded = [None if v is None else codec.decode_sample(kind, v) for v in values]
+            if any(d is None for d in decoded):
+                out[name] = [None if d is None else tensors.to_user(d[1], kind, d[0], device) for d in decoded]
+                continue
+            present = [d for d in decoded if d is not None]
+            dtype_name = present[0][0] if present else ""
+            stacked = tensors.stack([d[1] for d in present])
+            if isinstance(stacked, list):
+                out[name] = [tensors.to_user(a, kind, dtype_name, device) for a in stacked]
+            else:
+                out[name] = tensors.to_user(stacked, kind, dtype_name, device)
+        else:
+            out[name] = [r[name] for r in codec.decode_rows([{name: v} for v in values], kinds)]
+    return out
+
+
+class Batch(dict[str, Any]):
+    """What ``get_data`` returns: field -> array, tensor or list. ``release()`` (or leaving a ``with`` block) gives
+    arena views back to the broker at once instead of when they are garbage-collected; arrays of a released
+    batch must not be used any more (their memory may be reused by later puts). A no-op for copied data."""
+
+    _hold: _Hold | None = None
+
+    def release(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.release_now()
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class _Hold:
+    """Counts the live arrays of one get_data; the last one to go tells the broker (once)."""
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release: Callable[[], None] | None = release
+        self._live = 0
+        self._lock = threading.Lock()  # finalizers may run in any thread
+
+    def track(self, owner: np.ndarray) -> None:
+        with self._lock:
+            self._live += 1
+        weakref.finalize(owner, self._drop)
+
+    def _drop(self) -> None:
+        with self._lock:
+            self._live -= 1
+            release = self._release if self._live == 0 else None
+            if release is not None:
+                self._release = None
+        if release is not None:
+            release()
+
+    @property
+    def tracked(self) -> bool:
+        with self._lock:
+            return self._live > 0
+
+    def release_now(self) -> None:
+        with self._lock:
+            release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+def from_runs(
+    arena: Arena, runs: list[list[list[Any]]], fields: list[str], mode: str, device: Any, release: Callable[[], None]
+) -> tuple[Batch, int, int]:
+    """The arena path: views of the broker's arena (read-only), one per field when the samples are one run.
+
+    Returns (data, bytes handed over without a copy, bytes copied). Samples from several puts lie in several
+    extents: ``mode="force"`` refuses that, ``"auto"`` concatenates them (a copy) when their shapes agree.
+    """
+    hold = _Hold(release)
+    out = Batch()
+    out._hold = hold
+    zero = copied = 0
+    per_field: dict[str, list[tuple[list[Any], np.ndarray]]] = {name: [] for name in fields}
+    for run in runs:
+        for name, kind, dtype_name, shape, offset, count, per in run:
+            owner = arena.view(offset, count * per)
+            hold.track(owner)
+            arr = owner.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
+            per_field[name].append(([kind, dtype_name], arr))
+    for name, parts in per_field.items():
+        if not parts:
+            continue
+        kind, dtype_name = parts[0][0]
+        arrays = [a for _, a in parts]
+        nbytes = sum(a.nbytes for a in arrays)
+        if len(arrays) == 1:
+            out[name] = tensors.to_user(arrays[0], kind, dtype_name, device)
+            zero += nbytes
+            continue
+        if mode == "force":
+            raise ConfigError(
+                f"field {name!r}: the samples lie in {len(arrays)} separate arena extents (several puts), so one "
+                "array needs a copy; zerocopy_mode='force' refuses it (ask per put, or use 'auto')"
+            )
+        if all(a.shape[1:] == arrays[0].shape[1:] for a in arrays):
+            out[name] = tensors.to_user(np.concatenate(arrays), kind, dtype_name, device)
+            copied += nbytes
+        else:
+            out[name] = [tensors.to_user(s, kind, dtype_name, device) for a in arrays for s in a]
+            zero += nbytes
+    if not hold.tracked:
+        hold.release_now()  # no view was made (no tensor field): nothing will ever release it otherwise
+    return out, zero, copied

@@ -1,0 +1,185 @@
+"""Tensor batches: a mapping of numpy arrays and/or torch tensors sharing the leading (batch) dimension.
+
+``split`` turns what a user passes to ``put(data, partition_id=...)`` into host columns (contiguous numpy
+arrays, whatever the source: torch CPU or CUDA, bfloat16, non-contiguous) plus per-sample values of non-tensor
+fields. ``assemble`` turns columns back into what ``get_data`` returns: the same kind the field was put as
+(numpy in, numpy out; torch in, torch out), stacked along the batch dimension when every sample has the same
+shape, else a list of samples.
+
+Each sample becomes one row of the topic; a tensor field's value in a row is one sample of it (kind
+``ndarray`` for numpy, ``tensor`` for torch; see codec.py). torch is optional: it is imported only when a
+torch tensor is seen or a ``tensor`` field is read back.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, InvalidRecordError
+
+# torch dtype name -> the numpy dtype that holds the same bytes (bfloat16 has no numpy twin: int16 carries it).
+TORCH_DTYPES: dict[str, str] = {
+    "bool": "|b1",
+    "uint8": "|u1",
+    "int8": "|i1",
+    "int16": "<i2",
+    "int32": "<i4",
+    "int64": "<i8",
+    "float16": "<f2",
+    "bfloat16": "<i2",
+    "float32": "<f4",
+    "float64": "<f8",
+    "complex64": "<c8",
+    "complex128": "<c16",
+}
+_NUMPY_KINDS = "biufc"  # bool, signed, unsigned, float, complex: plain bytes, nothing that needs pickle
+
+
+def is_torch(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def is_tensor_dict(data: Any) -> bool:
+    """A ``tensordict.TensorDict`` (recognized by shape, without importing the package)."""
+    return hasattr(data, "batch_size") and callable(getattr(data, "items", None)) and not isinstance(data, Mapping)
+
+
+def storage_dtype(kind: str, dtype_name: str) -> np.dtype[Any]:
+    """The numpy dtype whose bytes a stored sample holds; a name a peer sent is checked here."""
+    if kind == "tensor":
+        name = TORCH_DTYPES.get(dtype_name)
+        if name is None:
+            raise InvalidRecordError(f"unsupported torch dtype {dtype_name!r}; supported: {sorted(TORCH_DTYPES)}")
+        return np.dtype(name)
+    if kind != "ndarray" or not isinstance(dtype_name, str):
+        raise InvalidRecordError(f"unknown tensor field kind {kind!r}")
+    try:
+        dtype = np.dtype(dtype_name)
+    except TypeError as exc:
+        raise InvalidRecordError(f"unknown numpy dtype {dtype_name!r}") from exc
+    if dtype.kind not in _NUMPY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise InvalidRecordError(
+            f"dtype {dtype_name!r} cannot go in a tensor batch; use bool, int, uint, float or complex dtypes "
+            "(or put such values as records)"
+        )
+    return dtype
+
+
+@dataclass(slots=True)
+class Column:
+    """One tensor field of a batch on the host: ``array`` is C-contiguous with the batch dimension first."""
+
+    kind: str  # "ndarray" or "tensor"
+    dtype_name: str  # numpy dtype str, or torch dtype name
+    array: np.ndarray
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape[1:])
+
+
+def _torch_to_host(t: Any) -> tuple[str, np.ndarray]:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in TORCH_DTYPES:
+        raise InvalidRecordError(f"torch dtype {name!r} is not supported; supported: {sorted(TORCH_DTYPES)}")
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")  # CUDA tensors are staged to host memory here
+    t = t.contiguous()
+    if name == "bfloat16":
+        import torch
+
+        t = t.view(torch.int16)
+    arr = t.numpy()
+    return name, arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+
+
+def split(data: Any) -> tuple[dict[str, Column], dict[str, list[Any]], int]:
+    """Host columns, per-sample non-tensor values, and the batch size of ``data``."""
+    if not (isinstance(data, Mapping) or is_tensor_dict(data)):
+        raise InvalidRecordError(
+            f"put(data, partition_id=...) takes a dict of arrays/tensors sharing the batch dimension, "
+            f"got {type(data).__qualname__}"
+        )
+    columns: dict[str, Column] = {}
+    values: dict[str, Sequence[Any]] = {}
+    n: int | None = None
+    first = ""
+    for name, value in data.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidRecordError(f"tensor batch field names must be non-empty str, got {name!r}")
+        if is_torch(value):
+            dtype_name, arr = _torch_to_host(value)
+            col = Column("tensor", dtype_name, arr)
+        elif isinstance(value, np.ndarray | np.generic):
+            value = np.asarray(value)
+            storage_dtype("ndarray", value.dtype.str)  # refuses object/structured dtypes with a clear message
+            # ascontiguousarray would turn a 0-d array into 1-d: keep ndim so a 0-d field is refused below.
+            col = Column("ndarray", value.dtype.str, value if value.flags.c_contiguous else np.ascontiguousarray(value))
+        elif isinstance(value, list | tuple):
+            values[name] = value
+            length = len(value)
+            if n is None:
+                n, first = length, name
+            elif length != n:
+                raise InvalidRecordError(f"field {name!r} has {length} samples, field {first!r} has {n}")
+            continue
+        else:
+            raise InvalidRecordError(
+                f"field {name!r} holds a {type(value).__qualname__}; a tensor batch holds numpy arrays, torch "
+                "tensors, or lists with one value per sample"
+            )
+        if col.array.ndim == 0:
+            raise InvalidRecordError(f"field {name!r} is 0-d: it has no batch dimension (reshape it to (1,))")
+        columns[name] = col
+        if n is None:
+            n, first = col.array.shape[0], name
+        elif col.array.shape[0] != n:
+            raise InvalidRecordError(
+                f"field {name!r} has batch dimension {col.array.shape[0]}, field {first!r} has {n}; "
+                "every field of a batch shares the leading dimension"
+            )
+    if n is None:
+        raise InvalidRecordError("a tensor batch needs at least one field")
+    return columns, {k: list(v) for k, v in values.items()}, n
+
+
+# -- back to the user ------------------------------------------------------------------------------------
+
+
+def to_user(arr: np.ndarray, kind: str, dtype_name: str, device: Any = None) -> Any:
+    """A host array (storage dtype) as the kind it was put as; torch tensors share its memory."""
+    if kind == "ndarray":
+        if device is not None:
+            raise ConfigError(f"device= applies to torch fields; this field was put as numpy ({dtype_name})")
+        return arr
+    try:
+        import torch
+    except ImportError as exc:
+        raise ConfigError("this field was put as a torch tensor; install torch to read it back") from exc
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only arena views: torch warns, we hand them read-only
+        t = torch.from_numpy(arr)
+    if dtype_name == "bfloat16":
+        t = t.view(torch.bfloat16)
+    if device is not None:
+        t = t.to(device)
+    return t
+
+
+def stack(samples: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
+    """Samples stacked along a new batch dimension when their shapes agree (a copy), else the list."""
+    if not samples:
+        return []
+    shape = samples[0].shape
+    if all(s.shape == shape for s in samples):
+        return np.stack(samples)
+    return samples

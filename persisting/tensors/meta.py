@@ -1,0 +1,253 @@
+"""What ``put`` of a tensor batch returns and what ``get_meta`` hands to ``get_data``: plain, msgpack-safe.
+
+A ``BatchMeta`` names samples (rows of the topic) by global index, within a partition, with each field's kind,
+dtype, per-sample shape and production status (written or not yet: ``is_ready``), and optional per-sample tags
+(``custom_meta``). It carries no payload and no pointer
+into shared memory: ``get_data`` asks for the bytes, so a meta can be sent to another process
+(``to_dict``/``from_dict``) and used there. Metas are immutable: every operation returns a new one.
+
+Operations (none touches data)::
+
+    select_fields(names)     the same samples, only those fields (get_data then returns only them)
+    select_samples(positions)  the samples at those positions, in that order
+    chunk(n)                 n metas of consecutive samples, sizes differing by at most one
+    BatchMeta.concat(metas)  the samples of all, in order; the same sample twice is an error
+    union(other)             the samples of both, each once (first appearance order), fields merged
+    with_custom_meta(tags)   per-sample tags set by global index ({index: {key: value}}), msgpack-safe values
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from itertools import repeat
+from typing import Any
+
+from ..errors import ConfigError, InvalidRecordError
+
+
+class ProductionStatus(IntEnum):
+    """Whether a field of a sample has been written (TransferQueue's names)."""
+
+    NOT_PRODUCED = 0
+    READY_FOR_CONSUME = 1
+
+
+@dataclass(frozen=True, slots=True)
+class FieldMeta:
+    name: str
+    kind: str  # "ndarray" (numpy), "tensor" (torch) or a record kind ("int", "str", ...) for non-tensor fields
+    dtype: str = ""  # numpy dtype str or torch dtype name; "" for non-tensor fields
+    shape: tuple[int, ...] = ()  # per sample
+    production_status: ProductionStatus = ProductionStatus.READY_FOR_CONSUME
+
+    @property
+    def is_ready(self) -> bool:
+        return self.production_status == ProductionStatus.READY_FOR_CONSUME
+
+    def to_list(self) -> list[Any]:
+        return [self.name, self.kind, self.dtype, list(self.shape), int(self.production_status)]
+
+    @classmethod
+    def from_list(cls, raw: Any) -> FieldMeta:
+        try:
+            name, kind, dtype, shape, *rest = raw
+            status = ProductionStatus(int(rest[0])) if rest else ProductionStatus.READY_FOR_CONSUME
+            return cls(str(name), str(kind), str(dtype), tuple(int(d) for d in shape), status)
+        except (TypeError, ValueError) as exc:
+            raise InvalidRecordError(f"not a field meta: {raw!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SampleMeta:
+    global_index: int
+    partition_id: str
+    fields: dict[str, FieldMeta] = field(default_factory=dict)
+    custom_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def field_names(self) -> list[str]:
+        return list(self.fields)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.partition_id, self.global_index)
+
+    @property
+    def is_ready(self) -> bool:
+        """Every field this meta names is produced (written) for the sample."""
+        return all(f.is_ready for f in self.fields.values())
+
+
+_new_object = object.__new__
+# The slots' own setters (what a frozen dataclass's __init__ reaches through object.__setattr__).
+_set_index, _set_partition, _set_fields, _set_tags = (
+    vars(SampleMeta)[name].__set__ for name in ("global_index", "partition_id", "fields", "custom_meta")
+)
+
+
+def sample_metas(
+    indexes: Sequence[int], partition: str, fields: dict[str, FieldMeta], tags: Mapping[str, Any] | None = None
+) -> list[SampleMeta]:
+    """``SampleMeta(index, partition, fields, dict(tags or {}))`` for each index, made through the slots directly
+    and in C-level loops (``map`` over the slots' setters): a frozen dataclass's ``__init__`` pays a generic
+    ``object.__setattr__`` per field, and a put or a get_meta makes one meta per sample (the samples of one run
+    share ``fields``, like those built one by one)."""
+    n = len(indexes)
+    out = list(map(_new_object, repeat(SampleMeta, n)))
+    deque(map(_set_index, out, indexes), maxlen=0)
+    deque(map(_set_partition, out, repeat(partition, n)), maxlen=0)
+    deque(map(_set_fields, out, repeat(fields, n)), maxlen=0)
+    deque(map(_set_tags, out, map(dict, repeat(tags or {}, n))), maxlen=0)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    samples: tuple[SampleMeta, ...] = ()
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.samples)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def global_indexes(self) -> list[int]:
+        return [s.global_index for s in self.samples]
+
+    @property
+    def partition_ids(self) -> list[str]:
+        return sorted({s.partition_id for s in self.samples})
+
+    @property
+    def field_names(self) -> list[str]:
+        names: dict[str, None] = {}
+        for s in self.samples:
+            names.update(dict.fromkeys(s.fields))
+        return list(names)
+
+    @property
+    def is_ready(self) -> bool:
+        """Every field of every sample is produced (see ``Queue.check_ready`` for the current state)."""
+        return all(s.is_ready for s in self.samples)
+
+    @property
+    def custom_meta(self) -> list[dict[str, Any]]:
+        return [dict(s.custom_meta) for s in self.samples]
+
+    # -- operations ---------------------------------------------------------------------------------
+
+    def select_fields(self, names: Sequence[str]) -> BatchMeta:
+        if isinstance(names, str):
+            raise ConfigError("select_fields takes a list of field names, not one str")
+        keep = list(dict.fromkeys(str(n) for n in names))
+        unknown = [n for n in keep if n not in self.field_names]
+        if unknown and self.samples:
+            raise ConfigError(f"no field named {unknown} in this BatchMeta; its fields: {self.field_names}")
+        samples = tuple(replace(s, fields={n: f for n, f in s.fields.items() if n in keep}) for s in self.samples)
+        return BatchMeta(samples, {**self.extra_info, "fields": keep})
+
+    def select_samples(self, positions: Iterable[int]) -> BatchMeta:
+        picked = []
+        for p in positions:
+            if type(p) is not int or not -len(self.samples) <= p < len(self.samples):
+                raise ConfigError(f"sample position {p!r} is out of range for a BatchMeta of {len(self.samples)}")
+            picked.append(self.samples[p])
+        return BatchMeta(tuple(picked), dict(self.extra_info))
+
+    def chunk(self, n: int) -> list[BatchMeta]:
+        if type(n) is not int or n < 1:
+            raise ConfigError(f"chunk takes a number of chunks >= 1, got {n!r}")
+        size, extra = divmod(len(self.samples), n)
+        out, start = [], 0
+        for k in range(n):
+            stop = start + size + (1 if k < extra else 0)
+            out.append(BatchMeta(self.samples[start:stop], dict(self.extra_info)))
+            start = stop
+        return out
+
+    @staticmethod
+    def concat(metas: Sequence[BatchMeta]) -> BatchMeta:
+        samples: list[SampleMeta] = []
+        seen: set[tuple[str, int]] = set()
+        extra: dict[str, Any] = {}
+        for meta in metas:
+            if not isinstance(meta, BatchMeta):
+                raise ConfigError(f"concat takes BatchMeta objects, got {type(meta).__qualname__}")
+            for s in meta.samples:
+                if s.key in seen:
+                    raise ConfigError(
+                        f"sample {s.global_index} of partition {s.partition_id!r} is in more than one meta; "
+                        "use union() to merge metas of the same samples"
+                    )
+                seen.add(s.key)
+                samples.append(s)
+            extra.update(meta.extra_info)
+        fields = [m.extra_info.get("fields") for m in metas]
+        if any(f is None for f in fields):
+            extra["fields"] = None
+        else:
+            extra["fields"] = list(dict.fromkeys(n for f in fields for n in (f or [])))
+        return BatchMeta(tuple(samples), extra)
+
+    def union(self, other: BatchMeta) -> BatchMeta:
+        merged: dict[tuple[str, int], SampleMeta] = {}
+        for s in (*self.samples, *other.samples):
+            known = merged.get(s.key)
+            if known is None:
+                merged[s.key] = s
+                continue
+            fields = dict(known.fields)
+            for name, f in s.fields.items():
+                mine = fields.get(name)
+                if mine is not None and mine != f and mine.is_ready and f.is_ready:
+                    raise ConfigError(
+                        f"sample {s.global_index}: field {name!r} is {mine} in one meta and {f} in the other"
+                    )
+                if mine is None or f.is_ready:  # a field produced since wins over its not-produced entry
+                    fields[name] = f
+            merged[s.key] = replace(known, fields=fields, custom_meta={**known.custom_meta, **s.custom_meta})
+        mine, theirs = self.extra_info.get("fields"), other.extra_info.get("fields")
+        extra = {**self.extra_info, **other.extra_info}
+        extra["fields"] = None if mine is None or theirs is None else list(dict.fromkeys([*mine, *theirs]))
+        return BatchMeta(tuple(merged.values()), extra)
+
+    def with_custom_meta(self, tags: Mapping[int, Mapping[str, Any]]) -> BatchMeta:
+        known = {s.global_index for s in self.samples}
+        unknown = [i for i in tags if i not in known]
+        if unknown:
+            raise ConfigError(f"no samples with global indexes {unknown[:10]} in this BatchMeta")
+        samples = tuple(
+            replace(s, custom_meta={**s.custom_meta, **dict(tags[s.global_index])}) if s.global_index in tags else s
+            for s in self.samples
+        )
+        return BatchMeta(samples, dict(self.extra_info))
+
+    # -- plain form ---------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples": [
+                [s.global_index, s.partition_id, [f.to_list() for f in s.fields.values()], dict(s.custom_meta)]
+                for s in self.samples
+            ],
+            "extra_info": dict(self.extra_info),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> BatchMeta:
+        try:
+            samples = []
+            for entry in raw["samples"]:
+                index, partition, fields, *rest = entry
+                tags = dict(rest[0]) if rest else {}
+                fmap = {f.name: f for f in map(FieldMeta.from_list, fields)}
+                samples.append(SampleMeta(int(index), str(partition), fmap, tags))
+            return cls(tuple(samples), dict(raw.get("extra_info") or {}))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise InvalidRecordError(f"not a BatchMeta dict: {exc}") from exc

@@ -1,0 +1,368 @@
+"""Records to storage rows and back, exactly.
+
+A *record* is what users put: a dict with non-empty ``str`` keys and values of these kinds::
+
+    kind      Python values                          stored as (per row, in the WAL and in a backend)
+    bool      bool                                   bool
+    int       int (-2**63 .. 2**63-1)                int
+    float     float                                  float
+    str       str                                    str
+    bytes     bytes, bytearray, memoryview           bytes          (read back as bytes)
+    nested    list, tuple, dict (nested freely)      bytes (msgpack with extension types)
+    ndarray   numpy.ndarray, numpy scalars           bytes (msgpack: dtype descr, shape, raw data)
+    tensor    torch.Tensor (any device; bfloat16)    bytes (msgpack: torch dtype name, shape, raw data)
+    (none)    None                                   None
+
+Every field keeps one kind for the life of a topic: the kind is fixed by the first value stored, and a value of
+another kind is refused (``SchemaConflictError``) rather than coerced, because coercion breaks the exact round
+trip (``1`` would come back as ``1.0``). ``None`` fits every field. Inside ``nested`` values tuples stay tuples,
+numpy arrays keep dtype and shape, and dict keys may be ``str`` or ``int``. Sets, arbitrary objects and numpy
+object arrays are refused: storing them would need pickle, and nothing read from disk or the wire is unpickled.
+
+A *row* is the storage form: the same keys, values reduced to ``None/bool/int/float/str/bytes``. Rows are what
+the write-ahead log and storage backends hold; ``decode_rows`` needs the topic's kinds to turn them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from ..errors import CorruptionError, InvalidRecordError, SchemaConflictError
+from ..tensors import column as tensors
+
+RESERVED_PREFIX = "_persisting_"
+"""Keys with this prefix belong to the engine (global index, partition); users cannot put them."""
+INDEX_KEY = "_persisting_index"  # the engine's columns in every backend: global index and partition
+PARTITION_KEY = "_persisting_partition"
+OF_KEY = "_persisting_of"  # a patch row: the sample whose fields it writes (engine/fields.py)
+FIELDS_KEY = "_persisting_fields"  # the fields a row writes, as a JSON list
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+_EXT_TUPLE = 1
+_EXT_NDARRAY = 2
+_EXT_NPSCALAR = 3
+
+_SCALAR_KINDS: dict[type, str] = {
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "str",
+    bytes: "bytes",
+}
+_SUPPORTED = "bool, int, float, str, bytes, None, list, tuple, dict, numpy.ndarray, a numpy scalar or torch.Tensor"
+
+
+class _Unstorable(Exception):
+    """Raised inside msgpack's default hook; turned into InvalidRecordError with the field name."""
+
+
+def _pack_array(arr: np.ndarray) -> list[Any]:
+    if arr.dtype.hasobject:
+        raise _Unstorable(
+            "a numpy array of dtype object (it would need pickle); convert it to a numeric dtype or a list"
+        )
+    descr = np.lib.format.dtype_to_descr(arr.dtype)
+    return [descr, list(arr.shape), np.ascontiguousarray(arr).tobytes()]
+
+
+def _default(obj: Any) -> Any:
+    # strict_types=True sends tuples and subclasses here, so types round-trip exactly.
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, _packb(list(obj)))
+    if isinstance(obj, np.ndarray):
+        return msgpack.ExtType(_EXT_NDARRAY, _packb(_pack_array(obj)))
+    if isinstance(obj, np.generic):
+        return msgpack.ExtType(_EXT_NPSCALAR, _packb(_pack_array(np.asarray(obj))))
+    if isinstance(obj, dict):
+        return dict(obj)
+    if isinstance(obj, list):
+        return list(obj)
+    if isinstance(obj, bytearray | memoryview):
+        return bytes(obj)
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, str):
+        return str(obj)
+    raise _Unstorable(f"a value of type {type(obj).__qualname__}")
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+
+
+def _unpack_array(data: bytes) -> np.ndarray:
+    # _unpackb restores the tuples of a structured dtype's descr (they were packed as tuple extensions).
+    descr, shape, raw = _unpackb(data)
+    dtype = np.lib.format.descr_to_dtype(descr)
+    # A writable copy: records are small, and users expect to own what get() returns.
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_TUPLE:
+        return tuple(_unpackb(data))
+    if code == _EXT_NDARRAY:
+        return _unpack_array(data)
+    if code == _EXT_NPSCALAR:
+        return _unpack_array(data)[()]
+    raise ValueError(f"unknown msgpack extension type {code}")
+
+
+def _unpackb(data: bytes) -> Any:
+    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, use_list=True)
+
+
+def _check_nested_keys(obj: Any, field: str) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if type(k) not in (str, int):
+                raise InvalidRecordError(
+                    f"field {field!r} contains a dict key of type {type(k).__qualname__} ({k!r}); "
+                    "nested dict keys must be str or int"
+                )
+            _check_nested_keys(v, field)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            _check_nested_keys(v, field)
+
+
+def kind_of(value: Any, field: str) -> str:
+    """The kind of one top-level value (``None`` has no kind and is not passed here)."""
+    kind = _SCALAR_KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    if isinstance(value, np.ndarray | np.generic):
+        return "ndarray"
+    if isinstance(value, list | tuple | dict):
+        return "nested"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "bytes"
+    if tensors.is_torch(value):
+        return "tensor"
+    raise InvalidRecordError(
+        f"field {field!r} holds a value of type {type(value).__qualname__}, which cannot be stored; "
+        f"use one of: {_SUPPORTED}"
+    )
+
+
+def encode_value(value: Any, kind: str, field: str) -> Any:
+    """The storage form of one top-level value of a known kind."""
+    if kind == "int":
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidRecordError(
+                f"field {field!r} holds the int {value}, outside the 64-bit range; store it as a str"
+            )
+        return int(value)
+    if kind in ("bool", "float", "str"):
+        if kind == "str":
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidRecordError(
+                    f"field {field!r} holds a str that is not valid UTF-8 ({exc.reason}); store it as bytes"
+                ) from exc
+        return _SCALAR_TYPES[kind](value)
+    if kind == "bytes":
+        return bytes(value)
+    if kind == "nested":
+        _check_nested_keys(value, field)
+    if kind == "tensor":
+        dtype_name, host = tensors._torch_to_host(value)
+        return encode_sample("tensor", dtype_name, host)
+    try:
+        return _packb(value)
+    except _Unstorable as exc:
+        raise InvalidRecordError(
+            f"field {field!r} contains {exc}, which cannot be stored; use one of: {_SUPPORTED}"
+        ) from None
+    except (OverflowError, UnicodeEncodeError, ValueError, TypeError) as exc:
+        raise InvalidRecordError(f"field {field!r} cannot be encoded: {exc}") from exc
+
+
+_SCALAR_TYPES: dict[str, type] = {"bool": bool, "float": float, "str": str}
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """Records reduced to rows, with the kind each field had in this batch."""
+
+    rows: list[dict[str, Any]]
+    kinds: dict[str, str]
+
+
+def encode_batch(records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str, str]) -> EncodedBatch:
+    """Validate and encode records. Raises before anything is stored, so a bad record leaves no trace.
+
+    ``known_kinds`` is the topic's schema; it is only read, so a conflict with it is reported here.
+    """
+    rows: list[dict[str, Any]] = []
+    kinds: dict[str, str] = {}
+    where: dict[str, int] = {}
+    for n, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise InvalidRecordError(
+                f"record {n} is a {type(record).__qualname__}; records must be dicts with str keys"
+            )
+        row: dict[str, Any] = {}
+        for key, value in record.items():
+            if type(key) is not str:
+                raise InvalidRecordError(
+                    f"record {n} has a key of type {type(key).__qualname__} ({key!r}); record keys must be str"
+                )
+            if not key or key.startswith(RESERVED_PREFIX):
+                raise InvalidRecordError(
+                    f"record {n} has the key {key!r}; keys must be non-empty and must not start "
+                    f"with {RESERVED_PREFIX!r} (reserved for the queue)"
+                )
+            if value is None:
+                row[key] = None
+                continue
+            kind = kind_of(value, key)
+            seen = kinds.get(key)
+            if seen is None:
+                stored = known_kinds.get(key)
+                if stored is not None and stored != kind:
+                    raise SchemaConflictError(key, stored, kind)
+                kinds[key] = kind
+                where[key] = n
+            elif seen != kind:
+                raise SchemaConflictError(key, f"{seen} (record {where[key]} of this batch)", kind)
+            row[key] = encode_value(value, kind, key)
+        rows.append(row)
+    return EncodedBatch(rows, kinds)
+
+
+_STORAGE_TYPES: dict[str, type] = {
+    "bool": bool,
+    "int": int,
+    "float": float,
+    "str": str,
+    "bytes": bytes,
+    "nested": bytes,
+    "ndarray": bytes,
+    "tensor": bytes,
+}
+
+
+class _NoneOnly:
+    """The expected type of a field seen only as None in this batch: any other value takes the slow path."""
+
+
+def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str, Any]]:
+    """Validate rows that arrived from outside (the broker's wire): the shapes encode_batch would produce.
+
+    A client that skipped or bypassed encoding gets a clear error here instead of a flush that fails later.
+    """
+    if not isinstance(rows, list) or len(rows) != count:
+        raise InvalidRecordError(f"expected a list of {count} rows")
+    # The storage type per key, decided once per batch; only valid keys get one, so an invalid key (or a
+    # value of the wrong type) falls to _check_row, which finds the problem and words the error.
+    expected: dict[str, Any] = {}  # Any: mypy would narrow a value checked against a type to object
+    for key, kind in kinds.items():
+        if not isinstance(kind, str) or kind not in _STORAGE_TYPES or not isinstance(key, str):
+            raise InvalidRecordError(f"unknown kind {kind!r} for field {key!r}")
+        if key and not key.startswith(RESERVED_PREFIX):
+            expected[key] = _STORAGE_TYPES[kind]
+    for n, row in enumerate(rows):
+        if type(row) is dict:
+            for key, value in row.items():
+                want = expected.get(key)
+                if want is None:
+                    break
+                if value is None:
+                    continue
+                if type(value) is not want or (want is int and not INT64_MIN <= value <= INT64_MAX):
+                    break
+            else:
+                continue
+        _check_row(n, row, kinds)
+        # The row is valid after all: a valid key that held None and has no kind now passes the fast path.
+        for key, value in row.items():
+            if value is None:
+                expected.setdefault(key, _NoneOnly)
+    return rows
+
+
+def _check_row(n: int, row: Any, kinds: Mapping[str, str]) -> None:
+    if not isinstance(row, dict):
+        raise InvalidRecordError(f"row {n} is not a map")
+    for key, value in row.items():
+        if not isinstance(key, str) or not key or key.startswith(RESERVED_PREFIX):
+            raise InvalidRecordError(f"row {n} has an invalid key {key!r}")
+        if value is None:
+            continue
+        declared = kinds.get(key)
+        if declared is None or type(value) is not _STORAGE_TYPES[declared]:
+            raise InvalidRecordError(
+                f"row {n}: field {key!r} holds {type(value).__name__}, its declared kind is {declared!r}"
+            )
+        if declared == "int" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidRecordError(f"row {n}: field {key!r} is outside the 64-bit range")
+
+
+def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The records the rows were made from. Internal keys are dropped."""
+    packed = {key for key, kind in kinds.items() if kind == "nested" or kind == "ndarray"}
+    torch_fields = {key for key, kind in kinds.items() if kind == "tensor"}
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        # Scalars are stored as themselves: only internal keys go, only msgpack'ed kinds are decoded.
+        record = {k: v for k, v in row.items() if not k.startswith(RESERVED_PREFIX)}
+        for key in packed.intersection(record):
+            if record[key] is not None:
+                record[key] = _unpackb(record[key])
+        for key in torch_fields.intersection(record):
+            if record[key] is not None:
+                dtype_name, host = decode_sample("tensor", record[key])
+                record[key] = tensors.to_user(host, "tensor", dtype_name)
+        out.append(record)
+    return out
+
+
+def encode_sample(kind: str, dtype_name: str, sample: np.ndarray) -> bytes:
+    """The stored value of one sample of a tensor field (``sample`` holds the storage dtype's bytes)."""
+    sample = np.asarray(sample)  # a sample of a 1-d batch is a numpy scalar: keep it an array (0-d)
+    if kind == "ndarray":
+        return _packb(sample)
+    return msgpack.packb([dtype_name, list(sample.shape), sample.tobytes()], use_bin_type=True)
+
+
+def decode_sample(kind: str, value: bytes) -> tuple[str, np.ndarray]:
+    """(dtype name, host array in the storage dtype) of a stored tensor-field value; raises on bad bytes."""
+    try:
+        if kind == "ndarray":
+            arr = _unpackb(value)
+            if not isinstance(arr, np.ndarray):
+                raise ValueError("not an array")
+            return arr.dtype.str, arr
+        dtype_name, shape, raw = msgpack.unpackb(value, raw=False, use_list=True)
+        dtype = tensors.storage_dtype("tensor", dtype_name)
+        return dtype_name, np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    except InvalidRecordError:
+        raise
+    except Exception as exc:
+        raise CorruptionError(f"a stored {kind} value cannot be decoded: {exc}") from exc
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack for the engine's own structures (WAL frames): plain types only."""
+    return msgpack.packb(obj, use_bin_type=True)

@@ -1,0 +1,168 @@
+"""The wire protocol between clients and the broker: one module, one version, one encode/decode pair.
+
+Transport: ZeroMQ, a DEALER per client process, the broker's ROUTER. A message is a list of frames::
+
+    request   [envelope, *buffers]      envelope = msgpack {"v": PROTOCOL_VERSION, "id": int, "op": str, "args": map}
+    reply     [envelope, *buffers]      envelope = msgpack {"v": PROTOCOL_VERSION, "id": int, "ok": bool,
+                                                            "result": any, "error": {"type": str, "message": str}}
+
+Raw payloads (encoded rows) travel as extra frames, never inside the envelope. Nothing is unpickled: envelopes
+are msgpack of plain types, rows are msgpack of storage values (see codec.py). ``decode_*`` raise
+``ProtocolError`` for anything malformed; the broker answers those with an error reply and keeps serving.
+
+Operations (``args``; every topic operation carries ``topic`` and the topic's ``config`` so that a broker that
+restarted reopens the topic on the first request it gets):
+
+    hello      {}                                        -> {"broker": str, "pid": int, "storage_path": str}
+    put_batch  {topic, config, partition, kinds, count, key[, of]}   + 1 buffer (rows) -> [first, count]
+               (``of``: a patch, the global indexes of the samples whose fields row k writes; see fields.py)
+    read       {topic, config, offset, limit[, wait]}    -> {"kinds": map, "count": int, "waited": bool, "end": int}
+                                                            + 1 buffer (rows); with ``wait`` (seconds) a read
+                                                            that finds nothing at ``offset`` is answered once
+                                                            rows exist there or the time passes (the broker
+                                                            caps it at 30 s); "end": where the next read starts
+                                                            (rows of cleared samples are skipped).
+    wait       {topic, config, index, timeout}           -> bool (a record with index >= index is visible)
+    flush      {topic, config}                           -> None
+    stats      {topic, config}                           -> map
+    count      {topic, config}                           -> int
+    topics     {}                                        -> list of stats maps (the status command)
+
+The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling process, from /proc):
+
+    lease        {nbytes, timeout, peer}                 -> [extent id, arena offset, extent bytes]   (or Full)
+    put_tensors  {topic, config, partition, key, count, kinds, extent, peer[, of],
+                  fields: [[name, kind, dtype, sample shape, offset in extent, nbytes], ...]}
+                                                          + 1 buffer (the non-tensor rows) -> [first, count]
+    take         {topic, config, partition, task, batch_size}   -> [indexes, field descriptions]
+    describe     {topic, config, indexes}                -> field descriptions: [[count, {field: [kind, dtype,
+                                                            shape]}[, tags]], ...] for runs of samples alike
+    get_data     {topic, config, indexes, fields, zerocopy, peer}
+                 -> {"hold": id, "runs": [[[field, kind, dtype, shape, offset, samples, bytes per sample]]]}
+                    (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy)
+    release      {hold, peer}                            -> bool
+    mark_consumed      {topic, config, partition, task, indexes}   -> None
+    reset_consumption  {topic, config, partition, task}   -> None
+    clear        {topic, config, partition, indexes}     -> int (newly cleared; indexes nil: the whole partition)
+    partitions   {topic, config}                         -> {partition: {"samples", "cleared", "tasks"}}
+    set_tags     {topic, config, partition, items: [[index, {key: value}], ...]}   -> None (merged, durable)
+    (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery;
+     and ready_fields: only samples whose every one of these fields is produced are taken; a take with fields,
+     get_batch, uses those)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..errors import ProtocolError, SchemaConflictError
+
+PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take with wait) is held in one request
+OPS = frozenset(
+    {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
+    | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
+    | {"clear", "partitions", "set_tags"}
+)
+
+
+@dataclass(slots=True)
+class Request:
+    id: int
+    op: str
+    args: dict[str, Any]
+    buffers: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Reply:
+    id: int
+    ok: bool
+    result: Any = None
+    error_type: str = ""
+    error_message: str = ""
+    buffers: list[bytes] = field(default_factory=list)
+    # what the client needs to raise the same error again (SchemaConflictError: field, stored, given)
+    error_details: dict[str, str] = field(default_factory=dict)
+
+
+def _envelope(frame: bytes) -> dict[str, Any]:
+    try:
+        env = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise ProtocolError(f"envelope is not valid msgpack: {exc}") from exc
+    if not isinstance(env, dict):
+        raise ProtocolError(f"envelope must be a map, got {type(env).__name__}")
+    version = env.get("v")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version {version!r} is not supported (this side speaks {PROTOCOL_VERSION}); "
+            "upgrade the client and broker to the same persisting release"
+        )
+    if not isinstance(env.get("id"), int):
+        raise ProtocolError("envelope has no integer request id")
+    return env
+
+
+def encode_request(req: Request) -> list[bytes]:
+    env = {"v": PROTOCOL_VERSION, "id": req.id, "op": req.op, "args": req.args}
+    return [msgpack.packb(env, use_bin_type=True), *req.buffers]
+
+
+def decode_request(frames: list[bytes]) -> Request:
+    if not frames:
+        raise ProtocolError("empty message")
+    env = _envelope(frames[0])
+    op, args = env.get("op"), env.get("args", {})
+    if op not in OPS:
+        raise ProtocolError(f"unknown operation {op!r}; known: {sorted(OPS)}")
+    if not isinstance(args, dict):
+        raise ProtocolError("args must be a map")
+    return Request(env["id"], op, args, list(frames[1:]))
+
+
+def encode_reply(reply: Reply) -> list[bytes]:
+    env: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": reply.id, "ok": reply.ok}
+    if reply.ok:
+        env["result"] = reply.result
+    else:
+        env["error"] = {"type": reply.error_type, "message": reply.error_message}
+        if reply.error_details:
+            env["error"]["details"] = reply.error_details
+    return [msgpack.packb(env, use_bin_type=True), *reply.buffers]
+
+
+def decode_reply(frames: list[bytes]) -> Reply:
+    if not frames:
+        raise ProtocolError("empty reply")
+    env = _envelope(frames[0])
+    if env.get("ok") is True:
+        return Reply(env["id"], True, env.get("result"), buffers=list(frames[1:]))
+    error = env.get("error")
+    if not isinstance(error, dict):
+        raise ProtocolError("error reply without an error map")
+    details = error.get("details")
+    if not isinstance(details, dict) or not all(isinstance(v, str) for v in details.values()):
+        details = {}
+    return Reply(
+        env["id"], False, None, str(error.get("type", "")), str(error.get("message", "")), error_details=details
+    )
+
+
+def error_reply(request_id: int, exc: BaseException) -> Reply:
+    details = {}
+    if isinstance(exc, SchemaConflictError):
+        details = {"field": exc.field, "stored": exc.stored, "given": exc.given}
+    return Reply(request_id, False, error_type=type(exc).__name__, error_message=str(exc), error_details=details)
+
+
+def arg(req: Request, name: str, kind: type | tuple[type, ...]) -> Any:
+    """A required argument of the right type, or ProtocolError naming it."""
+    value = req.args.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(f"operation {req.op!r} needs argument {name!r} of type {kind}, got {value!r}")
+    return value
