@@ -288,7 +288,7 @@ def test_a_patch_counts_only_once_it_is_acknowledged(store: Path) -> None:
             assert (await pending)[0] == first + 1 and await waiting == (first + 3, 1)
             assert (await topic.field_index()).source(0, "r") == first + 1  # acknowledged: the latest write wins
             assert await topic.take("p", "t", 2, 0.0, None, None, fields=["x", "r"]) == [1]
-            assert (await topic.rows_at([first + 1]))[0][0]["r"] == 0.75
+            assert (await topic.read(first + 1, 1))[0][0]["r"] == 0.75
         finally:
             await topic.close()
 
@@ -324,7 +324,7 @@ def test_close_takes_rows_whose_put_still_waited_for_its_sync(store: Path) -> No
         await reopened.open()
         try:
             assert await reopened.take("p", "t", 2, 0.0, None, None, fields=["x", "r"]) == [1]
-            assert (await reopened.rows_at([2]))[0][0]["r"] == 0.5
+            assert (await reopened.read(2, 1))[0][0]["r"] == 0.5
         finally:
             await reopened.close()
 

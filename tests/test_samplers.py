@@ -236,16 +236,16 @@ class _Pick:
 @pytest.fixture
 def scans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts the engine's ready scans: stopped at a window, or over every ready sample."""
-    from persisting.engine.samples import Samples
+    from persisting.engine.takes import Takes
 
     counts = {"window": 0, "full": 0}
-    original = Samples._ready_front
+    original = Takes._ready_front
 
     def counting(*args: Any, **kwargs: Any) -> tuple[list[int], list[int], bool]:
         counts["full" if args[3] is None else "window"] += 1
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(Samples, "_ready_front", staticmethod(counting))
+    monkeypatch.setattr(Takes, "_ready_front", staticmethod(counting))
     return counts
 
 

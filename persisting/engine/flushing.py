@@ -1,6 +1,6 @@
 """Flushing a topic: moving acknowledged rows from the tail (and the write-ahead log) into the backends.
 
-A mixin of ``engine.Topic`` (like samples.py and partitions.py), on the engine's loop. One flush at a time (the
+``Flusher`` is composed into ``topic.Topic``, on the engine's loop. One flush at a time (the
 flush lock): it takes every visible chunk of the tail, decides each row's bucket (here, once per row, not on the
 put path), writes each bucket's rows in parallel (tensor fields as typed Arrow columns; those of an arena batch
 without the bucket column built over its shared memory, no copy), then, in one loop step, drops the chunks from
@@ -24,21 +24,22 @@ a stream of hand-overs, it takes the cores the hand-overs need.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..queue.backend import StorageBackend
 from ..wire.codec import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
+from .buckets import Buckets
 from .config import Metrics, TopicConfig
 from .fields import FieldIndex
-from .layout import IndexColumn, batch_bucket, bucket_of, write_json_atomic
-from .tail import Chunk, tensor_parts, whole_batch
+from .index import SampleIndex
+from .layout import batch_bucket, bucket_of, write_json_atomic
+from .schema import Schema
+from .tail import Chunk, Tail, whole_batch
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -86,50 +87,78 @@ class WriteBehind:
         self.oldest = started if left else None
 
 
-class Flushing:
-    name: str
-    path: Path
-    config: TopicConfig
-    kinds: dict[str, str]
-    metrics: Metrics
-    visible_upto: int
-    next_index: int
-    flushed_upto: int
-    _fields: FieldIndex
-    _factory: Callable[..., StorageBackend]
-    _backends: list[StorageBackend]
-    _columns: list[IndexColumn]
-    _tail: list[Chunk]
-    _tail_firsts: list[int]
-    _resident: list[Chunk]
-    _resident_firsts: list[int]
-    _wal: WriteAheadLog | None
-    _kinds_written: dict[str, str]
-    _durable_backend: bool
-    _on_flushed: Callable[[str, int], None] | None
-    _flush_lock: asyncio.Lock
-    _flush_wanted: asyncio.Event
-    _urgent: asyncio.Event
-    _stop_requested: asyncio.Event
-    _stopping: bool
-    _flush_error: BaseException | None
-    _write_behind: WriteBehind
-    _rearm: asyncio.Event
+class Housekeeping(Protocol):
+    """Work the flush loop also schedules (the purge of cleared rows, partitions.Clears)."""
 
-    if TYPE_CHECKING:  # provided by engine.Topic
+    def wait(self) -> float | None: ...
 
-        def _check_open(self) -> None: ...
+    async def run_if_due(self) -> None: ...
 
-        async def _read_indexes(self, backend: StorageBackend) -> list[Any]: ...
 
-        def purge_wait(self) -> float | None: ...
+class Flusher:
+    """Moves the tail into the backends, and decides when; owns the flush lock's schedule and the loop."""
 
-        async def purge_if_due(self) -> None: ...
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        config: TopicConfig,
+        tail: Tail,
+        buckets: Buckets,
+        index: SampleIndex,
+        schema: Schema,
+        metrics: Metrics,
+        lock: asyncio.Lock,
+        housekeeping: Housekeeping,
+        on_flushed: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self._name = name
+        self._path = path
+        self._config = config
+        self._tail = tail
+        self._buckets = buckets
+        self._index = index
+        self._schema = schema
+        self._metrics = metrics
+        self._flush_lock = lock  # shared with the sample index's build and the purge: one of them at a time
+        self._housekeeping = housekeeping
+        self._on_flushed = on_flushed
+        self._wal: WriteAheadLog | None = None
+        self._flush_wanted = asyncio.Event()
+        self._urgent = asyncio.Event()
+        self._rearm = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._stopping = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None  # the last background flush's failure, until one succeeds
+        self._write_behind = WriteBehind()
+
+    def start(self, wal: WriteAheadLog) -> None:
+        """Flush through ``wal`` from now on (dropping its segments below each cut)."""
+        self._wal = wal
+
+    def run(self) -> None:
+        """Start the background loop (at the end of open)."""
+        self._loop_task = asyncio.ensure_future(self._flush_loop())
+
+    async def stop(self) -> None:
+        """Stop the background loop between iterations, never inside one: cancelling an await on a worker thread
+        would leave Lance writing (a compaction, say) after the topic's lock is released."""
+        self._stopping = True
+        self._stop_requested.set()
+        self._urgent.set()
+        self._flush_wanted.set()
+        if self._loop_task is not None:
+            await asyncio.shield(self._loop_task)
+
+    def want(self) -> None:
+        """A flush (or housekeeping) is due: the loop starts it at its next opportunity."""
+        self._flush_wanted.set()
 
     async def _flush_loop(self) -> None:
-        interval = self.config.auto_flush_interval_sec or None
+        interval = self._config.auto_flush_interval_sec or None
         while not self._stopping:
-            due = [w for w in (self.purge_wait(), self._write_behind.due(time.monotonic())) if w is not None]
+            due = [w for w in (self._housekeeping.wait(), self._write_behind.due(time.monotonic())) if w is not None]
             wait = min([*due, interval]) if interval is not None else (min(due) if due else None)
             woke = await self._sleep(wait)
             if self._stopping:
@@ -143,10 +172,10 @@ class Flushing:
                 return
             try:
                 started = time.monotonic()
-                await self._flush_once(WRITE_BEHIND_STEP_BYTES if behind else None)
-                await self._maintain()
-                await self.purge_if_due()
-                self._flush_error = None
+                await self.flush_once(WRITE_BEHIND_STEP_BYTES if behind else None)
+                await self._buckets.maintain()
+                await self._housekeeping.run_if_due()
+                self.error = None
                 if behind:
                     continue  # the next step comes at once while the topic stays quiet
                 # Under a steady stream, space background flushes out: every flush costs one Lance commit per
@@ -159,8 +188,8 @@ class Flushing:
                         await asyncio.wait_for(self._urgent.wait(), rest)
                 self._urgent.clear()
             except Exception as exc:  # kept for stats(); the next flush() retries and raises it
-                log.exception("background flush of topic %r failed; will retry", self.name)
-                self._flush_error = exc
+                log.exception("background flush of topic %r failed; will retry", self._name)
+                self.error = exc
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop_requested.wait(), 1.0)
 
@@ -182,24 +211,12 @@ class Flushing:
         return "rearm" if done else "timeout"
 
     def _work_due(self) -> bool:
-        return self.purge_wait() == 0.0 or self._write_behind.due(time.monotonic()) == 0.0
+        return self._housekeeping.wait() == 0.0 or self._write_behind.due(time.monotonic()) == 0.0
 
     def arena_put(self) -> None:
         """An arena batch was appended: written behind (see the module docstring), not at ``batch_size``."""
         if self._write_behind.put(time.monotonic()):
             self._rearm.set()
-
-    def _step_cut(self, cut: int, step_bytes: int) -> int:
-        """The first index of the tail chunk past ``step_bytes`` of arena payload (at least one chunk goes)."""
-        total = 0
-        for k, chunk in enumerate(self._tail):
-            if chunk.first >= cut:
-                break
-            if chunk.arena is not None:
-                total += sum(col.array.nbytes for col in chunk.arena.columns.values())
-                if total > step_bytes and k + 1 < len(self._tail):
-                    return min(cut, self._tail[k + 1].first)
-        return cut
 
     def flush_soon(self) -> None:
         """Start a background flush now, without the usual spacing (the arena needs the space)."""
@@ -208,33 +225,34 @@ class Flushing:
 
     async def flush(self) -> None:
         """Return once every record acknowledged before this call is stored in the backends."""
-        self._check_open()
-        await self._flush_once()
+        await self.flush_once()
         self._flush_wanted.set()  # housekeeping (compaction, cleanup) follows in the background
 
-    async def _flush_once(self, step_bytes: int | None = None) -> None:
+    async def flush_once(self, step_bytes: int | None = None) -> None:
         """Flush every visible chunk; ``step_bytes``: only the oldest ones, up to about that much arena payload."""
         async with self._flush_lock:
-            cut = self.visible_upto
-            if cut <= self.flushed_upto:
+            tail = self._tail
+            cut = tail.visible_upto
+            if cut <= tail.flushed_upto:
                 return
             wal = self._wal
             if wal is None:
                 return
             if step_bytes is not None:
-                cut = self._step_cut(cut, step_bytes)
+                cut = tail.step_cut(cut, step_bytes)
             t0 = time.perf_counter()
             started = time.monotonic()
             if wal.current_bytes() >= ROTATE_AT_BYTES:
-                wal.rotate(self.next_index)
-            k = bisect.bisect_left(self._tail_firsts, cut)
-            chunks = self._tail[:k]
-            per_bucket: list[list[dict[str, Any]]] = [[] for _ in self._backends]
-            per_index: list[list[int]] = [[] for _ in self._backends]
+                wal.rotate(tail.next_index)
+            chunks = tail.below(cut)
+            buckets = self._buckets
+            per_bucket: list[list[dict[str, Any]]] = [[] for _ in range(len(buckets))]
+            per_index: list[list[int]] = [[] for _ in range(len(buckets))]
             # per bucket: (position in its rows, arena batch, samples skipped) for batches written as columns
-            per_arena: list[list[tuple[int, Chunk, int]]] = [[] for _ in self._backends]
-            col, n = self.config.bucket_column, self.config.num_buckets
-            columnar = all(hasattr(b, "put_columns") for b in self._backends)
+            per_arena: list[list[tuple[int, Chunk, int]]] = [[] for _ in range(len(buckets))]
+            col, n = self._config.bucket_column, self._config.num_buckets
+            columnar = buckets.columnar
+            fields = self._index.fields
             whole = {id(c) for c in chunks if whole_batch(c, col)}
             slow = [c for c in chunks if c.arena is not None and not (columnar and id(c) in whole)]
             if slow:
@@ -246,15 +264,15 @@ class Flushing:
                     # A tensor batch without the bucket column goes to one bucket whole, so its payload is
                     # written as columns straight from the arena (no Python object per sample).
                     b = batch_b
-                    skip = max(0, self._columns[b].last() - chunk.first + 1)
+                    skip = max(0, buckets.last(b) - chunk.first + 1)
                     if skip < chunk.count and chunk.of is None and not any(chunk.other[skip:]):
                         # Tensors only (the usual batch): every row carries the same engine columns but its index.
                         per_arena[b].append((len(per_bucket[b]), chunk, skip))
-                        fields = self._fields.to_json(chunk.own_fields_id(skip, self._fields))
+                        names = fields.to_json(chunk.own_fields_id(skip, fields))
                         indexes = range(chunk.first + skip, chunk.first + chunk.count)
                         partition = chunk.partition
                         per_bucket[b].extend(
-                            {INDEX_KEY: i, PARTITION_KEY: partition, FIELDS_KEY: fields} for i in indexes
+                            {INDEX_KEY: i, PARTITION_KEY: partition, FIELDS_KEY: names} for i in indexes
                         )
                         per_index[b].extend(indexes)
                     elif skip < chunk.count:
@@ -263,7 +281,7 @@ class Flushing:
                             out = dict(chunk.other[i])
                             out[INDEX_KEY] = chunk.first + i
                             out[PARTITION_KEY] = chunk.partition
-                            self._mark_fields(out, chunk, i)
+                            _mark_fields(out, chunk, i, fields)
                             per_bucket[b].append(out)
                             per_index[b].append(chunk.first + i)
                     continue
@@ -271,91 +289,51 @@ class Flushing:
                 for i, row in enumerate(chunk.rows):
                     index = chunk.first + i
                     b = batch_b if batch_b is not None else bucket_of(row.get(col), index, n)
-                    if index <= self._columns[b].last():
+                    if index <= buckets.last(b):
                         continue  # already stored by a flush whose completion was not recorded
                     out = dict(row)
                     out[INDEX_KEY] = index
                     out[PARTITION_KEY] = chunk.partition
-                    self._mark_fields(out, chunk, i)
+                    _mark_fields(out, chunk, i, fields)
                     per_bucket[b].append(out)
                     per_index[b].append(index)
+            kinds = self._schema.kinds
             results = await asyncio.gather(
-                *(self._flush_bucket(b, rows, per_index[b], per_arena[b]) for b, rows in enumerate(per_bucket) if rows),
+                *(
+                    buckets.write(b, rows, per_index[b], per_arena[b], kinds)
+                    for b, rows in enumerate(per_bucket)
+                    if rows
+                ),
                 return_exceptions=True,
             )
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
             # One loop step: readers see the rows either in the tail or in the backends, never neither.
-            for chunk in chunks:
-                if chunk.arena is not None:
-                    # Flushed, but its extent stays mapped until the arena needs the space: consumers keep
-                    # getting views instead of reading the payload back from Lance.
-                    chunk.forget_rows()
-                    self._resident.append(chunk)
-                    self._resident_firsts.append(chunk.first)
-            del self._tail[:k]
-            del self._tail_firsts[:k]
-            self.flushed_upto = cut
-            self._write_behind.flushed(started, any(c.arena is not None for c in self._tail))
-            if self._durable_backend:
+            tail.flushed(chunks, cut)
+            self._write_behind.flushed(started, tail.has_arena())
+            if buckets.durable:
                 await asyncio.to_thread(self._persist_progress, wal, cut)
             if self._on_flushed is not None:
-                self._on_flushed(self.name, cut)
-            self.metrics.flushes += 1
-            self.metrics.records_flushed += sum(len(x) for x in per_index)
-            self.metrics.flush_seconds += time.perf_counter() - t0
-
-    async def _flush_bucket(
-        self, b: int, rows: list[dict[str, Any]], indexes: list[int], arena: list[tuple[int, Chunk, int]]
-    ) -> None:
-        try:
-            backend = self._backends[b]
-            tensors = tensor_parts(rows, arena, self.kinds) if hasattr(backend, "put_columns") else {}
-            if tensors:
-                # Tensor fields as typed columns (over the arena's memory for arena batches): see tensor_columns.
-                await backend.put_columns(rows, tensors)  # type: ignore[attr-defined]
-            else:
-                await self._backends[b].put_batch(rows)
-                await self._backends[b].flush()
-        except Exception:
-            # The rows may or may not have landed (a Lance commit can land and still raise). Start the bucket
-            # afresh from what is on disk, so the retry stores exactly what is missing.
-            if self._durable_backend:
-                await self._reopen_bucket(b)
-            raise
-        # Reads never look at indexes at or above flushed_upto, so growing the column early is safe; it makes a
-        # retry after another bucket's failure skip the rows this bucket already holds.
-        self._columns[b].extend(indexes)
-
-    async def _reopen_bucket(self, b: int) -> None:
-        backend = await asyncio.to_thread(
-            self._factory, b, str(self.path), batch_size=self.config.batch_size, **self.config.backend_kwargs
-        )
-        self._backends[b] = backend
-        self._columns[b] = IndexColumn(await self._read_indexes(backend))
+                self._on_flushed(self._name, cut)
+            self._metrics.flushes += 1
+            self._metrics.records_flushed += sum(len(x) for x in per_index)
+            self._metrics.flush_seconds += time.perf_counter() - t0
 
     def _persist_progress(self, wal: WriteAheadLog, cut: int) -> None:
         # Before any frame leaves the log: the kinds it carried go to schema.json, and state.json records what
         # is in the backends (the start-up floor for indexes and the point replay can skip to).
-        if self.kinds != self._kinds_written:
-            write_json_atomic(self.path / "schema.json", self.kinds)
-            self._kinds_written = dict(self.kinds)
+        self._schema.save(self._path / "schema.json")
         segments = wal.droppable(cut, IDEMPOTENCY_WINDOW_SECONDS)
         if segments:
-            write_json_atomic(self.path / "state.json", {"flushed_upto": cut})
+            write_json_atomic(self._path / "state.json", {"flushed_upto": cut})
             wal.drop(segments)
 
-    async def _maintain(self) -> None:
-        for backend in self._backends:
-            maintain = getattr(backend, "maintain", None)
-            if maintain is not None:
-                await maintain()
 
-    def _mark_fields(self, out: dict[str, Any], chunk: Chunk, i: int) -> None:
-        """The engine columns a stored row carries so that the field index can be rebuilt at open."""
-        if chunk.of is not None:
-            out[OF_KEY] = chunk.of[i]
-            out[FIELDS_KEY] = self._fields.to_json(self._fields.intern(frozenset(chunk.patch_fields)))
-        else:
-            out[FIELDS_KEY] = self._fields.to_json(chunk.own_fields_id(i, self._fields))
+def _mark_fields(out: dict[str, Any], chunk: Chunk, i: int, fields: FieldIndex) -> None:
+    """The engine columns a stored row carries so that the field index can be rebuilt at open."""
+    if chunk.of is not None:
+        out[OF_KEY] = chunk.of[i]
+        out[FIELDS_KEY] = fields.to_json(fields.intern(frozenset(chunk.patch_fields)))
+    else:
+        out[FIELDS_KEY] = fields.to_json(chunk.own_fields_id(i, fields))

@@ -6,10 +6,24 @@ rows are encoded only if something needs them, and a flush hands its payload to 
 arena (``tensor_parts``), which builds typed Arrow columns over that memory: no copy, no Python object per
 sample. Such a batch goes to one bucket together (``whole_batch``), decided from what its log frame holds so
 that a replay after a crash decides the same.
+
+``Tail`` owns the chunks and the three marks that bound them (global indexes)::
+
+    0 .......... flushed_upto .......... visible_upto .......... next_index
+    | in the backends |  acknowledged, readable  |  logged, waiting for |
+    | (and resident   |  (chunks in the tail)    |  their group commit  |
+    |  arena batches) |                          |                      |
+
+A put takes indexes at ``next_index`` (``assign``), is made visible by ``acknowledge`` once its log frame is
+committed (waking whoever waits in ``changed``), and a flush moves chunks below a cut into the backends
+(``flushed``). Flushed arena batches stay *resident* (their extents mapped) until the arena reuses the extent.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,3 +144,137 @@ def materialize(other: list[dict[str, Any]], arena: ArenaPayload | None) -> list
             for i, row in enumerate(rows):
                 row[name] = encode_sample(col.kind, col.dtype_name, col.array[i])
     return rows
+
+
+class Tail:
+    """The chunks waiting for a flush, the flushed arena batches still resident, and the marks (see above)."""
+
+    def __init__(self) -> None:
+        self.next_index = 0
+        self.visible_upto = 0  # every index below is acknowledged and readable
+        self.flushed_upto = 0  # every index below is in the backends
+        self.chunks: list[Chunk] = []
+        self._firsts: list[int] = []
+        self._resident: list[Chunk] = []
+        self._resident_firsts: list[int] = []
+        self._changed = asyncio.Event()
+
+    # -- marks --------------------------------------------------------------------------------------
+
+    def start(self, flushed_upto: int, next_index: int) -> None:
+        """At open, after the replay: everything logged counts as acknowledged."""
+        self.flushed_upto = flushed_upto
+        self.next_index = self.visible_upto = next_index
+
+    def assign(self, count: int) -> int:
+        """Take ``count`` indexes for a put; returns the first."""
+        first = self.next_index
+        self.next_index = first + count
+        return first
+
+    def acknowledge(self, upto: int) -> bool:
+        """Rows below ``upto`` are committed: readable now; wakes ``changed`` waiters. False if nothing moved."""
+        if upto <= self.visible_upto:
+            return False
+        self.visible_upto = upto
+        self.wake()
+        return True
+
+    def wake(self) -> None:
+        """Wake everything waiting in ``changed`` (a put became visible, or the topic closes)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def changed(self, timeout: float | None) -> None:
+        """Wait until the next ``wake`` or ``timeout`` seconds."""
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+
+    # -- chunks -------------------------------------------------------------------------------------
+
+    def add(self, chunk: Chunk) -> None:
+        self.chunks.append(chunk)
+        if chunk.arena is not None:
+            chunk.arena.used = True
+        self._firsts.append(chunk.first)
+
+    def below(self, cut: int) -> list[Chunk]:
+        """The chunks starting below ``cut`` (what a flush up to ``cut`` takes)."""
+        return self.chunks[: bisect.bisect_left(self._firsts, cut)]
+
+    def flushed(self, chunks: list[Chunk], cut: int) -> None:
+        """``chunks`` (the front of the tail) are in the backends now, and every index below ``cut``."""
+        for chunk in chunks:
+            if chunk.arena is not None:
+                # Flushed, but its extent stays mapped until the arena needs the space: consumers keep getting
+                # views instead of reading the payload back from the backends.
+                chunk.forget_rows()
+                self._resident.append(chunk)
+                self._resident_firsts.append(chunk.first)
+        del self.chunks[: len(chunks)]
+        del self._firsts[: len(chunks)]
+        self.flushed_upto = cut
+
+    def has_arena(self) -> bool:
+        return any(c.arena is not None for c in self.chunks)
+
+    def step_cut(self, cut: int, step_bytes: int) -> int:
+        """The first index of the chunk past ``step_bytes`` of arena payload (at least one chunk goes)."""
+        total = 0
+        chunks = self.chunks
+        for k, chunk in enumerate(chunks):
+            if chunk.first >= cut:
+                break
+            if chunk.arena is not None:
+                total += sum(col.array.nbytes for col in chunk.arena.columns.values())
+                if total > step_bytes and k + 1 < len(chunks):
+                    return min(cut, chunks[k + 1].first)
+        return cut
+
+    def rows(self, lo: int, hi: int, cleared: set[int]) -> list[dict[str, Any]]:
+        """The tail's rows with index in ``[max(lo, flushed_upto), hi)``, in order, without ``cleared`` ones."""
+        out: list[dict[str, Any]] = []
+        start = max(lo, self.flushed_upto)
+        if hi <= start:
+            return out
+        k = max(0, bisect.bisect_right(self._firsts, start) - 1)
+        for chunk in self.chunks[k:]:
+            if chunk.first >= hi:
+                break
+            a = max(start - chunk.first, 0)
+            b = min(hi - chunk.first, len(chunk.rows))
+            if a < b and cleared:
+                out.extend(r for i, r in enumerate(chunk.rows[a:b], chunk.first + a) if i not in cleared)
+            elif a < b:
+                out.extend(chunk.rows[a:b])
+        return out
+
+    def chunk_at(self, index: int) -> Chunk | None:
+        """The acknowledged, unflushed chunk holding ``index``."""
+        if index < self.flushed_upto or index >= self.visible_upto:
+            return None
+        k = bisect.bisect_right(self._firsts, index) - 1
+        if k < 0:
+            return None
+        chunk = self.chunks[k]
+        return chunk if chunk.first <= index < chunk.first + chunk.count else None
+
+    def arena_chunk(self, index: int) -> Chunk | None:
+        """The arena batch holding ``index``: in the tail, or flushed and still resident in the arena."""
+        chunk = self.chunk_at(index)
+        if chunk is None and index < self.flushed_upto:
+            k = bisect.bisect_right(self._resident_firsts, index) - 1
+            if k >= 0:
+                found = self._resident[k]
+                if found.first <= index < found.first + found.count:
+                    chunk = found
+        return chunk if chunk is not None and chunk.arena is not None else None
+
+    def forget_arena(self, extent_id: int) -> None:
+        """The arena reuses this extent: its (flushed) samples are read from the backends from now on."""
+        for k, chunk in enumerate(self._resident):
+            if chunk.arena is not None and chunk.arena.extent_id == extent_id:
+                del self._resident[k]
+                del self._resident_firsts[k]
+                return

@@ -24,46 +24,54 @@ that key (or with ``None``) goes to ``global_index % num_buckets``. Exception: t
 that went through the broker's arena, when none has the bucket column, go to one bucket together
 (``layout.batch_bucket`` of the batch's first index), so its payload is written as whole columns.
 
-Beside this module, mixins of Topic: ``opening.py`` (lock, settings, recovery), ``flushing.py`` (tail ->
-backends, and when), ``samples.py`` (the partition index, consume-on-fetch and leases; its base
-``sample_data.py``: where fields lie) and ``partitions.py`` (listing, clear, tags, purge); ``tail.py`` holds the
-chunks waiting for a flush, arena batches among them.
+Topic is composed of parts, each the one owner of its state, each given the others it uses::
+
+    Topic ── the put path (indexes, log frames, group commit), lifecycle, and the interface below
+     ├─ Tail         tail.py        chunks waiting for a flush, resident arena batches, the index marks
+     ├─ Buckets      buckets.py     one backend per bucket and its index column
+     ├─ Schema       schema.py      field -> kind
+     ├─ SampleIndex  index.py       partitions as runs of indexes, fields of each sample (built on first use)
+     ├─ Clears       partitions.py  cleared samples, tags, the purge (with the read gate)
+     ├─ Reader       reader.py      rows by index; where a sample's fields lie (tail, arena, backends)
+     ├─ Takes        takes.py       consume-on-fetch, leases, samplers (the consumption log, with Clears)
+     └─ Flusher      flushing.py    tail -> backends, and when (write-behind of arena batches)
+    opening.py: lock, settings, recovery (open_files, replay), called by ``open``
+
+The flush lock is shared by the Flusher, the SampleIndex's build and the purge: each needs the tail and the
+backends to hold still.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import collections
 import contextlib
 import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..errors import (
-    ConfigError,
-    QueueClosedError,
-    SchemaConflictError,
-)
+from ..errors import ConfigError, QueueClosedError
 from ..queue.backend import StorageBackend
-from ..wire.codec import INDEX_KEY, EncodedBatch
+from ..tensors.arena import Peer
+from ..wire.codec import EncodedBatch
+from . import opening
+from .buckets import Buckets
 from .config import Metrics, TopicConfig
 from .consumption import ConsumptionLog
 from .fields import FieldIndex
-from .flushing import Flushing, WriteBehind
-from .gate import ReadGate
-from .layout import IndexColumn, topic_dirname, write_json_atomic
-from .opening import ArenaResolver, Opening
-from .partitions import Partitions
-from .runs import PartitionIndex
-from .samples import Consumption, Samples
-from .tail import ArenaPayload, Chunk
+from .flushing import Flusher
+from .index import SampleIndex
+from .layout import topic_dirname, write_json_atomic
+from .opening import ArenaResolver
+from .partitions import Clears
+from .reader import Reader
+from .samplers import Sampler
+from .schema import Schema
+from .tail import ArenaPayload, Chunk, Tail
+from .takes import Takes
 from .wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -73,7 +81,7 @@ IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (
 BackendFactory = Callable[..., StorageBackend]
 
 
-class Topic(Opening, Flushing, Samples, Partitions):
+class Topic:
     def __init__(
         self,
         name: str,
@@ -85,102 +93,102 @@ class Topic(Opening, Flushing, Samples, Partitions):
         on_flushed: Callable[[str, int], None] | None = None,
     ) -> None:
         self.name = name
-        self._arena_resolver = arena_resolver
-        self._on_flushed = on_flushed
-        # partition -> its global indexes in order, as runs (built on first use)
-        self._partitions: dict[str, PartitionIndex] | None = None
-        # Patches appended but not yet acknowledged, in index order: they count (readiness, the row a field is
-        # read from) only once visible, so no sample is handed out with a field that a crash could still lose.
-        self._pending_patches: collections.deque[Chunk] = collections.deque()
-        self._fields = FieldIndex()  # own fields and patches of the samples (fields.py), built with _partitions
-        self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
-        self._consumption_log: ConsumptionLog | None = None
-        self._cleared: set[int] = set()  # samples deleted by clear() (partitions.py)
-        self._cleared_in: dict[str, set[int]] = {}  # the same, per partition
-        self._tags: dict[int, dict[str, Any]] = {}  # global index -> the sample's tags (partitions.py)
-        self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
-        self._take_keys: OrderedDict[str, list[int]] = OrderedDict()  # a take's request key -> its batch
         self.config = config
         self.path = storage_path / topic_dirname(name)
-        self._factory = backend
         self.backend_name = getattr(backend, "__qualname__", type(backend).__qualname__)
-        self.kinds: dict[str, str] = {}
-        self.next_index = 0
-        self.visible_upto = 0  # every index below is acknowledged and readable
-        self.flushed_upto = 0  # every index below is in the backends
         self.metrics = Metrics()
-        self._backends: list[StorageBackend] = []
-        self._columns: list[IndexColumn] = []
-        self._tail: list[Chunk] = []
-        self._tail_firsts: list[int] = []
-        self._resident: list[Chunk] = []  # flushed arena batches whose extents are still mapped, by index
-        self._resident_firsts: list[int] = []
+        self._arena_resolver = arena_resolver
+        self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
         self._wal: WriteAheadLog | None = None
         self._lock_fd: int | None = None
         self._closed = False
-        self._changed = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
-        self._flush_wanted = asyncio.Event()
         self._stopping = False
-        self._stop_requested = asyncio.Event()
-        self._urgent = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
-        self._flush_error: BaseException | None = None
-        self._durable_backend = True
-        self._write_behind = WriteBehind()  # when arena batches are flushed (flushing.py)
-        self._rearm = asyncio.Event()
-        self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
-        self._kinds_written: dict[str, str] = {}
-        self._read_gate = ReadGate()  # reads of backend positions share it; a purge takes it alone
-        self._unpurged: set[int] = set()  # cleared samples whose rows may still be in the backends
-        self._last_purge = 0.0  # time.monotonic() of the last purge
+        self._tail = Tail()
+        self._schema = Schema()
+        self._buckets = Buckets(name, self.path, config, backend)
+        self._log = ConsumptionLog(self.path / "consumption.log")
+        flush_lock = asyncio.Lock()
+        self._index = SampleIndex(self._buckets, self._tail, flush_lock)
+        self._clears = Clears(config, self._log, self._index, self._tail, self._buckets, flush_lock)
+        self._reader = Reader(name, self._tail, self._buckets, self._index, self._clears, self._schema, self.metrics)
+        self._takes = Takes(self._log, self._index, self._tail, self._clears, self._reader, self._check_open)
+        self._flusher = Flusher(
+            name,
+            self.path,
+            config,
+            self._tail,
+            self._buckets,
+            self._index,
+            self._schema,
+            self.metrics,
+            flush_lock,
+            housekeeping=self._clears,
+            on_flushed=on_flushed,
+        )
+
+    # -- the marks and the schema -------------------------------------------------------------------
+
+    @property
+    def kinds(self) -> dict[str, str]:
+        """Field -> kind (see wire/codec.py); read only."""
+        return self._schema.kinds
+
+    @property
+    def next_index(self) -> int:
+        return self._tail.next_index
+
+    @property
+    def visible_upto(self) -> int:
+        """Every index below is acknowledged and readable."""
+        return self._tail.visible_upto
+
+    @property
+    def flushed_upto(self) -> int:
+        """Every index below is in the backends."""
+        return self._tail.flushed_upto
+
+    # -- opening ------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        files = await asyncio.to_thread(
+            opening.open_files,
+            self.path,
+            self.name,
+            self.config,
+            self.backend_name,
+            self._schema,
+            self._log,
+            self._buckets,
+        )
+        self._lock_fd, self._wal = files.lock_fd, files.wal
+        self._clears.load()
+        self._takes.load(files.taken)
+        # A backend that forgets its rows (in memory) starts empty: the log replays everything.
+        flushed = files.flushed_upto if self._buckets.durable else 0
+        await self._buckets.load_indexes()
+        next_index = opening.replay(
+            self.name,
+            files.wal,
+            flushed,
+            self._buckets.top(),
+            self._tail,
+            self._schema,
+            self._remember,
+            self._arena_resolver,
+        )
+        self._tail.start(flushed, next_index)
+        files.wal.rotate(next_index)
+        self._flusher.start(files.wal)
+        if self._tail.chunks:
+            await self._flusher.flush_once()  # completes whatever flush a crash interrupted
+        await self._clears.purge_unread()  # nothing reads yet, so no position can move under a reader
+        self._flusher.run()
 
     # -- writing ------------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosedError(f"topic {self.name!r} is closed")
-
-    def _add_chunk(
-        self,
-        first: int,
-        partition: str,
-        rows: list[dict[str, Any]],
-        arena: ArenaPayload | None = None,
-        whole: bool = False,
-        patch: tuple[list[int], list[str]] | None = None,
-    ) -> None:
-        chunk = Chunk(first, partition, rows, arena, whole, patch)
-        self._tail.append(chunk)
-        if arena is not None:
-            arena.used = True
-        self._tail_firsts.append(first)
-        if self._partitions is not None and rows:
-            self._index_chunk(chunk)
-
-    def _index_chunk(self, chunk: Chunk) -> None:
-        """Add a chunk to the partition index: its samples, or a patch's writes (see fields.py)."""
-        if self._partitions is None:
-            return
-        if chunk.of is not None:
-            self._pending_patches.append(chunk)
-            self._apply_visible_patches()
-            return
-        index = self._partitions.get(chunk.partition)
-        if index is None:
-            index = self._partitions[chunk.partition] = PartitionIndex()
-        index.append(chunk.first, chunk.count)
-        # What Chunk.own_fields_id gives each row, as runs: one step for a put whose rows share their fields.
-        extra = tuple(chunk.arena.columns) if chunk.arena is not None else ()
-        self._fields.add_runs(chunk.partition, self._fields.rows_ids(chunk.other, extra))
-
-    def _apply_visible_patches(self) -> None:
-        """Count the pending patches that are acknowledged now (in index order, so the latest write wins)."""
-        pending = self._pending_patches
-        while pending and pending[0].first + pending[0].count <= self.visible_upto:
-            chunk = pending.popleft()
-            if chunk.of is not None:
-                self._fields.patch(chunk.first, chunk.of, chunk.patch_fields)
 
     async def _check_targets(self, partition: str, targets: list[int], n: int) -> None:
         """The samples a patch writes to must be acknowledged samples of its partition, each named once."""
@@ -189,8 +197,8 @@ class Topic(Opening, Flushing, Samples, Partitions):
         if len(set(targets)) != len(targets):
             raise ConfigError("a batch_meta names the same sample twice; one put writes a sample's fields once")
         why = ": a put with batch_meta writes fields of samples that exist (pass the BatchMeta of put or get_meta)"
-        await self.check_in_partition(partition, targets, why)
-        self.check_not_cleared(targets)
+        await self._clears.check_in_partition(partition, targets, why)
+        self._clears.check_not_cleared(targets)
 
     async def append(
         self,
@@ -223,18 +231,13 @@ class Topic(Opening, Flushing, Samples, Partitions):
             raise QueueClosedError(f"topic {self.name!r} is not open")
         if self._stopping:  # close() takes what is in the log when it starts, and nothing after
             raise QueueClosedError(f"topic {self.name!r} is closing")
-        new_kinds: dict[str, str] = {}
-        for field_name, kind in batch.kinds.items():
-            stored = self.kinds.get(field_name)
-            if stored is None:
-                new_kinds[field_name] = kind
-            elif stored != kind:
-                raise SchemaConflictError(field_name, stored, kind)
+        new_kinds = self._schema.new_kinds(batch.kinds)
         n = len(batch.rows)
+        tail = self._tail
         if n == 0:
-            return self.next_index, 0
-        first = self.next_index
+            return tail.next_index, 0
         # From here to the commit nothing awaits: indexes, kinds and the frame land together.
+        first = tail.assign(n)
         header: list[Any] = [partition, new_kinds, key]
         if arena is not None or patch is not None:
             header.append(None if arena is None else arena.ref)
@@ -243,23 +246,21 @@ class Topic(Opening, Flushing, Samples, Partitions):
         wal.append(first, n, header, rows_blob)
         if key is not None:
             self._remember(key, first, n)
-        self.kinds.update(new_kinds)
-        self.next_index = first + n
-        self._add_chunk(first, partition, batch.rows, arena, patch=patch)
+        self._schema.add(new_kinds)
+        chunk = Chunk(first, partition, batch.rows, arena, patch=patch)
+        tail.add(chunk)
+        self._index.add(chunk)
         t0 = time.perf_counter()
         await wal.commit()
         self.metrics.commit_seconds += time.perf_counter() - t0
-        if first + n > self.visible_upto:
-            self.visible_upto = first + n
-            self._apply_visible_patches()
-            self._changed.set()
-            self._changed = asyncio.Event()
+        if tail.acknowledge(first + n):
+            self._index.acknowledged()
         self.metrics.puts += 1
         self.metrics.records_put += n
         if arena is not None:
-            self.arena_put()
-        elif self.visible_upto - self.flushed_upto >= self.config.batch_size:
-            self._flush_wanted.set()
+            self._flusher.arena_put()
+        elif tail.visible_upto - tail.flushed_upto >= self.config.batch_size:
+            self._flusher.want()
         return first, n
 
     async def recall(self, key: str) -> tuple[int, int] | None:
@@ -274,96 +275,153 @@ class Topic(Opening, Flushing, Samples, Partitions):
         if len(self._recent) > IDEMPOTENCY_KEYS_KEPT:
             self._recent.popitem(last=False)
 
+    # -- flushing -----------------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Return once every record acknowledged before this call is stored in the backends."""
+        self._check_open()
+        await self._flusher.flush()
+
+    def flush_soon(self) -> None:
+        """Start a background flush now, without the usual spacing (the arena needs the space)."""
+        self._flusher.flush_soon()
+
+    async def maintain(self) -> None:
+        """The backends' housekeeping (compaction, version cleanup) now; the flush loop runs it after flushes."""
+        await self._buckets.maintain()
+
     # -- reading ------------------------------------------------------------------------------------
 
     def count(self) -> int:
-        return self.visible_upto
+        return self._tail.visible_upto
 
     async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Rows with global index in [offset, offset+limit), in index order, and the kinds to decode them."""
-        rows, kinds, _end = await self.read_window(offset, limit)
-        return rows, kinds
+        self._check_open()
+        return await self._reader.read(offset, limit)
 
     async def read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
         """``read``, and where the window ended: the next read starts there (rows of cleared samples are skipped,
         so a window may hold fewer rows than it spans)."""
         self._check_open()
-        async with self._read_gate.reading():  # a purge deleting rows (positions moving) waits for this read
-            return await self._read_window(offset, limit)
-
-    async def _read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
-        lo, hi = offset, min(offset + limit, self.visible_upto)
-        if lo >= hi:
-            return [], dict(self.kinds), lo
-        flushed = self.flushed_upto
-        kinds = dict(self.kinds)
-        cleared = self._cleared
-        # Snapshot the tail now: a flush may move it into the backends while we await them.
-        tail_rows: list[dict[str, Any]] = []
-        if hi > flushed:
-            start = max(lo, flushed)
-            k = max(0, bisect.bisect_right(self._tail_firsts, start) - 1)
-            for chunk in self._tail[k:]:
-                if chunk.first >= hi:
-                    break
-                a = max(start - chunk.first, 0)
-                b = min(hi - chunk.first, len(chunk.rows))
-                if a < b and cleared:
-                    tail_rows.extend(r for i, r in enumerate(chunk.rows[a:b], chunk.first + a) if i not in cleared)
-                elif a < b:
-                    tail_rows.extend(chunk.rows[a:b])
-        stored: list[dict[str, Any]] = []
-        if lo < flushed:
-            top = min(hi, flushed)
-            plans = []
-            for b, col in enumerate(self._columns):
-                view = col.view()
-                p0 = int(np.searchsorted(view, lo, "left"))
-                p1 = int(np.searchsorted(view, top, "left"))
-                if p1 > p0:
-                    plans.append((b, p0, p1))
-            parts = await asyncio.gather(*(self._backends[b].get(p1 - p0, p0) for b, p0, p1 in plans))
-            merged: list[tuple[int, dict[str, Any]]] = []
-            for part in parts:
-                merged.extend((row[INDEX_KEY], row) for row in part)
-            merged.sort(key=lambda pair: pair[0])
-            stored = [row for i, row in merged if i not in cleared] if cleared else [row for _, row in merged]
-        self.metrics.gets += 1
-        self.metrics.records_read += len(stored) + len(tail_rows)
-        return stored + tail_rows, kinds, hi
+        return await self._reader.read_window(offset, limit)
 
     async def wait_beyond(self, index: int, timeout: float | None) -> bool:
         """Wait until a record with global index >= ``index`` is visible; False on timeout."""
-        while self.visible_upto <= index:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while self._tail.visible_upto <= index:
             self._check_open()
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
-            except TimeoutError:
-                return self.visible_upto > index
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await self._tail.changed(left)
         return True
 
+    # -- samples ------------------------------------------------------------------------------------
+
+    async def field_index(self) -> FieldIndex:
+        """Own fields and patches of every sample (built with the partition index on first use)."""
+        return await self._index.field_index()
+
+    async def take(
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None = 0.0,
+        sampler: Sampler | None = None,
+        lease: tuple[float, Peer | None] | None = None,
+        fields: list[str] | None = None,
+        request_key: str | None = None,
+        **kw: Any,
+    ) -> list[int]:
+        """The next samples of ``partition`` for ``task``: see ``takes.Takes.take``."""
+        self._check_open()
+        return await self._takes.take(partition, task, batch_size, timeout, sampler, lease, fields, request_key, **kw)
+
+    async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
+        """Acknowledge samples for ``task``: they are never handed to it again (logged like a take)."""
+        self._check_open()
+        await self._takes.mark_consumed(partition, task, indexes)
+
+    def reset_consumption(self, partition: str, task: str) -> None:
+        """Every sample of ``partition`` becomes available to ``task`` again (logged: it survives a restart)."""
+        self._check_open()
+        self._takes.reset_consumption(partition, task)
+
+    def not_cleared(self, indexes: list[int]) -> list[int]:
+        """``indexes`` without the cleared samples (a take's answer: one cleared since it was taken is gone)."""
+        return self._clears.not_cleared(indexes)
+
+    async def clear(self, partition: str, indexes: list[int] | None) -> int:
+        """Delete samples of ``partition`` (None: every sample it has); returns how many were newly cleared."""
+        self._check_open()
+        targets = await self._clears.clear(partition, indexes)
+        if targets:
+            self._takes.release(partition, targets)
+            self._flusher.want()  # the flush loop schedules the purge
+        return len(targets)
+
+    async def set_tags(self, partition: str, items: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        """Merge tags into samples of ``partition`` (see partitions.Clears.set_tags)."""
+        self._check_open()
+        await self._clears.set_tags(partition, items)
+
+    async def partitions(self) -> dict[str, dict[str, Any]]:
+        """Per partition: samples (not cleared), cleared, and per task how many it has taken (and holds leased)."""
+        self._check_open()
+        out: dict[str, dict[str, Any]] = {}
+        for partition, samples in (await self._index.partitions()).items():
+            left, cleared = self._clears.counts(partition, samples)
+            gone = self._clears.cleared_in(partition) or set()
+            tasks: dict[str, dict[str, int]] = {}
+            for task, state in self._takes.states(partition):
+                taken = len(state.done) - sum(1 for i in gone if i in state.done)
+                tasks[task] = {"consumed": taken, "leased": len(state.leased)}
+            out[partition] = {"samples": left, "cleared": cleared, "tasks": tasks}
+        return out
+
+    async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
+        """Field descriptions and tags of samples, run-length encoded: see ``reader.Reader.describe``."""
+        return await self._reader.describe(indexes, lenient)
+
+    async def sample_rows(self, indexes: list[int], fields: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The stored values of ``fields`` of samples, each from the latest row that wrote it, in the order given."""
+        return await self._reader.sample_rows(indexes, fields)
+
+    async def plain_values(self, indexes: list[int], names: list[str]) -> list[dict[str, Any]]:
+        """Stored values of non-tensor fields of samples, read beside the arena views (see ``Reader``)."""
+        return await self._reader.plain_values(indexes, names)
+
+    def arena_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
+        """Where the tensor fields of ``indexes`` lie in the arena, if all of them do (else None); see ``Reader``."""
+        return self._reader.arena_runs(indexes, fields)
+
+    def forget_arena(self, extent_id: int) -> None:
+        """The arena reuses this extent: its (flushed) samples are read from the backends from now on."""
+        self._tail.forget_arena(extent_id)
+
     async def stats(self) -> dict[str, Any]:
-        buckets = []
-        for backend in self._backends:
-            buckets.append(await backend.stats())
         wal = self._wal
+        tail = self._tail
         out: dict[str, Any] = {
             "name": self.name,
             "path": str(self.path),
-            "total_count": self.visible_upto,
-            "next_index": self.next_index,
-            "flushed": self.flushed_upto,
-            "buffered": self.visible_upto - self.flushed_upto,
+            "total_count": tail.visible_upto,
+            "next_index": tail.next_index,
+            "flushed": tail.flushed_upto,
+            "buffered": tail.visible_upto - tail.flushed_upto,
             "num_buckets": self.config.num_buckets,
             "bucket_column": self.config.bucket_column,
             "durability": self.config.durability,
             "backend": self.backend_name,
-            "fields": dict(self.kinds),
+            "fields": dict(self._schema.kinds),
             "wal_bytes": await asyncio.to_thread(wal.size_bytes) if wal is not None else 0,
-            "buckets": buckets,
+            "buckets": await self._buckets.stats(),
         }
-        if self._flush_error is not None:
-            out["last_flush_error"] = repr(self._flush_error)
+        if self._flusher.error is not None:
+            out["last_flush_error"] = repr(self._flusher.error)
         return out
 
     # -- closing ------------------------------------------------------------------------------------
@@ -375,10 +433,8 @@ class Topic(Opening, Flushing, Samples, Partitions):
             with contextlib.suppress(Exception):
                 await self._wal.close()
             self._wal = None
-        if self._consumption_log is not None:
-            with contextlib.suppress(Exception):
-                self._consumption_log.close()
-            self._consumption_log = None
+        with contextlib.suppress(Exception):
+            self._log.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -387,47 +443,33 @@ class Topic(Opening, Flushing, Samples, Partitions):
         """At close: rows already in the log count as acknowledged (a reopen would replay them anyway), so the
         last flush takes them too. A put still waiting for its sync when close began would otherwise stay in the
         log alone, and a broker removes its arena after a clean stop: the replay would find its tensors gone."""
-        if self._wal is not None and self.visible_upto < self.next_index:
+        tail = self._tail
+        if self._wal is not None and tail.visible_upto < tail.next_index:
             await self._wal.commit()
-            self.visible_upto = self.next_index
-            self._apply_visible_patches()
+            tail.acknowledge(tail.next_index)
+            self._index.acknowledged()
 
     async def close(self) -> None:
         if self._closed:
             return
-        # Stop the background flusher between iterations, never inside one: cancelling an await on a worker
-        # thread would leave Lance writing (a compaction, say) after the lock is released.
         self._stopping = True
-        self._stop_requested.set()
-        self._urgent.set()
-        self._flush_wanted.set()
         try:
-            if self._flusher is not None:
-                await asyncio.shield(self._flusher)
+            await self._flusher.stop()
             await self._acknowledge_logged()
-            await self._flush_once()
-            if self._unpurged:  # every row is flushed now: the cleared ones leave Lance before the files close
-                await self._purge_now()
-            if self._durable_backend:  # a reopen then skips the log's flushed frames without decoding them
+            await self._flusher.flush_once()
+            await self._clears.purge_now()  # every row is flushed now: the cleared ones leave Lance before close
+            if self._buckets.durable:  # a reopen then skips the log's flushed frames without decoding them
                 await asyncio.to_thread(
-                    write_json_atomic, self.path / "state.json", {"flushed_upto": self.flushed_upto}
+                    write_json_atomic, self.path / "state.json", {"flushed_upto": self._tail.flushed_upto}
                 )
         finally:
             self._closed = True
-            self._changed.set()
-            for backend in self._backends:
-                aclose = getattr(backend, "aclose", None)
-                if aclose is not None:
-                    try:
-                        await aclose()
-                    except Exception:  # the log still holds every row; the files must be released regardless
-                        log.exception("closing a backend of topic %r failed", self.name)
+            self._tail.wake()
+            await self._buckets.close()
             if self._wal is not None:
                 await self._wal.close()
                 self._wal = None
-            if self._consumption_log is not None:
-                self._consumption_log.close()
-                self._consumption_log = None
+            self._log.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = None

@@ -1,30 +1,27 @@
-"""Samples of a topic: the partition index, and handing samples to tasks (consume-on-fetch, leases, samplers).
+"""Handing samples to tasks: consume-on-fetch, leases, samplers, and what each task has taken.
 
-A mixin of ``engine.Topic``, kept apart so that the engine module stays about storage. The state it reads is
-the Topic's (declared below for the type checker); like the rest of the engine, it runs on the engine's loop.
-Where a sample's fields lie and reading them is its base, ``sample_data.SampleData``.
+``Takes`` is composed into ``topic.Topic`` and runs on the engine's loop. A take asks the sampler for samples of
+one partition that the task has not taken, leased or seen cleared, and whose asked-for fields are produced
+(``SampleIndex``); it logs the take in the consumption log before answering (consume-on-fetch), or leases the
+samples (acknowledged delivery). The log is shared with ``Clears`` (clears, tags); each owns its records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..errors import ConfigError
-from ..queue.backend import StorageBackend
 from ..tensors.arena import Peer
-from ..wire.codec import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
-from .consumption import Consumption, ConsumptionLog, remember_answers, remember_keys
-from .fields import FieldIndex
-from .runs import PartitionIndex, Spans, runs_of, value_runs, without
-from .sample_data import SampleData
+from .consumption import Consumption, ConsumptionLog, Taken, remember_answers, remember_keys
+from .index import SampleIndex
+from .partitions import Clears
+from .reader import Reader
+from .runs import PartitionIndex, Spans, runs_of, without
 from .samplers import Sampler, SequentialSampler, Shares
-from .tail import Chunk
+from .tail import Tail
 
 # Drops the positions of spans whose samples may not be handed out; ``offset`` turns a position into its global
 # index (global = position + offset: the spans lie in one run of consecutive indexes).
@@ -32,82 +29,45 @@ SpanFilter = Callable[[Spans, int], Spans]
 _NO_SAMPLES = PartitionIndex()
 
 
-class Samples(SampleData):
-    name: str
-    kinds: dict[str, str]
-    visible_upto: int
-    flushed_upto: int
-    _partitions: dict[str, PartitionIndex] | None
-    _cleared: set[int]
-    _cleared_in: dict[str, set[int]]
-    _tags: dict[int, dict[str, Any]]
-    _fields: FieldIndex
-    _consumption: dict[tuple[str, str], Consumption]
-    _consumption_log: ConsumptionLog | None
-    _rank_cache: OrderedDict[tuple[Any, ...], list[int]]
-    _take_keys: OrderedDict[str, list[int]]
-    _flush_lock: asyncio.Lock
-    _backends: list[StorageBackend]
-    _tail: list[Chunk]
-    _tail_firsts: list[int]
-    _resident: list[Chunk]
-    _resident_firsts: list[int]
-    _changed: asyncio.Event
+class Takes:
+    """What each task took from each partition, leases, and the samplers' remembered answers; their one owner."""
 
-    if TYPE_CHECKING:  # provided by engine.Topic
+    def __init__(
+        self,
+        log: ConsumptionLog,
+        index: SampleIndex,
+        tail: Tail,
+        clears: Clears,
+        reader: Reader,
+        check_open: Callable[[], None],
+    ) -> None:
+        self._log = log
+        self._check_open = check_open  # a take waiting for samples ends when the topic closes
+        self._index = index
+        self._tail = tail
+        self._clears = clears
+        self._reader = reader
+        self._consumption: dict[tuple[str, str], Consumption] = {}  # (partition, task) -> what it has taken
+        self._rank_cache: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
+        self._take_keys: OrderedDict[str, list[int]] = OrderedDict()  # a take's request key -> its batch
 
-        def _check_open(self) -> None: ...
+    def load(self, taken: Taken) -> None:
+        """At open: what the consumption log holds (``taken``: what its ``open`` replayed)."""
+        self._consumption = {key: Consumption(done) for key, done in taken.items()}
+        self._rank_cache = OrderedDict(self._log.answers)
+        self._take_keys = OrderedDict(self._log.keys)
 
-        def _index_chunk(self, chunk: Chunk) -> None: ...
+    def states(self, partition: str) -> Iterator[tuple[str, Consumption]]:
+        """(task, what it took) for each task that took from ``partition``."""
+        for (where, task), state in self._consumption.items():
+            if where == partition:
+                yield task, state
 
-        def check_not_cleared(self, indexes: list[int]) -> None: ...
-
-        async def check_in_partition(self, partition: str, indexes: Sequence[int], why: str = "") -> None: ...
-
-        async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]: ...
-
-        @staticmethod
-        async def _read_column(backend: StorageBackend, key: str) -> list[Any]: ...
-
-    async def _partition_index(self) -> dict[str, PartitionIndex]:
-        if self._partitions is None:
-            # Under the flush lock, the backends and the tail hold disjoint rows and none moves between them.
-            async with self._flush_lock:
-                if self._partitions is None:
-                    fields = FieldIndex()
-                    found: dict[str, tuple[list[int], list[int]]] = {}  # partition -> (indexes, field set ids)
-                    patches: list[tuple[int, int, int]] = []  # (patch row, sample it writes, field set id)
-                    for backend in self._backends:
-                        parts = await self._read_column(backend, PARTITION_KEY)
-                        indexes = await self._read_column(backend, INDEX_KEY)
-                        targets = await self._read_column(backend, OF_KEY)
-                        names = await self._read_column(backend, FIELDS_KEY)
-                        for partition, index, of, raw in zip(parts, indexes, targets, names, strict=True):
-                            if of is None:
-                                pair = found.get(str(partition))
-                                if pair is None:
-                                    pair = found[str(partition)] = ([], [])
-                                pair[0].append(int(index))
-                                pair[1].append(fields.intern_json(raw))
-                            else:
-                                patches.append((int(index), int(of), fields.intern_json(raw)))
-                    partitions: dict[str, PartitionIndex] = {}
-                    for partition, (found_indexes, ids) in found.items():
-                        order = np.argsort(np.asarray(found_indexes, dtype=np.int64), kind="stable")
-                        partitions[partition] = PartitionIndex.of(np.asarray(found_indexes, dtype=np.int64)[order])
-                        fields.add_runs(partition, value_runs(np.asarray(ids, dtype=np.int64)[order]))
-                    for index, of, set_id in sorted(patches):
-                        fields.patch(index, [of], sorted(fields.sets[set_id]))
-                    self._fields = fields
-                    self._partitions = partitions
-                    for chunk in self._tail:
-                        self._index_chunk(chunk)
-        return self._partitions
-
-    async def field_index(self) -> FieldIndex:
-        """Own fields and patches of every sample (built with the partition index on first use)."""
-        await self._partition_index()
-        return self._fields
+    def release(self, partition: str, indexes: list[int]) -> None:
+        """Leases on these samples end (they were cleared)."""
+        for _task, state in self.states(partition):
+            if state.leased:
+                state.leased.release(indexes)
 
     async def take(
         self,
@@ -137,7 +97,6 @@ class Samples(SampleData):
         ``request_key``: the client's key for this take (broker mode). A take whose key was answered already,
         before a restart too (it rides in the take's log frame), gets the same batch again: the first answer
         may have been lost with a broker that died."""
-        self._check_open()
         if request_key is not None and request_key in self._take_keys:
             return list(self._take_keys[request_key])
         sampler = sampler if sampler is not None else SequentialSampler()
@@ -152,9 +111,9 @@ class Samples(SampleData):
         if state is None:
             state = self._consumption[(partition, task)] = Consumption()
         while True:
-            built = self._partitions if self._partitions is not None else await self._partition_index()
+            built = await self._index.partitions()
             indexes = built.get(partition, _NO_SAMPLES)
-            end = max(state.floor, indexes.below(self.visible_upto))
+            end = max(state.floor, indexes.below(self._tail.visible_upto))
             next_expiry = state.expire(loop.time()) if state.leased else None
             skip = self._unready(partition, fields)
             ready, positions, truncated = self._ready_front(state, indexes, end, window, skip)
@@ -172,9 +131,7 @@ class Samples(SampleData):
             if next_expiry is not None:  # a lease that ends makes samples ready without a put
                 until_expiry = max(0.0, next_expiry - loop.time())
                 left = until_expiry if left is None else min(left, until_expiry)
-            changed = self._changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+            await self._tail.changed(left)
             self._check_open()
         allowed = set(ready)  # what the sampler was shown: the window, unless it had to see everything
         if not allowed.issuperset(sampled) or not allowed.issuperset(consumed):
@@ -185,20 +142,19 @@ class Samples(SampleData):
             state.leased.lease(consumed, loop.time() + lease[0], lease[1])
         elif consumed:
             taken = runs_of(consumed)
-            if self._consumption_log is not None:
-                # Written before the answer leaves: a kill -9 after this never hands these samples out again, and
-                # the other ranks of this step still get their part of it (the answers ride in the same frame).
-                record: list[Any] = ["took", partition, task, taken]
-                answers = _durable_answers(key, sampled, shares)
-                if answers or request_key is not None:
-                    record.append(answers)
-                if request_key is not None:
-                    record.append([request_key, runs_of(sampled)])
-                self._consumption_log.append(record)
+            # Written before the answer leaves: a kill -9 after this never hands these samples out again, and
+            # the other ranks of this step still get their part of it (the answers ride in the same frame).
+            record: list[Any] = ["took", partition, task, taken]
+            answers = _durable_answers(key, sampled, shares)
+            if answers or request_key is not None:
+                record.append(answers)
+            if request_key is not None:
+                record.append([request_key, runs_of(sampled)])
+            self._log.append(record)
             state.done.add_runs(taken)
             if request_key is not None:
                 remember_keys(self._take_keys, [(request_key, sampled)])
-        state.advance_floor(indexes, self._cleared_in.get(partition))
+        state.advance_floor(indexes, self._clears.cleared_in(partition))
         parts: list[tuple[tuple[Any, ...], list[int]]] = list(shares.items())  # the other ranks' parts of this step
         if key is not None:
             parts.append((key, sampled))
@@ -221,11 +177,11 @@ class Samples(SampleData):
     def _unready(self, partition: str, fields: list[str] | None) -> SpanFilter | None:
         """The filter of a take's candidates in ``partition``: drops the samples that were cleared, and (given
         ``fields``) those lacking one of them (None: nothing to drop)."""
-        cleared = self._cleared_in.get(partition)
+        cleared = self._clears.cleared_in(partition)
         need = frozenset(fields or ())
-        if not need or self._fields.covers(partition, need):  # every sample was put with these fields
+        if not need or self._index.fields.covers(partition, need):  # every sample was put with these fields
             return (lambda spans, offset: without(spans, offset, cleared)) if cleared else None
-        ready_spans = self._fields.ready_spans
+        ready_spans = self._index.fields.ready_spans
 
         def keep(spans: Spans, offset: int) -> Spans:
             if cleared:
@@ -296,33 +252,30 @@ class Samples(SampleData):
         if not isinstance(length_field, str):
             return sampler.sample(ready, batch_size, positions=positions, **kw)
         front = ready[: self._window(sampler, batch_size)]
-        lengths = await self._field_values(front, length_field)
+        lengths = await self._reader.field_values(front, length_field)
         result = sampler.sample(ready, batch_size, positions=positions, lengths=lengths, **kw)
         missing = [i for i in result[1] if i not in lengths]
         if missing:  # it dealt samples past the front (groups there were not whole): deal again with their lengths
-            lengths.update(await self._field_values(missing, length_field))
+            lengths.update(await self._reader.field_values(missing, length_field))
             result = sampler.sample(ready, batch_size, positions=positions, lengths=lengths, **kw)
         return result
 
     async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
         """Acknowledge samples for ``task``: they are never handed to it again (logged like a take)."""
-        self._check_open()
-        await self.check_in_partition(partition, indexes)
-        self.check_not_cleared(indexes)
+        await self._clears.check_in_partition(partition, indexes)
+        self._clears.check_not_cleared(indexes)
         state = self._consumption.get((partition, task))
         if state is None:
             state = self._consumption[(partition, task)] = Consumption()
-        if self._consumption_log is not None and indexes:
-            self._consumption_log.append(["took", partition, task, runs_of(indexes)])
+        if indexes:
+            self._log.append(["took", partition, task, runs_of(indexes)])
         state.done.update(indexes)
         if state.leased:
             state.leased.release(indexes)
 
     def reset_consumption(self, partition: str, task: str) -> None:
         """Every sample of ``partition`` becomes available to ``task`` again (logged: it survives a restart)."""
-        self._check_open()
-        if self._consumption_log is not None:
-            self._consumption_log.append(["reset", partition, task])
+        self._log.append(["reset", partition, task])
         self._consumption.pop((partition, task), None)
         for key in [k for k in self._rank_cache if k[:2] == (partition, task)]:
             del self._rank_cache[key]

@@ -1,50 +1,83 @@
-"""Where a sample's fields lie, and reading them: the tail, the arena, or the backends.
+"""Reading a topic: rows by global index, and where a sample's fields lie (the tail, the arena, the backends).
 
-The base of the ``samples.Samples`` mixin of ``engine.Topic``, on the engine's loop. A sample's own fields are in
-the row its put wrote; a field written later (a patch, see fields.py) is in the patch's row. A row is in the tail
-until it is flushed, then in its bucket's backend; the tensor fields of a batch that came through the broker's
-arena stay in its extent (``arena_runs`` tells a broker client where, so it makes views instead of reading
-copies) until the arena recycles the extent after its flush. ``describe`` gives get_meta the samples' field
-descriptions (dtype, shape, production status) and tags; ``sample_rows`` gives get_data their stored values.
+``Reader`` is composed into ``topic.Topic`` and owns no state: it reads the tail (``Tail``), the backends
+(``Buckets``, positions through their index columns, behind the purge's read gate), the sample index and the
+cleared set. A sample's own fields are in the row its put wrote; a field written later (a patch, see fields.py)
+is in the patch's row. A row is in the tail until it is flushed, then in its bucket's backend; the tensor fields
+of a batch that came through the broker's arena stay in its extent (``arena_runs`` tells a broker client where,
+so it makes views instead of reading copies) until the arena recycles the extent after its flush. ``describe``
+gives get_meta the samples' field descriptions (dtype, shape, production status) and tags; ``sample_rows``
+gives get_data their stored values.
 """
 
 from __future__ import annotations
 
-import bisect
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
-from ..wire.codec import RESERVED_PREFIX, decode_sample
-from .fields import FieldIndex
-from .tail import Chunk
+from ..wire.codec import INDEX_KEY, RESERVED_PREFIX, decode_sample
+from .buckets import Buckets
+from .config import Metrics
+from .index import SampleIndex
+from .partitions import Clears
+from .schema import Schema
+from .tail import Chunk, Tail
 
 
-class SampleData:
-    name: str
-    kinds: dict[str, str]
-    visible_upto: int
-    flushed_upto: int
-    _fields: FieldIndex
-    _tags: dict[int, dict[str, Any]]
-    _tail: list[Chunk]
-    _tail_firsts: list[int]
-    _resident: list[Chunk]
-    _resident_firsts: list[int]
+class Reader:
+    def __init__(
+        self,
+        name: str,
+        tail: Tail,
+        buckets: Buckets,
+        index: SampleIndex,
+        clears: Clears,
+        schema: Schema,
+        metrics: Metrics,
+    ) -> None:
+        self._name = name
+        self._tail = tail
+        self._buckets = buckets
+        self._index = index
+        self._clears = clears
+        self._schema = schema
+        self._metrics = metrics
 
-    if TYPE_CHECKING:  # provided by engine.Topic and samples.Samples
+    async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Rows with global index in [offset, offset+limit), in index order, and the kinds to decode them."""
+        rows, kinds, _end = await self.read_window(offset, limit)
+        return rows, kinds
 
-        def check_not_cleared(self, indexes: list[int]) -> None: ...
+    async def read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
+        """``read``, and where the window ended: the next read starts there (rows of cleared samples are skipped,
+        so a window may hold fewer rows than it spans)."""
+        async with self._clears.reading():  # a purge deleting rows (positions moving) waits for this read
+            lo, hi = offset, min(offset + limit, self._tail.visible_upto)
+            kinds = dict(self._schema.kinds)
+            if lo >= hi:
+                return [], kinds, lo
+            flushed = self._tail.flushed_upto
+            cleared = self._clears.cleared
+            # The tail first: a flush may move it into the backends while we await them.
+            tail_rows = self._tail.rows(lo, hi, cleared) if hi > flushed else []
+            stored: list[dict[str, Any]] = []
+            if lo < flushed:
+                stored = await self._buckets.read(lo, min(hi, flushed))
+                if cleared:
+                    stored = [row for row in stored if row[INDEX_KEY] not in cleared]
+            self._metrics.gets += 1
+            self._metrics.records_read += len(stored) + len(tail_rows)
+            return stored + tail_rows, kinds, hi
 
-        async def read(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]: ...
+    def arena_chunk(self, index: int) -> Chunk | None:
+        return self._tail.arena_chunk(index)
 
-        async def field_index(self) -> FieldIndex: ...
-
-    async def _field_values(self, indexes: list[int], name: str) -> dict[int, Any]:
+    async def field_values(self, indexes: list[int], name: str) -> dict[int, Any]:
         """One plain field's values for samples (arena batches: from memory; others: their rows)."""
         out: dict[int, Any] = {}
         need: list[int] = []
         for index in indexes:
-            chunk = self.arena_chunk(index)
+            chunk = self._tail.arena_chunk(index)
             if chunk is not None:
                 out[index] = chunk.other[index - chunk.first].get(name)
             else:
@@ -54,34 +87,6 @@ class SampleData:
             out.update((i, row.get(name)) for i, row in zip(need, rows, strict=True))
         return out
 
-    def tail_chunk(self, index: int) -> Chunk | None:
-        if index < self.flushed_upto or index >= self.visible_upto:
-            return None
-        k = bisect.bisect_right(self._tail_firsts, index) - 1
-        if k < 0:
-            return None
-        chunk = self._tail[k]
-        return chunk if chunk.first <= index < chunk.first + chunk.count else None
-
-    def arena_chunk(self, index: int) -> Chunk | None:
-        """The arena batch holding ``index``: in the tail, or flushed and still resident in the arena."""
-        chunk = self.tail_chunk(index)
-        if chunk is None and index < self.flushed_upto:
-            k = bisect.bisect_right(self._resident_firsts, index) - 1
-            if k >= 0:
-                found = self._resident[k]
-                if found.first <= index < found.first + found.count:
-                    chunk = found
-        return chunk if chunk is not None and chunk.arena is not None else None
-
-    def forget_arena(self, extent_id: int) -> None:
-        """The arena reuses this extent: its (flushed) samples are read from the backends from now on."""
-        for k, chunk in enumerate(self._resident):
-            if chunk.arena is not None and chunk.arena.extent_id == extent_id:
-                del self._resident[k]
-                del self._resident_firsts[k]
-                return
-
     def arena_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
         """Where the tensor fields of ``indexes`` lie in the arena, if all of them do (else None).
 
@@ -89,12 +94,12 @@ class SampleData:
         offset of the run's first sample, samples in the run, bytes per sample], ...]). Nothing awaits here, so
         the answer stays true until the caller's next await (a hold taken before it keeps it true after).
         """
-        sources = self._fields.sources
+        sources = self._index.fields.sources
         if sources and any(i in sources for i in indexes):
             # Some fields were written later by patches: each field's runs follow the rows that hold it.
             runs = []
             for name in fields:
-                part = self._arena_field_runs([self._fields.source(i, name) for i in indexes], [name])
+                part = self._arena_field_runs([self._index.fields.source(i, name) for i in indexes], [name])
                 if part is None:
                     return None
                 runs.extend(part)
@@ -124,7 +129,7 @@ class SampleData:
         out: list[tuple[Chunk | None, int, int]] = []
         k, total = 0, len(indexes)
         while k < total:
-            chunk = self.arena_chunk(indexes[k])
+            chunk = self._tail.arena_chunk(indexes[k])
             if chunk is None:
                 out.append((None, k, 1))
                 k += 1
@@ -141,9 +146,9 @@ class SampleData:
         """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once.
         ``lenient``: a row that is gone (its sample cleared meanwhile) comes back as ``{}`` instead of raising."""
         if not lenient:
-            self.check_not_cleared(indexes)
+            self._clears.check_not_cleared(indexes)
         out: dict[int, dict[str, Any]] = {}
-        kinds = dict(self.kinds)
+        kinds = dict(self._schema.kinds)
         ordered = sorted(set(indexes))
         k = 0
         while k < len(ordered):
@@ -156,7 +161,7 @@ class SampleData:
             k = j + 1
         missing = [i for i in indexes if i not in out]
         if missing and not lenient:
-            raise ConfigError(f"topic {self.name!r} has no samples at global indexes {missing[:10]}")
+            raise ConfigError(f"topic {self._name!r} has no samples at global indexes {missing[:10]}")
         return [out.get(i, {}) for i in indexes], kinds
 
     async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
@@ -169,7 +174,7 @@ class SampleData:
         ``lenient`` (the answer to a take): a sample cleared while this reads (a purge may take its rows) is
         described with no fields instead of raising; ``get_data`` of it then says it was cleared."""
         descs = await self._describe_each(indexes, lenient)
-        sources = (await self.field_index()).sources
+        sources = (await self._index.field_index()).sources
         patched = [(n, sources[i]) for n, i in enumerate(indexes) if i in sources]
         if patched:
             rows = sorted({src for _, written in patched for src in written.values()})
@@ -182,7 +187,7 @@ class SampleData:
                         desc[name] = held
                 descs[n] = desc
         runs: list[list[Any]] = []
-        tags = self._tags
+        tags = self._clears.tags
         for index, entry in zip(indexes, descs, strict=True):
             tagged = tags.get(index) if tags else None
             if runs and (runs[-1][1] is entry or runs[-1][1] == entry) and (runs[-1][2:] or [None])[0] == tagged:
@@ -206,7 +211,7 @@ class SampleData:
             for n, other in enumerate(chunk.other[first : first + count], start=at):
                 if other:
                     desc = dict(base)
-                    desc.update({k: [self.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
+                    desc.update({k: [self._schema.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
                     descs[n] = desc
                 else:
                     descs[n] = base
@@ -232,18 +237,18 @@ class SampleData:
         keep = set(names)
         out: list[dict[str, Any]] = []
         later: list[tuple[int, str, int]] = []  # (position, field, row holding it) to read from storage
-        sources = self._fields.sources
+        sources = self._index.fields.sources
         for n, index in enumerate(indexes):
-            chunk = self.arena_chunk(index)
+            chunk = self._tail.arena_chunk(index)
             if chunk is None:
                 out.append({})
-                later.extend((n, name, self._fields.source(index, name)) for name in names)
+                later.extend((n, name, self._index.fields.source(index, name)) for name in names)
                 continue
             out.append({k: v for k, v in chunk.other[index - chunk.first].items() if k in keep})
             for name, src in sources.get(index, {}).items():
                 if name not in keep:
                     continue
-                holder = self.arena_chunk(src)
+                holder = self._tail.arena_chunk(src)
                 if holder is not None:
                     out[n][name] = holder.other[src - holder.first].get(name)
                 else:
@@ -264,7 +269,7 @@ class SampleData:
         """The stored values of ``fields`` of samples, each field from the latest row that wrote it (the sample
         itself, or a patch), in the order given."""
         rows, kinds = await self.rows_at(indexes)
-        sources = (await self.field_index()).sources
+        sources = (await self._index.field_index()).sources
         keep = set(fields)
         out = [{k: v for k, v in row.items() if k in keep} for row in rows]
         wanted = [

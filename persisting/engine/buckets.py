@@ -1,0 +1,185 @@
+"""A topic's buckets: one storage backend per bucket, and each bucket's index column.
+
+The rows of a topic are spread over ``num_buckets`` backends (``bucket-<i>`` under the topic's folder; which
+bucket a row goes to is decided by the flush, see layout.bucket_of). Each bucket's rows are stored in increasing
+global index, and ``IndexColumn`` keeps that column in memory: the position of a row in its backend is the
+position of its index in the column, so a read of a global index range is a ``searchsorted`` per bucket and one
+positional read per bucket, merged by index.
+
+Writes: ``write`` stores one flush's rows of a bucket (tensor fields as typed columns where the backend has
+``put_columns``); a failed write reopens the bucket from what is on disk (a Lance commit can land and still
+raise), and rows at or below ``last(b)`` are skipped by the caller, so the retry stores exactly what is missing.
+Deletes (``purge``) move positions: the caller holds reads off meanwhile (gate.ReadGate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CorruptionError
+from ..queue.backend import StorageBackend
+from ..wire.codec import INDEX_KEY, OF_KEY
+from .config import TopicConfig
+from .layout import IndexColumn
+from .tail import Chunk, tensor_parts
+
+log = logging.getLogger(__name__)
+
+
+class Buckets:
+    """The backends of one topic and their index columns; their one owner."""
+
+    def __init__(self, name: str, path: Path, config: TopicConfig, factory: Callable[..., StorageBackend]) -> None:
+        self._name = name
+        self._path = path
+        self._config = config
+        self._factory = factory
+        self._backends: list[StorageBackend] = []
+        self._columns: list[IndexColumn] = []
+
+    def __len__(self) -> int:
+        return len(self._backends)
+
+    @property
+    def durable(self) -> bool:
+        """Whether every backend keeps its rows across a new backend object (else the log keeps everything)."""
+        return all(getattr(b, "durable", True) for b in self._backends)
+
+    @property
+    def columnar(self) -> bool:
+        """Whether every backend takes tensor fields as typed columns (``put_columns``)."""
+        return all(hasattr(b, "put_columns") for b in self._backends)
+
+    def _make(self, b: int) -> StorageBackend:
+        return self._factory(b, str(self._path), batch_size=self._config.batch_size, **self._config.backend_kwargs)
+
+    def create(self) -> None:
+        """Open one backend per bucket (blocking: on a worker thread)."""
+        self._backends = [self._make(b) for b in range(self._config.num_buckets)]
+
+    async def load_indexes(self) -> None:
+        """Read every bucket's index column: strictly increasing, or ``CorruptionError``."""
+        for b, backend in enumerate(self._backends):
+            indexes = await read_column(backend, INDEX_KEY)
+            if None in indexes or not bool(np.all(np.diff(np.asarray(indexes, dtype=np.int64)) > 0)):
+                raise CorruptionError(
+                    f"bucket {b} of topic {self._name!r} holds rows without increasing "
+                    f"{INDEX_KEY!r} values; it was not written by this engine"
+                )
+            self._columns.append(IndexColumn(indexes))
+
+    def last(self, b: int) -> int:
+        """The largest global index bucket ``b`` holds (-1: none)."""
+        return self._columns[b].last()
+
+    def top(self) -> int:
+        """The largest global index any bucket holds (-1: none)."""
+        return max([-1, *(c.last() for c in self._columns)])
+
+    async def columns(self, *keys: str) -> list[list[list[Any]]]:
+        """Per bucket, the values of each of ``keys`` in position order."""
+        return [[await read_column(backend, key) for key in keys] for backend in self._backends]
+
+    async def read(self, lo: int, hi: int) -> list[dict[str, Any]]:
+        """The stored rows with global index in ``[lo, hi)``, in index order (``hi`` at most what is flushed)."""
+        plans = []
+        for b, col in enumerate(self._columns):
+            view = col.view()
+            p0 = int(np.searchsorted(view, lo, "left"))
+            p1 = int(np.searchsorted(view, hi, "left"))
+            if p1 > p0:
+                plans.append((b, p0, p1))
+        parts = await asyncio.gather(*(self._backends[b].get(p1 - p0, p0) for b, p0, p1 in plans))
+        merged: list[tuple[int, dict[str, Any]]] = []
+        for part in parts:
+            merged.extend((row[INDEX_KEY], row) for row in part)
+        merged.sort(key=lambda pair: pair[0])
+        return [row for _, row in merged]
+
+    async def write(
+        self,
+        b: int,
+        rows: list[dict[str, Any]],
+        indexes: list[int],
+        arena: list[tuple[int, Chunk, int]],
+        kinds: dict[str, str],
+    ) -> None:
+        """Store one flush's ``rows`` of bucket ``b`` (``arena``: the arena batches among them, see tail.py)."""
+        try:
+            backend = self._backends[b]
+            tensors = tensor_parts(rows, arena, kinds) if hasattr(backend, "put_columns") else {}
+            if tensors:
+                # Tensor fields as typed columns (over the arena's memory for arena batches): see tensor_columns.
+                await backend.put_columns(rows, tensors)  # type: ignore[attr-defined]
+            else:
+                await backend.put_batch(rows)
+                await backend.flush()
+        except Exception:
+            # The rows may or may not have landed (a Lance commit can land and still raise). Start the bucket
+            # afresh from what is on disk, so the retry stores exactly what is missing.
+            if self.durable:
+                await self._reopen(b)
+            raise
+        # Reads never look at indexes at or above flushed_upto, so growing the column early is safe; it makes a
+        # retry after another bucket's failure skip the rows this bucket already holds.
+        self._columns[b].extend(indexes)
+
+    async def _reopen(self, b: int) -> None:
+        backend = await asyncio.to_thread(self._make, b)
+        self._backends[b] = backend
+        self._columns[b] = IndexColumn(await read_column(backend, INDEX_KEY))
+
+    async def maintain(self) -> None:
+        """Each backend's housekeeping (compaction, version cleanup), where it has some."""
+        for backend in self._backends:
+            maintain = getattr(backend, "maintain", None)
+            if maintain is not None:
+                await maintain()
+
+    async def purge(self, cleared: set[int]) -> None:
+        """Delete the rows of ``cleared`` samples and the patch rows that wrote their fields, from the backends
+        that can (``delete_rows``); then reload each changed bucket's index column. Positions move: no read may
+        be in flight."""
+        doomed_ids = np.fromiter(cleared, dtype=np.int64, count=len(cleared))
+        for b, backend in enumerate(self._backends):
+            delete = getattr(backend, "delete_rows", None)
+            if delete is None:
+                continue
+            view = self._columns[b].view()
+            doomed = [int(i) for i in view[np.isin(view, doomed_ids)]]
+            targets = await read_column(backend, OF_KEY)
+            doomed += [int(i) for i, of in zip(view.tolist(), targets, strict=True) if of is not None and of in cleared]
+            if not doomed:
+                continue
+            await delete(sorted(set(doomed)))
+            self._columns[b] = IndexColumn(await read_column(backend, INDEX_KEY))
+            log.info("topic %r bucket %d: deleted %d rows of cleared samples", self._name, b, len(doomed))
+
+    async def stats(self) -> list[dict[str, Any]]:
+        return [await backend.stats() for backend in self._backends]
+
+    async def close(self) -> None:
+        for backend in self._backends:
+            aclose = getattr(backend, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:  # the log still holds every row; the files must be released regardless
+                    log.exception("closing a backend of topic %r failed", self._name)
+
+
+async def read_column(backend: StorageBackend, key: str) -> list[Any]:
+    """One column of a backend in position order (``read_column`` where it has one, else a full scan)."""
+    reader = getattr(backend, "read_column", None)
+    if reader is not None:
+        return list(await reader(key))
+    values: list[Any] = []
+    async for rows in backend.get_stream(backend.total_count(), 0):
+        values.extend(r.get(key) for r in rows)
+    return values

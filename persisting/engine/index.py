@@ -1,0 +1,105 @@
+"""The sample index of a topic: each partition's samples (as runs of global indexes) and their fields.
+
+Built on first use (a topic that only streams records never pays for it): under the flush lock, so the backends
+and the tail hold disjoint rows and none moves between them, it reads the engine columns of every bucket
+(partition, index, the sample a patch writes, the fields a row writes), then indexes the tail's chunks. From
+then on every chunk added to the tail is indexed at once (``add``).
+
+Patches (fields written later for existing samples, see fields.py) count only once acknowledged: ``add`` queues
+them, ``acknowledged`` applies those below ``visible_upto`` in index order (so the latest write wins), and no
+sample is handed out with a field that a crash could still lose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import numpy as np
+
+from ..wire.codec import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
+from .buckets import Buckets
+from .fields import FieldIndex
+from .runs import PartitionIndex, value_runs
+from .tail import Chunk, Tail
+
+
+class SampleIndex:
+    def __init__(self, buckets: Buckets, tail: Tail, flush_lock: asyncio.Lock) -> None:
+        self._buckets = buckets
+        self._tail = tail
+        self._flush_lock = flush_lock
+        self._partitions: dict[str, PartitionIndex] | None = None  # partition -> its global indexes, as runs
+        self._fields = FieldIndex()  # own fields and patches of the samples, built with _partitions
+        self._pending: collections.deque[Chunk] = collections.deque()  # patches not yet acknowledged
+
+    @property
+    def fields(self) -> FieldIndex:
+        """The field index as it stands (field-set ids for the flush; complete once ``partitions`` was built)."""
+        return self._fields
+
+    async def partitions(self) -> dict[str, PartitionIndex]:
+        built = self._partitions
+        if built is not None:
+            return built
+        async with self._flush_lock:
+            if self._partitions is None:
+                await self._build()
+        if self._partitions is None:  # for the type checker: _build sets it
+            raise RuntimeError("the sample index was not built")
+        return self._partitions
+
+    async def field_index(self) -> FieldIndex:
+        """Own fields and patches of every sample (built with the partition index on first use)."""
+        await self.partitions()
+        return self._fields
+
+    async def _build(self) -> None:
+        fields = FieldIndex()
+        found: dict[str, tuple[list[int], list[int]]] = {}  # partition -> (indexes, field set ids)
+        patches: list[tuple[int, int, int]] = []  # (patch row, sample it writes, field set id)
+        for parts, indexes, targets, names in await self._buckets.columns(PARTITION_KEY, INDEX_KEY, OF_KEY, FIELDS_KEY):
+            for partition, index, of, raw in zip(parts, indexes, targets, names, strict=True):
+                if of is None:
+                    pair = found.get(str(partition))
+                    if pair is None:
+                        pair = found[str(partition)] = ([], [])
+                    pair[0].append(int(index))
+                    pair[1].append(fields.intern_json(raw))
+                else:
+                    patches.append((int(index), int(of), fields.intern_json(raw)))
+        partitions: dict[str, PartitionIndex] = {}
+        for partition, (found_indexes, ids) in found.items():
+            order = np.argsort(np.asarray(found_indexes, dtype=np.int64), kind="stable")
+            partitions[partition] = PartitionIndex.of(np.asarray(found_indexes, dtype=np.int64)[order])
+            fields.add_runs(partition, value_runs(np.asarray(ids, dtype=np.int64)[order]))
+        for index, of, set_id in sorted(patches):
+            fields.patch(index, [of], sorted(fields.sets[set_id]))
+        self._fields = fields
+        self._partitions = partitions
+        for chunk in self._tail.chunks:
+            self.add(chunk)
+
+    def add(self, chunk: Chunk) -> None:
+        """Index a chunk just added to the tail: its samples, or a patch's writes (nothing before the build)."""
+        if self._partitions is None or not chunk.count:
+            return
+        if chunk.of is not None:
+            self._pending.append(chunk)
+            self.acknowledged()
+            return
+        index = self._partitions.get(chunk.partition)
+        if index is None:
+            index = self._partitions[chunk.partition] = PartitionIndex()
+        index.append(chunk.first, chunk.count)
+        # What Chunk.own_fields_id gives each row, as runs: one step for a put whose rows share their fields.
+        extra = tuple(chunk.arena.columns) if chunk.arena is not None else ()
+        self._fields.add_runs(chunk.partition, self._fields.rows_ids(chunk.other, extra))
+
+    def acknowledged(self) -> None:
+        """Count the pending patches that are acknowledged now (in index order, so the latest write wins)."""
+        pending, visible = self._pending, self._tail.visible_upto
+        while pending and pending[0].first + pending[0].count <= visible:
+            chunk = pending.popleft()
+            if chunk.of is not None:
+                self._fields.patch(chunk.first, chunk.of, chunk.patch_fields)
