@@ -19,7 +19,7 @@ import zmq
 import zmq.asyncio
 
 from persisting import Queue
-from persisting.client.remote import Connection
+from persisting.client.connection import Connection
 
 from .measure import Tick, nearest_rank
 from .records import make_records
@@ -158,7 +158,7 @@ async def latency(
             LatencySeries(
                 "broker-hello",
                 "persisting protocol",
-                "'hello' op via persisting.remote.Connection on the caller's loop: envelope codec, broker "
+                "'hello' op via persisting.client.connection.Connection on the caller's loop: envelope codec, broker "
                 "dispatch and reply, no topic, no storage",
             ),
             hello,

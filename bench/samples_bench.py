@@ -7,7 +7,7 @@ is a ``spawn``-ed process (Lance is not fork-safe) that opens its queue, then wa
 never timed; ``time.monotonic`` is one clock for all processes on Linux.
 
 1. Reference, in this process before the workload, broker idle: ``hello`` via
-   ``persisting.remote.connection(address).request("hello", {})`` (envelope, dispatch, reply; no topic, no
+   ``persisting.client.connection.connection(address).request("hello", {})`` (envelope, dispatch, reply; no topic, no
    storage), and ``get_meta`` of 16 samples (2 groups) with samples ready (its own topic, kept at a backlog of
    64-128 untaken samples by untimed 64-sample puts; ``wait=False``), the two series interleaved in rounds so they
    share the machine's noise; then ``get_meta`` on a topic prefilled with a backlog of 32,768 untaken samples
@@ -40,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 from persisting import GRPOGroupNSampler, Queue
-from persisting.client.remote import connection
+from persisting.client.connection import connection
 
 from .broker_server import broker_process, cpu_seconds, log_lines
 from .measure import Tick, nearest_rank

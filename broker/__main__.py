@@ -159,7 +159,7 @@ async def serve(conf: dict[str, Any]) -> None:
 
 
 async def status(conf: dict[str, Any]) -> int:
-    from persisting.client.remote import Connection
+    from persisting.client.connection import Connection
 
     conn = Connection(conf["socket"])
     try:

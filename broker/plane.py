@@ -32,11 +32,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from persisting.engine import samplers
-from persisting.engine.config import TopicConfig
-from persisting.engine.layout import read_json
-from persisting.engine.tail import ArenaPayload
-from persisting.engine.topic import Topic
+from persisting.engine import ArenaPayload, Topic, sampler_from_wire, stored_topics
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
 from persisting.queue.lance_backend import LanceBackend
 from persisting.tensors import arena as arena_mod
@@ -118,16 +114,7 @@ class TensorPlane:
             self.path.unlink(missing_ok=True)
             return
         log.warning("an arena file was left by a broker that did not stop cleanly; re-adopting its payloads")
-        for meta_file in sorted(self.storage_path.glob("*/topic.json")):
-            meta = read_json(meta_file) or {}
-            name = meta.get("name")
-            if not isinstance(name, str):
-                continue
-            config = TopicConfig(
-                num_buckets=int(meta.get("num_buckets", 4)),
-                bucket_column=str(meta.get("bucket_column", "id")),
-                backend_kwargs=dict(backend_options),
-            )
+        for name, config in stored_topics(self.storage_path, backend_options):
             topic = Topic(name, self.storage_path, config, LanceBackend, arena_resolver=self.resolve)
             try:
                 await topic.open()  # replays (copying arena payloads) and flushes what the log held
@@ -248,7 +235,7 @@ class TensorPlane:
             wait = req.args.get("wait", 0.0)
             if not isinstance(wait, int | float) or isinstance(wait, bool) or wait < 0:
                 raise ProtocolError("take wait must be a number of seconds >= 0")
-            sampler = samplers.from_wire(req.args.get("sampler"))
+            sampler = sampler_from_wire(req.args.get("sampler"))
             kw = req.args.get("sampler_kw") or {}
             if not isinstance(kw, dict) or not all(k in ("dp_rank", "batch_index") for k in kw):
                 raise ProtocolError("take sampler_kw may hold dp_rank and batch_index only")

@@ -21,8 +21,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from persisting.engine.config import DURABILITY_MODES, TopicConfig
-from persisting.engine.topic import Topic
+from persisting.engine import DURABILITY_MODES, Topic, TopicConfig
 from persisting.errors import ConfigError, PersistingError, ProtocolError
 from persisting.queue.lance_backend import LanceBackend
 from persisting.wire import codec, protocol

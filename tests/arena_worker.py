@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from persisting import Queue
-from persisting.client.remote import connection
+from persisting.client.connection import connection
 from persisting.tensors.arena import peer_id
 
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue
-from persisting.client import remote
-from persisting.client.remote import connection
+from persisting.client import connection as connection_mod
+from persisting.client.connection import connection
 from persisting.tensors.arena import Arena, default_path, peer_id
 
 from .broker_fixture import BrokerProcess, make_broker
@@ -185,7 +185,7 @@ def test_full_arena_is_backpressure_then_room_after_release(
     chunk = np.zeros((3, 1024 * 1024), np.uint8)  # 3 MiB; the arena holds 8 MiB
     # A put may wait for space longer than the client's request timeout: that is Full after its own timeout,
     # not BrokerUnavailableError when the request timeout runs out first.
-    monkeypatch.setattr(remote, "REQUEST_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(connection_mod, "REQUEST_TIMEOUT_SECONDS", 1.0)
 
     async def go() -> None:
         async with Queue("bp", broker=broker.address) as q:

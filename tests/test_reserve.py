@@ -28,7 +28,7 @@ from persisting import (
     SyncQueue,
     SyncReservation,
 )
-from persisting.client.remote import connection
+from persisting.client.connection import connection
 from persisting.tensors.arena import HEADER_BYTES, default_path
 
 from .broker_fixture import BrokerProcess, make_broker

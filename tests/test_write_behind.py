@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from persisting import Queue
-from persisting.client.remote import connection
+from persisting.client.connection import connection
 
 from .broker_fixture import BrokerProcess, make_broker
 

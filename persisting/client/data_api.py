@@ -1,6 +1,7 @@
 """The TransferQueue-style data API of ``Queue``: samples handed to tasks and what goes with them.
 
-A mixin of ``client.Queue``: ``get_meta`` (take samples for a task, with a sampler, readiness of fields, waiting,
+The base of ``queue.Queue``, holding only the topic's ``handle.TopicHandle`` (the one owner of the state it uses):
+``get_meta`` (take samples for a task, with a sampler, readiness of fields, waiting,
 consume-on-fetch or leases), ``get_data`` and ``get_batch`` (their fields: views on shared memory in broker mode),
 ``check_ready``, ``mark_consumed``, ``reset_consumption``, ``clear``, ``set_custom_meta`` (tags) and
 ``partitions``. Arguments are checked here, in the caller's thread, so that bad input is refused before it reaches
@@ -13,14 +14,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ..engine import samplers
-from ..engine.topic import Topic
+from ..engine import Topic, samplers
 from ..errors import ConfigError
 from ..tensors import batches
 from ..tensors.meta import BatchMeta
 from . import _loop
+from .handle import TopicHandle
 from .remote import RemoteTopic
 
 T = TypeVar("T")
@@ -28,12 +29,8 @@ DEFAULT_LEASE_SECONDS = 60.0  # acknowledged delivery: how long a consumer has t
 
 
 class DataAPI:
-    zerocopy_mode: str
-    _moved: dict[str, int]
-
-    if TYPE_CHECKING:  # provided by client.Queue
-
-        async def _engine(self) -> Topic | RemoteTopic: ...
+    def __init__(self, handle: TopicHandle) -> None:
+        self._handle = handle
 
     async def get_meta(
         self,
@@ -68,7 +65,7 @@ class DataAPI:
         the put that completes them). None: every sample, with the fields it has."""
         self._check_take_args(batch_size, task_name, partition_id, timeout)
         wanted = None if fields is None else [str(f) for f in fields]
-        topic = await self._engine()
+        topic = await self._handle.engine()
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
         kw = _sampler_kw(dp_rank, batch_index)
         lease = _lease(delivery, lease_seconds)
@@ -93,7 +90,7 @@ class DataAPI:
         indexes = batch_meta.global_indexes
         if not indexes:
             return batch_meta
-        topic = await self._engine()
+        topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic):
             descs = await topic.describe(indexes)
         else:
@@ -113,7 +110,7 @@ class DataAPI:
         indexes = global_indexes.global_indexes if isinstance(global_indexes, BatchMeta) else list(global_indexes)
         if not all(type(i) is int and i >= 0 for i in indexes):
             raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta)")
-        topic = await self._engine()
+        topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic):
             await topic.mark_consumed(partition_id, task_name, indexes)
         else:
@@ -122,7 +119,7 @@ class DataAPI:
     async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
         """Make every sample of ``partition_id`` available to ``task_name`` again (survives a restart)."""
         self._check_take_args(0, task_name, partition_id, None)
-        topic = await self._engine()
+        topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic):
             await topic.reset_consumption(partition_id, task_name)
         else:
@@ -143,7 +140,7 @@ class DataAPI:
             indexes = global_indexes.global_indexes if isinstance(global_indexes, BatchMeta) else list(global_indexes)
             if not all(type(i) is int and i >= 0 for i in indexes):
                 raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta, or None for the whole partition)")
-        topic = await self._engine()
+        topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic):
             return await topic.clear(partition_id, indexes)
         return await _loop.call(topic.clear(partition_id, indexes))
@@ -160,14 +157,14 @@ class DataAPI:
         for sample in batch_meta.samples:
             if sample.custom_meta:
                 by_partition.setdefault(sample.partition_id, []).append((sample.global_index, sample.custom_meta))
-        topic = await self._engine()
+        topic = await self._handle.engine()
         for partition, items in by_partition.items():
             await on_topic(topic, topic.set_tags(partition, items))
 
     async def partitions(self) -> dict[str, dict[str, Any]]:
         """Every partition of the topic: ``{partition: {"samples": n, "cleared": n, "tasks": {task: {"consumed":
         n, "leased": n}}}}`` (samples not cleared; per task, what it took and what it holds leased now)."""
-        topic = await self._engine()
+        topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic):
             return await topic.partitions()
         return await _loop.call(topic.partitions())
@@ -195,17 +192,17 @@ class DataAPI:
         fields = batches.wanted_fields(batch_meta)
         if not indexes:
             return batches.Batch()
-        topic = await self._engine()
+        topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic):
-            data, zero, copied = await topic.get_data(indexes, fields, self.zerocopy_mode, device)
-            self._moved["get_zero_copy_bytes"] += zero
-            self._moved["get_copied_bytes"] += copied
+            data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device)
+            self._handle.moved("get_zero_copy_bytes", zero)
+            self._handle.moved("get_copied_bytes", copied)
             return data
-        if self.zerocopy_mode == "force":
+        if self._handle.zerocopy_mode == "force":
             raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
         rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
         data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
-        self._moved["get_copied_bytes"] += sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
+        self._handle.moved("get_copied_bytes", sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes)))
         return data
 
     async def get_batch(
@@ -225,17 +222,17 @@ class DataAPI:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> tuple[batches.Batch, BatchMeta]:
         """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``)."""
-        topic = await self._engine()
+        topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic) and fields is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
             wanted = [str(f) for f in fields]
             limit = (None if timeout is None else float(timeout)) if wait else 0.0
             sampling = (_sampler_wire(sampler), _sampler_kw(dp_rank, batch_index), _lease(delivery, lease_seconds))
             indexes, descs, data, zero, copied = await topic.take_batch(
-                partition_id, task_name, batch_size, limit, wanted, self.zerocopy_mode, device, *sampling
+                partition_id, task_name, batch_size, limit, wanted, self._handle.zerocopy_mode, device, *sampling
             )
-            self._moved["get_zero_copy_bytes"] += zero
-            self._moved["get_copied_bytes"] += copied
+            self._handle.moved("get_zero_copy_bytes", zero)
+            self._handle.moved("get_copied_bytes", copied)
             return (data if indexes else batches.Batch()), batches.meta_from(indexes, partition_id, descs, wanted)
         meta = await self.get_meta(
             fields,

@@ -1,4 +1,4 @@
-"""Broker mode, the tensor plane on the client side: a mixin of ``remote.RemoteTopic``.
+"""Broker mode, the tensor plane on the client side: ``ArenaClient``, composed into ``remote.RemoteTopic``.
 
 A put leases an extent of the broker's arena (or uses the one leased ahead in the previous put's reply), copies
 the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -33,11 +33,9 @@ from ..tensors import batches
 from ..tensors.arena import Arena, attach_cached, peer_id
 from ..tensors.column import Column
 from ..wire.codec import EncodedBatch
+from .connection import Connection, connection
 
 RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
-
-if TYPE_CHECKING:
-    from .remote import Connection
 
 
 @dataclass(slots=True, eq=False)
@@ -67,18 +65,24 @@ def _abandon_soon(lease: ReservedExtent, conn: Connection, loop: asyncio.Abstrac
         loop.call_soon_threadsafe(send)
 
 
-class TensorClient:
-    kinds: dict[str, str]
-    _count: int
-    _arena_info: dict[str, Any] | None
-    _spare: list[Any] | None  # [extent, offset, bytes, generation] leased ahead for the next put
+class ArenaClient:
+    """This process's side of one topic's tensor plane: its mapping of the broker's arena, the extent leased
+    ahead for the next put, puts into extents, and views out of them. Composed into ``remote.RemoteTopic``, which
+    gives it the topic's request arguments (``args``)."""
 
-    if TYPE_CHECKING:  # provided by remote.RemoteTopic
+    def __init__(self, address: str, args: Callable[..., dict[str, Any]]) -> None:
+        self._address = address
+        self._args = args
+        self._arena_info: dict[str, Any] | None = None  # what the broker's hello said of its arena
+        self._spare: list[Any] | None = None  # [extent, offset, bytes, generation] leased ahead for the next put
 
-        @property
-        def _conn(self) -> Connection: ...
+    @property
+    def _conn(self) -> Connection:
+        return connection(self._address)
 
-        def _args(self, **extra: Any) -> dict[str, Any]: ...
+    def hello(self, info: dict[str, Any]) -> None:
+        """The arena the broker's hello described (empty: none)."""
+        self._arena_info = dict(info)
 
     async def _arena(self, generation: bytes | None = None) -> Arena | None:
         """This process's mapping of the broker's arena (made once; again after the broker restarted)."""
@@ -102,7 +106,7 @@ class TensorClient:
         partition: str,
         timeout: float,
         of: list[int] | None = None,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, dict[str, str]]:
         places, total = batches.layout(columns)
         need = max(total, 1)
         fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
@@ -122,7 +126,7 @@ class TensorClient:
         partition: str,
         timeout: float,
         of: list[int] | None = None,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, dict[str, str]]:
         """Seal a reserved extent the producer has filled (``fields``: the put_tensors layout). No tensor byte is
         copied, unless the broker restarted since the reservation: then its bytes (still in this process's
         mapping of the old arena file) are copied once into an extent of the new arena."""
@@ -144,7 +148,7 @@ class TensorClient:
         n: int,
         partition: str,
         of: list[int] | None,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, dict[str, str]]:
         """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
         key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
@@ -175,10 +179,9 @@ class TensorClient:
         first, count = result[0], result[1]
         if len(result) > 2 and result[2]:
             self._spare = list(result[2])
-        self.kinds.update(other.kinds)
-        self.kinds.update({str(f[0]): str(f[1]) for f in fields})
-        self._count = max(self._count, first + count)
-        return int(first), int(count)
+        kinds = dict(other.kinds)
+        kinds.update({str(f[0]): str(f[1]) for f in fields})
+        return int(first), int(count), kinds
 
     async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
         """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset
@@ -251,112 +254,7 @@ class TensorClient:
         if spare is not None:
             await self._give_back(spare)
 
-    async def take(
-        self,
-        partition: str,
-        task: str,
-        batch_size: int,
-        timeout: float | None = 0.0,
-        sampler: dict[str, Any] | None = None,
-        sampler_kw: dict[str, int] | None = None,
-        lease: float | None = None,
-        fields: list[str] | None = None,
-    ) -> tuple[list[int], list[list[Any]]]:
-        """The broker's ``Topic.take``, waiting up to ``timeout`` (None: for ever) for a full batch of samples
-        whose ``fields`` are all produced."""
-        # One key for every slice and re-send of this take: a broker that died after logging it answers the
-        # re-sent take (same key) with the same batch once it is back.
-        request_key = uuid.uuid4().hex
-
-        def args(left: float) -> dict[str, Any]:
-            return self._args(
-                key=request_key,
-                partition=partition,
-                task=task,
-                batch_size=batch_size,
-                wait=left,
-                sampler=sampler,
-                sampler_kw=sampler_kw or {},
-                lease_seconds=lease,
-                ready_fields=fields,
-                peer=peer_id(),
-                release=self._conn.take_releases(),
-            )
-
-        reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
-        indexes, descs = reply.result
-        return list(indexes), list(descs)
-
-    async def clear(self, partition: str, indexes: list[int] | None) -> int:
-        reply = await self._conn.request("clear", self._args(partition=partition, indexes=indexes))
-        return int(reply.result)
-
-    async def set_tags(self, partition: str, items: list[tuple[int, dict[str, Any]]]) -> None:
-        await self._conn.request("set_tags", self._args(partition=partition, items=[list(i) for i in items]))
-
-    async def partitions(self) -> dict[str, dict[str, Any]]:
-        reply = await self._conn.request("partitions", self._args())
-        return dict(reply.result)
-
-    async def describe(self, indexes: list[int]) -> list[list[Any]]:
-        """The broker's ``Topic.describe``: field descriptions of samples, run-length encoded."""
-        reply = await self._conn.request("describe", self._args(indexes=indexes))
-        return list(reply.result)
-
-    async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
-        await self._conn.request("mark_consumed", self._args(partition=partition, task=task, indexes=indexes))
-
-    async def reset_consumption(self, partition: str, task: str) -> None:
-        await self._conn.request("reset_consumption", self._args(partition=partition, task=task))
-
-    async def get_data(
-        self, indexes: list[int], fields: list[str], mode: str, device: Any
-    ) -> tuple[batches.Batch, int, int]:
-        """(data, bytes handed over as views, bytes copied)."""
-        args = self._args(
-            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), release=self._conn.take_releases()
-        )
-        reply = await self._conn.request("get_data", args)
-        return await self._data(reply.result, reply.buffers, fields, mode, device)
-
-    async def take_batch(
-        self,
-        partition: str,
-        task: str,
-        batch_size: int,
-        timeout: float | None,
-        fields: list[str],
-        mode: str,
-        device: Any,
-        sampler: dict[str, Any] | None = None,
-        sampler_kw: dict[str, int] | None = None,
-        lease: float | None = None,
-    ) -> tuple[list[int], list[list[Any]], batches.Batch, int, int]:
-        """take and get_data in one round trip: (indexes, descriptions, data, bytes as views, bytes copied)."""
-        request_key = uuid.uuid4().hex  # as in take
-
-        def args(left: float) -> dict[str, Any]:
-            return self._args(
-                key=request_key,
-                partition=partition,
-                task=task,
-                batch_size=batch_size,
-                wait=left,
-                fields=fields,
-                zerocopy=mode != "off",
-                sampler=sampler,
-                sampler_kw=sampler_kw or {},
-                lease_seconds=lease,
-                peer=peer_id(),
-                release=self._conn.take_releases(),
-            )
-
-        reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
-        indexes, descs, result = reply.result
-        data, zero, copied = await self._data(result, reply.buffers, fields, mode, device)
-        return list(indexes), list(descs), data, zero, copied
-
-    async def _data(
+    async def data(
         self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any
     ) -> tuple[batches.Batch, int, int]:
         if len(buffers) != 1 or not isinstance(result, dict):

@@ -1,1 +1,46 @@
-"""engine"""
+"""The engine: where the semantics live. ``Queue`` (embedded) and the broker drive it through what this module
+exports, and nothing else of the package.
+
+The interface::
+
+    Topic(name, storage_path, config, backend, *, arena_resolver=None, on_flushed=None)
+        lifecycle   await open(); await close(); await close_quietly() (after a failed open)
+        puts        await append(batch, partition, rows_blob, key=None, arena=None, of=None) -> (first, count)
+                    await recall(key) -> (first, count) | None        a retried put's first result
+        flushing    await flush(); flush_soon() (the arena needs space); await maintain()
+        records     count(); await read(offset, limit); await read_window(offset, limit);
+                    await wait_beyond(index, timeout) -> bool
+        samples     await take(partition, task, batch_size, timeout, sampler, lease, fields, request_key, **kw)
+                    await mark_consumed(...); reset_consumption(...); await clear(partition, indexes) -> int
+                    await set_tags(partition, items); await partitions(); not_cleared(indexes)
+                    await describe(indexes, lenient); await sample_rows(indexes, fields);
+                    await plain_values(indexes, names); await field_index()
+        arena       arena_runs(indexes, fields); forget_arena(extent_id); ArenaPayload for append's ``arena``
+        state       name, path, config, kinds, metrics, next_index, visible_upto, flushed_upto; await stats()
+    TopicConfig, DURABILITY_MODES, Metrics      settings and counters
+    stored_topics(storage_path, backend_kwargs) the topics on disk with their creation settings
+    sampler_from_wire(value)                    a built-in sampler from its wire form (the broker runs no other)
+
+Every call runs on one event loop (embedded mode: ``client/_loop.py``'s engine loop; the broker's own loop), so
+the engine needs no locks: the steps between two ``await`` are atomic. How a topic is built: ``topic.py``.
+"""
+
+from .config import DURABILITY_MODES, Metrics, TopicConfig
+from .fields import FieldIndex
+from .opening import ArenaResolver, stored_topics
+from .samplers import from_wire as sampler_from_wire
+from .tail import ArenaPayload
+from .topic import BackendFactory, Topic
+
+__all__ = [
+    "DURABILITY_MODES",
+    "ArenaPayload",
+    "ArenaResolver",
+    "BackendFactory",
+    "FieldIndex",
+    "Metrics",
+    "Topic",
+    "TopicConfig",
+    "sampler_from_wire",
+    "stored_topics",
+]

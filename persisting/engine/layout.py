@@ -1,4 +1,10 @@
-"""How a topic sits on disk and how rows find their bucket and position: pure helpers for the engine."""
+"""How a topic sits on disk and how rows find their bucket and position: pure helpers for the engine.
+
+Bucket of a row: crc32 of the canonical bytes of ``row[bucket_column]`` modulo ``num_buckets``; a row without
+that key (or with ``None``) goes to ``global_index % num_buckets``. Exception: the samples of one tensor batch
+that went through the broker's arena, when none has the bucket column, go to one bucket together
+(``batch_bucket`` of the batch's first index), so its payload is written as whole columns.
+"""
 
 from __future__ import annotations
 

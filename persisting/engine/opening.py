@@ -167,3 +167,21 @@ def readopt(
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"topic {name!r}: a log frame's arena reference is malformed: {exc}") from exc
     return materialize(rows, ArenaPayload(0, ref, columns))
+
+
+def stored_topics(storage_path: Path, backend_kwargs: dict[str, Any]) -> list[tuple[str, TopicConfig]]:
+    """The topics stored under ``storage_path`` with the settings they were created with (a broker re-adopting
+    an arena a killed broker left opens each one)."""
+    found = []
+    for meta_file in sorted(storage_path.glob("*/topic.json")):
+        meta = read_json(meta_file) or {}
+        name = meta.get("name")
+        if not isinstance(name, str):
+            continue
+        config = TopicConfig(
+            num_buckets=int(meta.get("num_buckets", 4)),
+            bucket_column=str(meta.get("bucket_column", "id")),
+            backend_kwargs=dict(backend_kwargs),
+        )
+        found.append((name, config))
+    return found

@@ -13,20 +13,15 @@ On disk, ``<storage_path>/<escaped topic name>/``::
     wal/            the write-ahead log (see wal.py)
     bucket-<i>...   one backend per bucket (LanceBackend: bucket-<i>.lance)
 
-Life of a put: validate and encode (caller's thread) -> assign indexes and write one log frame (atomic on the
-loop) -> group commit (one fdatasync for every waiting put) -> visible to readers -> acknowledged. A flush later
-moves visible rows into the backends, advances ``flushed_upto``, and drops log segments below it. Rows whose
-index is not above the largest index already in their bucket are skipped, so replaying a log whose flush had
-landed (a Lance commit can land without its writer knowing) stores nothing twice.
-
-Bucket of a row: crc32 of the canonical bytes of ``row[bucket_column]`` modulo ``num_buckets``; a row without
-that key (or with ``None``) goes to ``global_index % num_buckets``. Exception: the samples of one tensor batch
-that went through the broker's arena, when none has the bucket column, go to one bucket together
-(``layout.batch_bucket`` of the batch's first index), so its payload is written as whole columns.
+A put is acknowledged once its log frame is committed (puts.py); a flush later moves visible rows into the
+backends (flushing.py, buckets decided by layout.bucket_of), advances ``flushed_upto`` and drops log segments
+below it. Rows whose index is not above the largest index already in their bucket are skipped, so replaying a
+log whose flush had landed (a Lance commit can land without its writer knowing) stores nothing twice.
 
 Topic is composed of parts, each the one owner of its state, each given the others it uses::
 
-    Topic ── the put path (indexes, log frames, group commit), lifecycle, and the interface below
+    Topic ── lifecycle (open, close) and the interface (engine/__init__.py)
+     ├─ Appender     puts.py        the put path: indexes, log frame, group commit, retried puts' keys
      ├─ Tail         tail.py        chunks waiting for a flush, resident arena batches, the index marks
      ├─ Buckets      buckets.py     one backend per bucket and its index column
      ├─ Schema       schema.py      field -> kind
@@ -47,13 +42,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, QueueClosedError
+from ..errors import QueueClosedError
 from ..queue.backend import StorageBackend
 from ..tensors.arena import Peer
 from ..wire.codec import EncodedBatch
@@ -67,16 +60,15 @@ from .index import SampleIndex
 from .layout import topic_dirname, write_json_atomic
 from .opening import ArenaResolver
 from .partitions import Clears
+from .puts import Appender
 from .reader import Reader
 from .samplers import Sampler
 from .schema import Schema
-from .tail import ArenaPayload, Chunk, Tail
+from .tail import ArenaPayload, Tail
 from .takes import Takes
 from .wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
-
-IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
 
 BackendFactory = Callable[..., StorageBackend]
 
@@ -98,7 +90,6 @@ class Topic:
         self.backend_name = getattr(backend, "__qualname__", type(backend).__qualname__)
         self.metrics = Metrics()
         self._arena_resolver = arena_resolver
-        self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
         self._wal: WriteAheadLog | None = None
         self._lock_fd: int | None = None
         self._closed = False
@@ -124,6 +115,17 @@ class Topic:
             flush_lock,
             housekeeping=self._clears,
             on_flushed=on_flushed,
+        )
+        self._appender = Appender(
+            name,
+            config,
+            self._tail,
+            self._schema,
+            self._index,
+            self._clears,
+            self._flusher,
+            self.metrics,
+            self._accepting,
         )
 
     # -- the marks and the schema -------------------------------------------------------------------
@@ -173,12 +175,13 @@ class Topic:
             self._buckets.top(),
             self._tail,
             self._schema,
-            self._remember,
+            self._appender.remember,
             self._arena_resolver,
         )
         self._tail.start(flushed, next_index)
         files.wal.rotate(next_index)
         self._flusher.start(files.wal)
+        self._appender.start(files.wal)
         if self._tail.chunks:
             await self._flusher.flush_once()  # completes whatever flush a crash interrupted
         await self._clears.purge_unread()  # nothing reads yet, so no position can move under a reader
@@ -190,15 +193,9 @@ class Topic:
         if self._closed:
             raise QueueClosedError(f"topic {self.name!r} is closed")
 
-    async def _check_targets(self, partition: str, targets: list[int], n: int) -> None:
-        """The samples a patch writes to must be acknowledged samples of its partition, each named once."""
-        if len(targets) != n:
-            raise ConfigError(f"this put writes {n} samples but its batch_meta names {len(targets)}")
-        if len(set(targets)) != len(targets):
-            raise ConfigError("a batch_meta names the same sample twice; one put writes a sample's fields once")
-        why = ": a put with batch_meta writes fields of samples that exist (pass the BatchMeta of put or get_meta)"
-        await self._clears.check_in_partition(partition, targets, why)
-        self._clears.check_not_cleared(targets)
+    def _accepting(self) -> None:
+        if self._stopping:
+            raise QueueClosedError(f"topic {self.name!r} is closing")
 
     async def append(
         self,
@@ -209,71 +206,14 @@ class Topic:
         arena: ArenaPayload | None = None,
         of: list[int] | None = None,
     ) -> tuple[int, int]:
-        """Store encoded rows durably; returns (first global index, count) once acknowledged.
-
-        ``key`` makes a retry idempotent: a batch whose key was stored already (even before a restart: the key
-        travels in its log frame) is not stored again, and the first result is returned.
-
-        ``of``: a patch. Row k writes its fields for the existing sample ``of[k]`` of ``partition`` (see
-        fields.py); the rows get indexes of their own, which are not samples.
-        """
+        """Store encoded rows durably; returns (first global index, count) once acknowledged. See
+        ``puts.Appender.append`` (``key``: a retried put is stored once; ``of``: a patch of existing samples)."""
         self._check_open()
-        patch = None
-        if of is not None:
-            patch = (list(of), sorted(batch.kinds))
-            await self._check_targets(partition, patch[0], len(batch.rows))
-        if key is not None and key in self._recent:
-            if self._wal is not None:
-                await self._wal.commit()  # the first attempt may still be waiting for its sync
-            return self._recent[key]
-        wal = self._wal
-        if wal is None:
-            raise QueueClosedError(f"topic {self.name!r} is not open")
-        if self._stopping:  # close() takes what is in the log when it starts, and nothing after
-            raise QueueClosedError(f"topic {self.name!r} is closing")
-        new_kinds = self._schema.new_kinds(batch.kinds)
-        n = len(batch.rows)
-        tail = self._tail
-        if n == 0:
-            return tail.next_index, 0
-        # From here to the commit nothing awaits: indexes, kinds and the frame land together.
-        first = tail.assign(n)
-        header: list[Any] = [partition, new_kinds, key]
-        if arena is not None or patch is not None:
-            header.append(None if arena is None else arena.ref)
-        if patch is not None:
-            header.append([patch[0], patch[1]])
-        wal.append(first, n, header, rows_blob)
-        if key is not None:
-            self._remember(key, first, n)
-        self._schema.add(new_kinds)
-        chunk = Chunk(first, partition, batch.rows, arena, patch=patch)
-        tail.add(chunk)
-        self._index.add(chunk)
-        t0 = time.perf_counter()
-        await wal.commit()
-        self.metrics.commit_seconds += time.perf_counter() - t0
-        if tail.acknowledge(first + n):
-            self._index.acknowledged()
-        self.metrics.puts += 1
-        self.metrics.records_put += n
-        if arena is not None:
-            self._flusher.arena_put()
-        elif tail.visible_upto - tail.flushed_upto >= self.config.batch_size:
-            self._flusher.want()
-        return first, n
+        return await self._appender.append(batch, partition, rows_blob, key, arena, of)
 
     async def recall(self, key: str) -> tuple[int, int] | None:
         """The result of the put_batch stored under ``key`` (once acknowledged), or None if there was none."""
-        found = self._recent.get(key)
-        if found is not None and self._wal is not None:
-            await self._wal.commit()  # the first attempt may still be waiting for its sync
-        return found
-
-    def _remember(self, key: str, first: int, n: int) -> None:
-        self._recent[key] = (first, n)
-        if len(self._recent) > IDEMPOTENCY_KEYS_KEPT:
-            self._recent.popitem(last=False)
+        return await self._appender.recall(key)
 
     # -- flushing -----------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import os
 import shutil
 import time
 import urllib.parse
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ import pyarrow as pa
 from ..errors import ConfigError, SchemaConflictError, StorageError
 from ..wire.codec import INDEX_KEY
 from . import tensor_columns
-from ._stream import StreamMixin
+from ._stream import RowStream
 from .tensor_columns import Layout, Part
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def has_manifest(uri: Path) -> bool:
     return any(e.is_file() and e.name.endswith(".manifest") and e.stat().st_size > 0 for e in os.scandir(versions))
 
 
-class LanceBackend(StreamMixin):
+class LanceBackend:
     durable = True
 
     def __init__(
@@ -135,6 +136,7 @@ class LanceBackend(StreamMixin):
     ) -> None:
         self.bucket_id = bucket_id
         self.batch_size = max(1, int(batch_size))
+        self._stream = RowStream(self.get, self.total_count)
         self.uri = Path(storage_path) / f"bucket-{bucket_id}.lance"
         self.target_rows_per_fragment = target_rows_per_fragment
         self.compact_min_fragments = compact_min_fragments
@@ -180,7 +182,7 @@ class LanceBackend(StreamMixin):
     async def put_batch(self, records: list[dict[str, Any]]) -> None:
         self._register(records)
         self._buffer.extend(dict(r) for r in records)
-        self._notify()
+        self._stream.notify()
         if len(self._buffer) >= self.batch_size:
             await self.flush()
 
@@ -238,7 +240,12 @@ class LanceBackend(StreamMixin):
                 self._types[key] = field.type
                 self._tensors[key] = Layout.of_field(field)
             self.commits += 1
-        self._notify()
+        self._stream.notify()
+
+    def get_stream(
+        self, limit: int, offset: int, wait: bool = False, timeout: float | None = None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        return self._stream.rows(limit, offset, wait, timeout)
 
     async def get(self, limit: int, offset: int) -> list[dict[str, Any]]:
         stop = min(offset + limit, self.total_count())

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
-from ._stream import StreamMixin
+from ._stream import RowStream
 
 
-class InMemoryBackend(StreamMixin):
+class InMemoryBackend:
     """Keeps rows in memory. ``durable = False``: with a ``Queue`` the write-ahead log is never trimmed and
     is replayed at start, so the queue stays durable while its log grows with the data."""
 
@@ -17,20 +18,26 @@ class InMemoryBackend(StreamMixin):
         self.bucket_id = bucket_id
         self.storage_path = storage_path
         self._rows: list[dict[str, Any]] = []
+        self._stream = RowStream(self.get, self.total_count)
 
     def total_count(self) -> int:
         return len(self._rows)
 
     async def put(self, record: dict[str, Any]) -> None:
         self._rows.append(dict(record))
-        self._notify()
+        self._stream.notify()
 
     async def put_batch(self, records: list[dict[str, Any]]) -> None:
         self._rows.extend(dict(r) for r in records)
-        self._notify()
+        self._stream.notify()
 
     async def get(self, limit: int, offset: int) -> list[dict[str, Any]]:
         return [dict(r) for r in self._rows[offset : offset + limit]]
+
+    def get_stream(
+        self, limit: int, offset: int, wait: bool = False, timeout: float | None = None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        return self._stream.rows(limit, offset, wait, timeout)
 
     async def flush(self) -> None:
         return None

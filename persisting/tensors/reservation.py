@@ -44,7 +44,7 @@ from .arena import FIELD_ALIGN_BYTES, align_up
 from .meta import BatchMeta
 
 if TYPE_CHECKING:
-    from ..client.remote_tensors import ReservedExtent, TensorClient
+    from ..client.remote_tensors import ArenaClient, ReservedExtent
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +188,7 @@ class Reservation:
         storage: dict[str, np.ndarray],
         places: list[list[Any]] | None = None,
         lease: ReservedExtent | None = None,
-        plane: TensorClient | None = None,
+        plane: ArenaClient | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.partition_id = partition_id
@@ -321,7 +321,7 @@ def plain(queue: object, fields: list[FieldSpec], batch_size: int, partition_id:
 
 
 async def in_arena(
-    queue: object, plane: TensorClient, fields: list[FieldSpec], batch_size: int, partition_id: str, timeout: float
+    queue: object, plane: ArenaClient, fields: list[FieldSpec], batch_size: int, partition_id: str, timeout: float
 ) -> Reservation:
     """A reservation in an extent of the broker's arena, leased by this process (raises as a lease does: ``Full``
     after ``timeout``, ``ConfigError`` for a batch larger than the arena)."""

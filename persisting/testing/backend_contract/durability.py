@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ._base import ContractBase
 from ._support import (
     VALUE_SAMPLES,
     Row,
@@ -23,9 +22,10 @@ from ._support import (
     row_batches,
     typed_rows,
 )
+from .streams import StreamRules
 
 
-class DurabilityRules(ContractBase):
+class DurabilityRules(StreamRules):
     # -- durability -----------------------------------------------------------------------------------------
 
     @async_test

@@ -6,15 +6,15 @@ import asyncio
 from pathlib import Path
 
 from ...client.queue import Queue
-from ._base import ContractBase
 from ._support import (
     Row,
     assert_rows_equal,
     async_test,
 )
+from .durability import DurabilityRules
 
 
-class EndToEndRules(ContractBase):
+class EndToEndRules(DurabilityRules):
     # -- end to end through the engine ----------------------------------------------------------------------
 
     @async_test

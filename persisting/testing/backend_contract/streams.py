@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from ._base import ContractBase
 from ._support import (
     Backend,
     assert_rows_equal,
@@ -17,9 +16,10 @@ from ._support import (
     flat,
     typed_rows,
 )
+from .rows import RowRules
 
 
-class StreamRules(ContractBase):
+class StreamRules(RowRules):
     # -- get_stream -----------------------------------------------------------------------------------------
 
     @async_test

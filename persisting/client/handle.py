@@ -1,0 +1,147 @@
+"""The handle on one topic that a ``Queue`` holds: its settings, the engine it drives, and its transfer counters.
+
+Embedded mode: several handles of one topic in one process share one ``engine.Topic`` (a registry keyed by
+storage path and name, on the engine loop); the topic's files are locked against other processes. Broker mode:
+the handle holds a ``remote.RemoteTopic`` with the same methods. The handle is the one owner of this state;
+``Queue``, its data API (data_api.py) and its tensor puts (tensor_puts.py) use it through its methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from ..engine import BackendFactory, Topic, TopicConfig
+from ..errors import ConfigError, QueueClosedError
+from ..queue.lance_backend import LanceBackend
+from ..queue.persisting_backend import PersistingBackend
+from . import _loop
+from .remote import RemoteTopic
+
+ZEROCOPY_MODES = ("auto", "force", "off")
+MOVED_KEYS = ("put_zero_copy_bytes", "put_copied_bytes", "get_zero_copy_bytes", "get_copied_bytes")
+
+_topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
+_registry_lock: asyncio.Lock | None = None
+
+
+async def _acquire(name: str, path: Path, config: TopicConfig, factory: BackendFactory, holder: int) -> Topic:
+    global _registry_lock
+    if _registry_lock is None:
+        _registry_lock = asyncio.Lock()
+    async with _registry_lock:
+        key = (str(path), name)
+        entry = _topics.get(key)
+        if entry is not None:
+            topic, holders = entry
+            for attr in ("num_buckets", "bucket_column", "durability"):
+                if getattr(topic.config, attr) != getattr(config, attr):
+                    raise ConfigError(
+                        f"topic {name!r} is already open in this process with "
+                        f"{attr}={getattr(topic.config, attr)!r}; this Queue asks for "
+                        f"{attr}={getattr(config, attr)!r}"
+                    )
+            holders.add(holder)
+            return topic
+        topic = Topic(name, path, config, factory)
+        try:
+            await topic.open()
+        except BaseException:
+            await topic.close_quietly()
+            raise
+        _topics[key] = (topic, {holder})
+        return topic
+
+
+async def _release(topic: Topic, holder: int) -> None:
+    key = (str(topic.path.parent), topic.name)
+    entry = _topics.get(key)
+    if entry is None:
+        return
+    entry[1].discard(holder)
+    if not entry[1]:
+        del _topics[key]
+        await topic.close()
+
+
+def _resolve_backend(backend: Any, enable_metrics: bool) -> BackendFactory:
+    if backend is None:
+        return PersistingBackend if enable_metrics else LanceBackend
+    if isinstance(backend, type) or callable(backend):
+        return backend
+    raise ConfigError(
+        f"backend must be a class or a factory called as backend(bucket_id, storage_path, batch_size=...), "
+        f"got an instance of {type(backend).__qualname__}; pass its class"
+    )
+
+
+class TopicHandle:
+    """A topic as one ``Queue`` sees it (see the module docstring); checks the settings when made."""
+
+    def __init__(
+        self,
+        name: str,
+        storage_path: str | os.PathLike[str],
+        config: TopicConfig,
+        *,
+        zerocopy_mode: str,
+        enable_metrics: bool,
+        backend: Any,
+        broker: str | None,
+    ) -> None:
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
+        if zerocopy_mode not in ZEROCOPY_MODES:
+            raise ConfigError(f"zerocopy_mode must be one of {ZEROCOPY_MODES}, got {zerocopy_mode!r}")
+        config.validate()
+        self.name = name
+        self.storage_path = Path(storage_path).absolute()
+        self.zerocopy_mode = zerocopy_mode
+        self.enable_metrics = bool(enable_metrics)
+        self.config = config
+        self._factory = _resolve_backend(backend, self.enable_metrics)
+        # Broker mode: an explicit address, else PERSISTING_BROKER; the broker owns storage_path then.
+        self.broker = broker if broker is not None else (os.environ.get("PERSISTING_BROKER") or None)
+        if self.broker is not None and (backend is not None or config.backend_kwargs):
+            raise ConfigError("backend and backend_options are the broker's settings in broker mode")
+        self._topic: Topic | RemoteTopic | None = None
+        self.closed = False
+        self._moved = dict.fromkeys(MOVED_KEYS, 0)  # bytes of tensor payload moved through this handle, by path
+
+    @property
+    def opened(self) -> Topic | RemoteTopic | None:
+        """The engine if it is open already (no await), else None."""
+        return self._topic
+
+    async def engine(self) -> Topic | RemoteTopic:
+        """The topic's engine, opened on first use (replaying its log after a crash)."""
+        if self.closed:
+            raise QueueClosedError(f"queue {self.name!r} is closed; open a new Queue")
+        if self._topic is None:
+            if self.broker is not None:
+                remote = RemoteTopic(self.name, self.broker, self.config)
+                await remote.open()  # broker mode runs on the caller's loop
+                self._topic = remote
+            else:
+                self._topic = await _loop.call(
+                    _acquire(self.name, self.storage_path, self.config, self._factory, id(self))
+                )
+        return self._topic
+
+    async def aclose(self) -> None:
+        """Release the topic (the last handle of an embedded topic flushes and closes it)."""
+        self.closed = True
+        topic, self._topic = self._topic, None
+        if isinstance(topic, Topic):
+            await _loop.call(_release(topic, id(self)))
+        elif isinstance(topic, RemoteTopic):
+            await topic.aclose()
+
+    def moved(self, key: str, nbytes: int) -> None:
+        """Count ``nbytes`` of tensor payload moved by path (``MOVED_KEYS``)."""
+        self._moved[key] += nbytes
+
+    def transfers(self) -> dict[str, int]:
+        return dict(self._moved)

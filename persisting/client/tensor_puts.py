@@ -1,0 +1,177 @@
+"""Tensor batches from a ``Queue``: put (through the broker's arena, or copied into rows) and reservations.
+
+``TensorPuts`` is composed into ``queue.Queue`` and uses the topic through its ``handle.TopicHandle``. The arena or
+the copy is decided in one place (``_through_arena``), for put and reserve alike: broker mode with an arena and
+``zerocopy_mode`` not ``"off"`` goes through the arena; ``"force"`` refuses where that cannot be; a batch larger
+than the arena is copied over the socket (``_copy_instead``). Reservations (``reserve``: a batch the producer
+fills in place) are made here and sealed by ``put_reserved``; those not put are given back at close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+from ..engine import Topic
+from ..errors import ConfigError, InvalidRecordError
+from ..tensors import batches, reservation
+from ..tensors import column as tensors
+from ..tensors.meta import BatchMeta
+from ..tensors.reservation import Reservation
+from ..wire import codec
+from .data_api import on_topic
+from .handle import TopicHandle
+from .remote import RemoteTopic
+
+LEASE_TIMEOUT_S = 30.0  # how long a tensor put waits for arena space by default before Full
+
+
+class TensorPuts:
+    def __init__(self, handle: TopicHandle, owner: object) -> None:
+        self._handle = handle
+        self._owner = owner  # the Queue: reservations check that they are put through the queue that made them
+        self._reservations: weakref.WeakSet[Reservation] = weakref.WeakSet()  # given back at close if not put
+
+    async def close(self) -> None:
+        """Give back every reservation not put."""
+        await asyncio.gather(*(r._close() for r in list(self._reservations)))
+
+    async def put_tensors(
+        self, data: Any, partition: str, timeout: float | None, patch: BatchMeta | None = None
+    ) -> BatchMeta:
+        if not isinstance(partition, str) or not partition:
+            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
+        columns, other, n = tensors.split(data)
+        of = None
+        if patch is not None:
+            if n != patch.size:
+                raise ConfigError(f"data holds {n} samples but batch_meta names {patch.size}; give one row per sample")
+            of = patch.global_indexes
+        topic = await self._handle.engine()
+        if n == 0:
+            return patch if patch is not None else BatchMeta()
+        payload = sum(col.array.nbytes for col in columns.values())
+        remote = await self._through_arena(topic) if columns else None
+        if remote is not None:
+            plain = batches.other_rows(other, n, remote.kinds)
+            try:
+                first, n = await remote.put_tensors(
+                    columns,
+                    plain,
+                    codec.pack(plain.rows),
+                    n,
+                    partition,
+                    LEASE_TIMEOUT_S if timeout is None else timeout,
+                    of,
+                )
+                self._handle.moved("put_zero_copy_bytes", payload)
+                return batches.batch_meta(first, n, partition, columns, other, patch)
+            except ConfigError as exc:
+                if not self._copy_instead(exc):
+                    raise
+        return await self._put_copied(topic, columns, other, n, partition, patch)
+
+    async def _through_arena(self, topic: Topic | RemoteTopic) -> RemoteTopic | None:
+        """The broker topic if a tensor batch goes through its arena (put and reserve decide alike), else None;
+        ``"force"`` refuses where it cannot."""
+        if isinstance(topic, RemoteTopic) and self._handle.zerocopy_mode != "off":
+            if await topic.has_arena():
+                return topic
+            if self._handle.zerocopy_mode == "force":
+                raise ConfigError("zerocopy_mode='force': the broker runs without an arena (--arena-bytes)")
+        elif self._handle.zerocopy_mode == "force":
+            raise ConfigError(
+                "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
+            )
+        return None
+
+    def _copy_instead(self, exc: ConfigError) -> bool:
+        """A batch larger than the arena is copied over the socket, unless ``"force"`` refuses that."""
+        return self._handle.zerocopy_mode != "force" and "larger than the arena" in str(exc)
+
+    async def _put_copied(
+        self,
+        topic: Topic | RemoteTopic,
+        columns: dict[str, tensors.Column],
+        other: dict[str, list[Any]],
+        n: int,
+        partition: str,
+        patch: BatchMeta | None,
+    ) -> BatchMeta:
+        """The copy path: every sample encoded into a row, stored like records."""
+        batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
+        blob = await asyncio.to_thread(codec.pack, batch.rows)
+        of = None if patch is None else patch.global_indexes
+        first, n = await on_topic(topic, topic.append(batch, partition, blob, of=of))
+        self._handle.moved("put_copied_bytes", sum(col.array.nbytes for col in columns.values()))
+        return batches.batch_meta(first, n, partition, columns, other, patch)
+
+    async def reserve(self, spec: Any, batch_size: Any, partition_id: Any, timeout: Any) -> Reservation:
+        n = reservation.check_batch_size(batch_size)
+        if not isinstance(partition_id, str) or not partition_id:
+            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition_id!r}")
+        if timeout is not None and (not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0):
+            raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        topic = await self._handle.engine()
+        fields = reservation.parse_spec(spec, topic.kinds)
+        r = None
+        if n == 0:  # as put of an empty batch: nothing to lease, nothing stored
+            pass
+        elif (remote := await self._through_arena(topic)) is not None:
+            wait = LEASE_TIMEOUT_S if timeout is None else float(timeout)
+            try:
+                r = await reservation.in_arena(self._owner, remote.arena, fields, n, partition_id, wait)
+            except ConfigError as exc:
+                if not self._copy_instead(exc):
+                    raise
+        if r is None:
+            r = reservation.plain(self._owner, fields, n, partition_id)
+        self._reservations.add(r)
+        return r
+
+    async def put_reserved(
+        self,
+        r: Reservation,
+        partition_id: str | None,
+        patch: BatchMeta | None,
+        timeout: float | None,
+        extra: Any,
+    ) -> BatchMeta:
+        # Bad arguments are refused before the reservation is touched: it stays open for a corrected put.
+        r._check_put(self._owner)
+        if partition_id is not None and partition_id != r.partition_id:
+            raise ConfigError(f"this reservation is for partition {r.partition_id!r}, not {partition_id!r}")
+        if patch is not None:
+            check_patch(patch, r.partition_id)
+            if patch.size != r.batch_size:
+                raise ConfigError(f"the reservation holds {r.batch_size} samples but batch_meta names {patch.size}")
+        other = reservation.check_extra(extra, r._fields, r.batch_size)
+        topic = await self._handle.engine()
+        plain = batches.other_rows(other, r.batch_size, topic.kinds)  # refuses bad values now, not in the store
+        r._begin_put(self._owner)
+        try:
+            columns = r._columns()
+            if r.batch_size == 0:
+                meta = patch if patch is not None else BatchMeta()
+            elif r._lease is not None and r._places is not None and isinstance(topic, RemoteTopic):
+                wait = LEASE_TIMEOUT_S if timeout is None else timeout  # only if the broker restarted meanwhile
+                of = None if patch is None else patch.global_indexes
+                args = (r._lease, r._places, plain, codec.pack(plain.rows), r.batch_size, r.partition_id, wait, of)
+                first, n = await topic.put_reserved(*args)
+                self._handle.moved("put_zero_copy_bytes", r.nbytes)
+                meta = batches.batch_meta(first, n, r.partition_id, columns, other, patch)
+            else:
+                meta = await self._put_copied(topic, columns, other, r.batch_size, r.partition_id, patch)
+        except BaseException as exc:
+            r._put_failed(exc)
+            raise
+        r._put_done(meta)
+        return meta
+
+
+def check_patch(meta: Any, partition: str) -> None:
+    if not isinstance(meta, BatchMeta):
+        raise ConfigError(f"batch_meta must be the BatchMeta of the samples, got {type(meta).__qualname__}")
+    if any(s.partition_id != partition for s in meta.samples):
+        raise ConfigError(f"batch_meta holds samples of {meta.partition_ids}, not of {partition!r}")

@@ -1,0 +1,140 @@
+"""The put path of a topic: indexes, the log frame, the group commit, and retried puts' keys.
+
+``Appender`` is composed into ``topic.Topic``, on the engine's loop. Life of a put: validate and encode (caller's
+thread) -> assign indexes and write one log frame (atomic on the loop: nothing awaits between them) -> group
+commit (one fdatasync for every waiting put) -> visible to readers -> acknowledged. A put carrying a key that was
+stored already (before a restart too: the key travels in its log frame) returns the first result instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ConfigError, QueueClosedError
+from ..wire.codec import EncodedBatch
+from .config import Metrics, TopicConfig
+from .flushing import Flusher
+from .index import SampleIndex
+from .partitions import Clears
+from .schema import Schema
+from .tail import ArenaPayload, Chunk, Tail
+from .wal import WriteAheadLog
+
+IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
+
+
+class Appender:
+    def __init__(
+        self,
+        name: str,
+        config: TopicConfig,
+        tail: Tail,
+        schema: Schema,
+        index: SampleIndex,
+        clears: Clears,
+        flusher: Flusher,
+        metrics: Metrics,
+        accepting: Callable[[], None],
+    ) -> None:
+        self._name = name
+        self._config = config
+        self._tail = tail
+        self._schema = schema
+        self._index = index
+        self._clears = clears
+        self._flusher = flusher
+        self._metrics = metrics
+        self._accepting = accepting  # raises QueueClosedError once the topic is closing
+        self._wal: WriteAheadLog | None = None
+        self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
+
+    def start(self, wal: WriteAheadLog) -> None:
+        """Append to ``wal`` from now on (after the replay)."""
+        self._wal = wal
+
+    def remember(self, key: str, first: int, n: int) -> None:
+        """A put stored under ``key`` got ``(first, n)`` (also from the replay of its log frame)."""
+        self._recent[key] = (first, n)
+        if len(self._recent) > IDEMPOTENCY_KEYS_KEPT:
+            self._recent.popitem(last=False)
+
+    async def _check_targets(self, partition: str, targets: list[int], n: int) -> None:
+        """The samples a patch writes to must be acknowledged samples of its partition, each named once."""
+        if len(targets) != n:
+            raise ConfigError(f"this put writes {n} samples but its batch_meta names {len(targets)}")
+        if len(set(targets)) != len(targets):
+            raise ConfigError("a batch_meta names the same sample twice; one put writes a sample's fields once")
+        why = ": a put with batch_meta writes fields of samples that exist (pass the BatchMeta of put or get_meta)"
+        await self._clears.check_in_partition(partition, targets, why)
+        self._clears.check_not_cleared(targets)
+
+    async def append(
+        self,
+        batch: EncodedBatch,
+        partition: str,
+        rows_blob: bytes,
+        key: str | None = None,
+        arena: ArenaPayload | None = None,
+        of: list[int] | None = None,
+    ) -> tuple[int, int]:
+        """Store encoded rows durably; returns (first global index, count) once acknowledged.
+
+        ``key`` makes a retry idempotent: a batch whose key was stored already (even before a restart: the key
+        travels in its log frame) is not stored again, and the first result is returned.
+
+        ``of``: a patch. Row k writes its fields for the existing sample ``of[k]`` of ``partition`` (see
+        fields.py); the rows get indexes of their own, which are not samples.
+        """
+        patch = None
+        if of is not None:
+            patch = (list(of), sorted(batch.kinds))
+            await self._check_targets(partition, patch[0], len(batch.rows))
+        if key is not None and key in self._recent:
+            if self._wal is not None:
+                await self._wal.commit()  # the first attempt may still be waiting for its sync
+            return self._recent[key]
+        wal = self._wal
+        if wal is None:
+            raise QueueClosedError(f"topic {self._name!r} is not open")
+        self._accepting()  # close() takes what is in the log when it starts, and nothing after
+        new_kinds = self._schema.new_kinds(batch.kinds)
+        n = len(batch.rows)
+        tail = self._tail
+        if n == 0:
+            return tail.next_index, 0
+        # From here to the commit nothing awaits: indexes, kinds and the frame land together.
+        first = tail.assign(n)
+        header: list[Any] = [partition, new_kinds, key]
+        if arena is not None or patch is not None:
+            header.append(None if arena is None else arena.ref)
+        if patch is not None:
+            header.append([patch[0], patch[1]])
+        wal.append(first, n, header, rows_blob)
+        if key is not None:
+            self.remember(key, first, n)
+        self._schema.add(new_kinds)
+        chunk = Chunk(first, partition, batch.rows, arena, patch=patch)
+        tail.add(chunk)
+        self._index.add(chunk)
+        t0 = time.perf_counter()
+        await wal.commit()
+        self._metrics.commit_seconds += time.perf_counter() - t0
+        if tail.acknowledge(first + n):
+            self._index.acknowledged()
+        self._metrics.puts += 1
+        self._metrics.records_put += n
+        if arena is not None:
+            self._flusher.arena_put()
+        elif tail.visible_upto - tail.flushed_upto >= self._config.batch_size:
+            self._flusher.want()
+        return first, n
+
+    async def recall(self, key: str) -> tuple[int, int] | None:
+        """The result of the put_batch stored under ``key`` (once acknowledged), or None if there was none."""
+        found = self._recent.get(key)
+        if found is not None and self._wal is not None:
+            await self._wal.commit()  # the first attempt may still be waiting for its sync
+        return found
