@@ -186,7 +186,15 @@ async def serve(conf: dict[str, Any]) -> None:
 async def status(conf: dict[str, Any], as_json: bool) -> int:
     from persisting.client.remote import Connection
 
-    conn = Connection(conf["socket"])
+    address = str(conf["socket"])
+    if address.startswith("ipc://") and not Path(address[len("ipc://") :]).exists():
+        # Nothing listens there: say so now instead of waiting for the request to time out.
+        print(
+            f"persisting-broker status: no broker listens at {address} (its socket file does not exist)",
+            file=sys.stderr,
+        )
+        return 1
+    conn = Connection(address)
     try:
         state = (await conn.request("status", {}, timeout=STATUS_TIMEOUT_S)).result
     except PersistingError as exc:

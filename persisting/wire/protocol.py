@@ -101,6 +101,8 @@ def _envelope(frame: bytes) -> dict[str, Any]:
     if not isinstance(env, dict):
         raise ProtocolError(f"envelope must be a map, got {type(env).__name__}")
     version = env.get("v")
+    if type(version) is not int:
+        raise ProtocolError(f"envelope has no integer protocol version (v), got {version!r}")
     if version != PROTOCOL_VERSION:
         raise ProtocolVersionError(
             f"protocol version {version!r} is not supported (this side speaks {PROTOCOL_VERSION}); "
