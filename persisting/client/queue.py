@@ -20,7 +20,7 @@ from ..engine.topic import BackendFactory, Topic, TopicConfig
 from ..errors import ConfigError, InvalidRecordError, QueueClosedError
 from ..queue.lance_backend import LanceBackend
 from ..queue.persisting_backend import PersistingBackend
-from ..tensors import batches, reservation
+from ..tensors import batches, reservation, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation, Reserving
@@ -106,6 +106,7 @@ class Queue(DataAPI):
         durability: str = "sync",
         backend_options: Mapping[str, Any] | None = None,
         broker: str | None = None,
+        as_tensordict: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
@@ -114,6 +115,7 @@ class Queue(DataAPI):
         self.name = name
         self.storage_path = Path(storage_path).absolute()
         self.zerocopy_mode = zerocopy_mode
+        self.as_tensordict = bool(as_tensordict)  # get_data/get_batch default (tensordict extra)
         self.enable_metrics = bool(enable_metrics)
         self.batch_size = batch_size
         self._config = TopicConfig(
@@ -243,6 +245,8 @@ class Queue(DataAPI):
     ) -> BatchMeta:
         if not isinstance(partition, str) or not partition:
             raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
+        if tensors.is_tensor_dict(data):
+            data = tensordicts.flatten(data)  # nested keys become "a.b" fields; get_data(as_tensordict=True) nests
         columns, other, n = tensors.split(data)
         of = None
         if patch is not None:
