@@ -66,7 +66,7 @@ def test_non_tensor_entries_and_bad_tensordicts(store: Path) -> None:
         meta = q.put(td, partition_id="p")
         got = q.get_data(meta, as_tensordict=True)
         assert torch.equal(got["x"], td["x"]) and list(got["prompt"]) == ["a", "b", "c"]
-        with pytest.raises(InvalidRecordError, match="holds '.'"):
+        with pytest.raises(InvalidRecordError, match=r"holds '\.'"):
             q.put(TensorDict({"a.b": torch.zeros(2)}, batch_size=[2]), partition_id="p")
         with pytest.raises(InvalidRecordError, match="batch dimension"):
             q.put(TensorDict({"a": torch.zeros(2)}, batch_size=[]), partition_id="p")
@@ -93,7 +93,7 @@ def test_a_tensordict_round_trips_exactly_through_the_broker_as_arena_views(brok
         _assert_same(got, td)
         for key in got.keys(include_nested=True, leaves_only=True):
             assert _in_shared_mapping(got.get(key).data_ptr()), key  # views on the arena: no copy
-        data, taken = q.get_batch(list(meta.field_names), batch_size=32, task_name="train", partition_id="step-1")
+        data, _taken = q.get_batch(list(meta.field_names), batch_size=32, task_name="train", partition_id="step-1")
         _assert_same(data, td)
         assert _in_shared_mapping(data["obs", "pixels"].data_ptr())
         assert q.stats()["zerocopy"]["get_copied_bytes"] == 0
