@@ -397,7 +397,7 @@ def _metrics(state: Any) -> BrokerMetrics:
         from .metrics import BrokerMetrics
     except ImportError as exc:
         raise ConfigError(
-            "--metrics needs prometheus_client: pip install 'persisting[metrics]' (or prometheus-client)"
+            "--metrics needs prometheus_client (a dependency of persisting): pip install prometheus-client"
         ) from exc
     return BrokerMetrics(state)
 
