@@ -3,6 +3,7 @@ extra; the Agg backend, no display needed). Each function writes its files and r
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,9 @@ def _cdf(ax: Any, samples: Sequence[float], label: str) -> None:
 
 
 def _run_label(meta: dict[str, Any]) -> str:
-    return f"{meta.get('persisting revision', '?')}; {meta.get('cpus', '?')} CPUs; {meta.get('command', '')}"[:200]
+    """The run under each chart: revision, CPUs and the command (with ``python`` for the interpreter's path)."""
+    command = str(meta.get("command", "")).replace(sys.executable, "python")
+    return f"{meta.get('persisting revision', '?')}; {meta.get('cpus', '?')} CPUs; {command}"[:200]
 
 
 def plot_arena(result: ArenaBenchResult, folder: Path) -> list[Path]:
