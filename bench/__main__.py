@@ -1,5 +1,5 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
-``python -m bench arena``; ``python -m bench samples``"""
+``python -m bench arena``; ``python -m bench samples``; each takes ``--plot DIR`` (PNG charts of the run)"""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import Any
 
 import persisting
 
+from . import plots
 from .arena_bench import run_arena_bench
 from .arena_report import render_arena
 from .broker_bench import run_broker_bench
@@ -66,6 +67,18 @@ def _common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _plot_arg(p)
+
+
+def _plot_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plot", type=Path, metavar="DIR", help="also write PNG charts of the run to DIR (matplotlib)")
+
+
+def _plots(folder: Path | None, make: Any, result: Any) -> None:
+    """Write the run's charts when ``--plot DIR`` was given; their paths go to stderr (stdout holds the table)."""
+    if folder is not None:
+        for path in make(result, folder):
+            print(f"wrote {path}", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--flush-reps", type=int, default=20, help="timed flushes per topic")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _plot_arg(q)
     b = sub.add_parser(
         "broker", help="persisting-broker: put round trip vs raw ZeroMQ; 2x2 processes vs persist-queue SQLiteAckQueue"
     )
@@ -199,6 +213,7 @@ def _broker_main(args: argparse.Namespace, args_list: list[str], revision: str) 
         args_list, revision, base, broker="--storage-path {base}/storage --socket ipc://{base}/sock/b.sock"
     )
     print(render_broker(result, args.format))
+    _plots(args.plot, plots.plot_broker, result)
     return 0
 
 
@@ -218,6 +233,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
             torch_ref=not args.no_torch,
             seed=args.seed,
             progress=not args.no_progress,
+            plot=args.plot is not None,
         )
     result.meta = _meta(
         args_list,
@@ -230,6 +246,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
         "--log-level WARNING (one broker per persisting case)",
     )
     print(render_arena(result, args.format))
+    _plots(args.plot, plots.plot_arena, result)
     return 0
 
 
@@ -260,6 +277,7 @@ def _samples_main(args: argparse.Namespace, args_list: list[str], revision: str)
         broker="--storage-path {base}/storage --socket ipc://{base}/s/b.sock --log-level WARNING",
     )
     print(render_samples(result, args.format))
+    _plots(args.plot, plots.plot_samples, result)
     return 0
 
 
@@ -296,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     result.meta = _meta(args_list, revision, base)
     print(render(result, args.format))
+    _plots(args.plot, plots.plot_queue, result)
     return 0
 
 

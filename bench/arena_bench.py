@@ -116,6 +116,7 @@ def run_arena_bench(
     torch_ref: bool,
     seed: int,
     progress: bool = True,
+    plot: bool = False,
 ) -> ArenaBenchResult:
     t_start = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
@@ -146,13 +147,26 @@ def run_arena_bench(
                 first = not paced  # zero-copy evidence once per shape and path, from the stream run
                 bar.set_description(f"arena {shape.key} {'paced' if paced else 'stream'}")
                 rows.append(
-                    run_arena_case(ctx, base, shape, count, paced, arena_bytes, seed, first, result, bar.update)
+                    run_arena_case(
+                        ctx, base, shape, count, paced, arena_bytes, seed, first, result, bar.update, watch_flushes=plot
+                    )
                 )
                 if not paced:
                     bar.set_description(f"arena reserve {shape.key} stream")
                     rows.append(
                         run_arena_case(
-                            ctx, base, shape, count, paced, arena_bytes, seed, first, result, bar.update, reserve=True
+                            ctx,
+                            base,
+                            shape,
+                            count,
+                            paced,
+                            arena_bytes,
+                            seed,
+                            first,
+                            result,
+                            bar.update,
+                            reserve=True,
+                            watch_flushes=plot,
                         )
                     )
                 if torch_ref:
@@ -175,6 +189,7 @@ def run_arena_bench(
                 result,
                 bar.update,
                 beyond=True,
+                watch_flushes=plot,
             )
             mem_small = result.row(f"memcpy-{SMALL.key}")
             row.memcpy_gbps = mem_small.gbps if mem_small is not None else None

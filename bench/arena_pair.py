@@ -33,6 +33,8 @@ class Row:
     received: int = 0
     seconds: float = 0.0
     latency_ms: list[float] = field(default_factory=list)  # put returned -> consumer has the batch
+    received_s: list[float] = field(default_factory=list)  # when the consumer had each batch, from the first put
+    flushes_s: list[float] = field(default_factory=list)  # broker flushes seen (--plot runs), same clock
     from_start_ms: list[float] = field(default_factory=list)  # put called (before the copy) -> consumer has it
     memcpy_gbps: float | None = None  # the memcpy reference of the same batch size, for the ratio
     copied_bytes: int | None = None  # persisting: bytes the consumer got as copies instead of views
@@ -179,4 +181,5 @@ def run_pair(
         row.seconds = recv_t[row.received - 1] - spec["t0"].value
         start_t = list(spec["start_t"])
         row.latency_ms = [(recv_t[i] - put_t[i]) * 1e3 for i in range(row.received) if put_t[i] > 0]
+        row.received_s = [recv_t[i] - spec["t0"].value for i in range(row.received)]
         row.from_start_ms = [(recv_t[i] - start_t[i]) * 1e3 for i in range(row.received) if start_t[i] > 0]

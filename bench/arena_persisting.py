@@ -11,6 +11,7 @@ into shared memory) and ``put``s the reservation, which copies nothing; the cons
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ from .arena_pair import (
     run_pair,
 )
 from .broker_server import broker_process
+from .flush_watch import FlushWatch
 from .measure import Tick
 from .workers import START_TIMEOUT_S
 
@@ -165,6 +167,7 @@ def run_arena_case(
     beyond: bool = False,
     put_timeout: float = 30.0,
     reserve: bool = False,
+    watch_flushes: bool = False,
 ) -> Row:
     mode = "paced" if paced else "stream"
     key = f"arena-{'reserve-' if reserve else ''}{shape.key}-{mode}" + ("-beyond" if beyond else "")
@@ -193,7 +196,10 @@ def run_arena_case(
     spec.update(reserve=reserve, check_label=f"{row.path} get_batch")
     t_stop = 0.0
     with broker_process(case / "storage", address, log_path, ["--arena-bytes", str(arena_bytes)], "WARNING"):
-        run_pair(ctx, arena_producer_main, arena_consumer_main, spec, row, result, tick)
+        with FlushWatch(address) if watch_flushes else contextlib.nullcontext() as flushes:
+            run_pair(ctx, arena_producer_main, arena_consumer_main, spec, row, result, tick)
+        if flushes is not None:
+            row.flushes_s = [t - spec["t0"].value for t in flushes.flushes_at]
         t_stop = time.perf_counter()
     row.notes.append(f"broker stop (SIGTERM, flushes the rest to Lance) took {time.perf_counter() - t_stop:.1f} s")
     return row

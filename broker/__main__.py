@@ -12,6 +12,12 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
     socket_mode         --socket-mode        PERSISTING_SOCKET_MODE        0600 (0660: the group may connect)
     arena_bytes         --arena-bytes        PERSISTING_ARENA_BYTES        268435456 (the shared-memory arena,
                                                                            reserved at start; 0: no arena)
+    metrics             --metrics            PERSISTING_METRICS            off (Prometheus metrics at PORT,
+                                                                           HOST:PORT or unix:PATH; a bare port
+                                                                           binds 127.0.0.1)
+
+``status`` prints a running broker's topics, partitions, tasks (backlog, leases), flush lag, arena and clients;
+``status --json`` prints the same as one JSON object (keys: broker/status.py). It exits 1 when no broker answers.
 
 The arena file (/dev/shm/persisting-<hash of storage path>.arena) gets socket_mode too: a client that may
 connect may map it.
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import signal
@@ -37,10 +44,12 @@ from persisting.tensors.arena import DEFAULT_ARENA_BYTES
 from persisting.wire import protocol
 
 from .server import Broker
+from .status import render as render_status
 
 log = logging.getLogger("persisting.broker")
 
-SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode", "arena_bytes")
+SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode", "arena_bytes", "metrics")
+STATUS_TIMEOUT_S = 5.0
 
 
 def default_socket() -> str:
@@ -57,6 +66,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "log_level": "INFO",
         "socket_mode": "0600",
         "arena_bytes": DEFAULT_ARENA_BYTES,
+        "metrics": "",
     }
     config_file = args.config or os.environ.get("PERSISTING_CONFIG")
     if config_file:
@@ -128,16 +138,29 @@ async def serve(conf: dict[str, Any]) -> None:
         folder = Path(address[len("ipc://") :]).parent
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock_fd = lock_storage(storage_path)
-    broker = Broker(
-        storage_path,
-        address,
-        max_message_bytes=conf["max_message_bytes"],
-        socket_mode=conf["socket_mode"],
-        arena_bytes=conf["arena_bytes"],
-    )
+    try:
+        broker = Broker(
+            storage_path,
+            address,
+            max_message_bytes=conf["max_message_bytes"],
+            socket_mode=conf["socket_mode"],
+            arena_bytes=conf["arena_bytes"],
+            metrics=bool(conf["metrics"]),
+        )
+    except PersistingError as exc:
+        os.close(lock_fd)
+        raise SystemExit(f"persisting-broker: {exc}") from exc
+    exposition = None
     try:
         await broker.start()  # re-adopts an arena a killed broker left, then reserves a fresh one
+        if broker.metrics is not None:
+            from .metrics import MetricsServer
+
+            exposition = MetricsServer(broker.metrics, str(conf["metrics"]), conf["socket_mode"])
+            await exposition.start()
+            log.info("Prometheus metrics on %s", exposition.bound)
     except PersistingError as exc:
+        await broker.close()  # the arena reserved by start()
         os.close(lock_fd)
         raise SystemExit(f"persisting-broker: {exc}") from exc
     broker.bind()
@@ -154,32 +177,32 @@ async def serve(conf: dict[str, Any]) -> None:
     try:
         await broker.serve()
     finally:
+        if exposition is not None:
+            await exposition.close()
         os.close(lock_fd)
     log.info("stopped cleanly")
 
 
-async def status(conf: dict[str, Any]) -> int:
+async def status(conf: dict[str, Any], as_json: bool) -> int:
     from persisting.client.connection import Connection
 
-    conn = Connection(conf["socket"])
+    address = str(conf["socket"])
+    if address.startswith("ipc://") and not Path(address[len("ipc://") :]).exists():
+        # Nothing listens there: say so now instead of waiting for the request to time out.
+        print(
+            f"persisting-broker status: no broker listens at {address} (its socket file does not exist)",
+            file=sys.stderr,
+        )
+        return 1
+    conn = Connection(address)
     try:
-        hello = await conn.request("hello", {}, timeout=5)
-        topics = (await conn.request("topics", {}, timeout=5)).result
+        state = (await conn.request("status", {}, timeout=STATUS_TIMEOUT_S)).result
     except PersistingError as exc:
         print(f"persisting-broker status: {exc}", file=sys.stderr)
         return 1
-    info = hello.result
-    print(f"broker pid {info['pid']} on {conf['socket']}, storage {info['storage_path']}")
-    print(f"{'topic':<30} {'records':>12} {'flushed':>12} {'buffered':>10} {'wal bytes':>12}")
-    for t in sorted(topics, key=lambda t: t["name"]):
-        print(f"{t['name']:<30} {t['total_count']:>12} {t['flushed']:>12} {t['buffered']:>10} {t['wal_bytes']:>12}")
-    arena = info.get("arena_stats") or {}
-    if arena:
-        print(
-            f"arena {arena['path']}: {arena['size_bytes']} bytes, {arena['free_bytes']} free, "
-            f"{arena['sealed_extents']} sealed extent(s) ({arena['unpersisted_bytes']} bytes not yet in Lance), "
-            f"{arena['holds']} consumer hold(s), {arena['leased_extents']} open lease(s)"
-        )
+    finally:
+        conn.close()
+    print(json.dumps(state, indent=2, sort_keys=True) if as_json else render_status(state))
     return 0
 
 
@@ -193,6 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-level", dest="log_level")
     parser.add_argument("--socket-mode", dest="socket_mode", help="octal mode of the ipc socket file (default 0600)")
     parser.add_argument("--arena-bytes", dest="arena_bytes", type=int, help="shared-memory arena size (0: none)")
+    parser.add_argument(
+        "--metrics", dest="metrics", help="serve Prometheus metrics at PORT, HOST:PORT or unix:PATH (default: off)"
+    )
+    parser.add_argument("--json", action="store_true", help="status: print one JSON object (keys: broker/status.py)")
     args = parser.parse_args(argv)
     conf = settings(args)
     logging.basicConfig(
@@ -201,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         asyncio.run(serve(conf))
     else:
-        raise SystemExit(asyncio.run(status(conf)))
+        raise SystemExit(asyncio.run(status(conf, args.json)))
 
 
 if __name__ == "__main__":

@@ -14,22 +14,29 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Coroutine, Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import zmq
 
 from persisting.engine import DURABILITY_MODES, Topic, TopicConfig
-from persisting.errors import ConfigError, PersistingError, ProtocolError
+from persisting.errors import ConfigError, PersistingError, ProtocolError, ProtocolVersionError
 from persisting.queue.lance_backend import LanceBackend
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
+from . import complaints, status
+from .complaints import Complaints
+from .connections import Connections
 from .plane import OPS as PLANE_OPS
 from .plane import TensorPlane
 from .replies import RecentRequests
+
+if TYPE_CHECKING:
+    from .metrics import BrokerMetrics
 
 log = logging.getLogger("persisting.broker")
 
@@ -53,6 +60,7 @@ class Broker:
         backend_options: dict[str, Any] | None = None,
         socket_mode: int = 0o600,
         arena_bytes: int = 0,
+        metrics: bool = False,
     ) -> None:
         self.storage_path = storage_path
         self.address = address
@@ -72,6 +80,22 @@ class Broker:
         self._draining = False
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._sock: zmq.Socket[bytes] | None = None
+        self.pid = os.getpid()
+        self.started_at = time.time()
+        # None with metrics off: the request path then pays one "is None" test (see metrics.py)
+        self.metrics: BrokerMetrics | None = _metrics(self.state) if metrics else None
+        self.connections = Connections()
+        self.complaints = Complaints(on_count=None if self.metrics is None else self.metrics.bad_frame)
+        self.flush_clock = status.FlushClock()
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        """The open topics by name (read-only use: the status map and metrics)."""
+        return self._topics
+
+    async def state(self) -> dict[str, Any]:
+        """The status map (broker/status.py documents its keys); on the broker's loop."""
+        return await status.snapshot(self)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -86,6 +110,7 @@ class Broker:
         # ZeroMQ drops a larger message and resets that peer; clients check the limit (from hello) first.
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.connections.watch(sock, asyncio.get_running_loop())  # before bind: count every connection
         # The ipc socket file gets socket_mode: the service user only by default, 0660 for a group of clients.
         old_umask = os.umask(0o777 & ~self.socket_mode)
         try:
@@ -185,7 +210,11 @@ class Broker:
                 log.exception("closing topic %r failed (its write-ahead log keeps every acknowledged row)", name)
         self._topics.clear()
         await self.plane.close()  # every topic is flushed: no extent is needed any more
+        self.complaints.close()
         if self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+            self.connections.close()
             self._sock.close(linger=0)
             self._sock = None
         if self._ctx is not None:
@@ -199,15 +228,18 @@ class Broker:
 
     async def _handle(self, frames: list[bytes]) -> None:
         if len(frames) < 2:
-            log.warning("dropping a message of %d frame(s): no envelope", len(frames))
+            peer = frames[0].hex() if frames else "?"
+            self.complaints.add(peer, complaints.MALFORMED, f"a message of {len(frames)} frame(s): no envelope")
             return
         identity, body = frames[0], frames[1:]
         try:
             req = protocol.decode_request(body)
         except ProtocolError as exc:
-            log.warning("bad request from client %s: %s", identity.hex(), exc)
+            self._complain(identity, exc)
             self._send([identity, *protocol.encode_reply(protocol.error_reply(_guess_id(body), exc))])
             return
+        if req.op == "hello":
+            self.connections.hello(identity, req.args)
         name = (identity, req.id)
         answered = self._recent.answered(name)
         if answered is not None:
@@ -215,10 +247,12 @@ class Broker:
             return
         if not self._recent.start(name):
             return  # a copy of a request still running: that one answers
+        metrics = self.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         try:
             reply = await self._dispatch(req)
         except ProtocolError as exc:
-            log.warning("bad request from client %s: %s", identity.hex(), exc)
+            self._complain(identity, exc)
             reply = protocol.error_reply(req.id, exc)
         except PersistingError as exc:
             reply = protocol.error_reply(req.id, exc)
@@ -228,9 +262,20 @@ class Broker:
         except Exception as exc:
             log.exception("request %d failed", req.id)
             reply = protocol.error_reply(req.id, exc)
+        if metrics is not None:
+            metrics.request(req, reply, time.perf_counter() - started)
         out = protocol.encode_reply(reply)
         self._recent.done(name, out)
         self._send([identity, *out])
+
+    def _complain(self, identity: bytes, exc: ProtocolError) -> None:
+        if isinstance(exc, ProtocolVersionError):
+            kind = complaints.VERSION
+        elif "envelope" in str(exc) or "empty message" in str(exc):
+            kind = complaints.MALFORMED
+        else:
+            kind = complaints.BAD_REQUEST
+        self.complaints.add(identity.hex(), kind, str(exc))
 
     async def _dispatch(self, req: Request) -> Reply:
         if req.op == "hello":
@@ -243,6 +288,8 @@ class Broker:
                 "arena_stats": self.plane.stats(),
             }
             return Reply(req.id, True, info)
+        if req.op == "status":
+            return Reply(req.id, True, await self.state())
         if req.op == "topics":
             return Reply(req.id, True, [await t.stats() for t in self._topics.values()])
         if req.op in ("lease", "release"):
@@ -310,7 +357,7 @@ class Broker:
                         config,
                         LanceBackend,
                         arena_resolver=self.plane.resolve,
-                        on_flushed=self.plane.on_flushed,
+                        on_flushed=self._on_flushed,
                     )
                     try:
                         await topic.open()
@@ -318,6 +365,7 @@ class Broker:
                         await topic.close_quietly()
                         raise
                     self._topics[name] = topic
+                    self.flush_clock.opened(name)
                     log.info("opened topic %r (%d records)", name, topic.count())
         for key in ("num_buckets", "bucket_column", "durability"):
             if getattr(topic.config, key) != getattr(config, key):
@@ -326,6 +374,31 @@ class Broker:
                     f"this client asks for {getattr(config, key)!r}"
                 )
         return topic
+
+    def _on_flushed(self, topic_name: str, flushed_upto: int) -> None:
+        self.plane.on_flushed(topic_name, flushed_upto)
+        if self._loop is not None:
+            # The engine updates its flush counters right after this callback, in the same loop step.
+            self._loop.call_soon(self._observe_flush, topic_name)
+
+    def _observe_flush(self, topic_name: str) -> None:
+        topic = self._topics.get(topic_name)
+        if topic is None:
+            return
+        self.flush_clock.flushed(topic_name, topic.count() - topic.flushed_upto)
+        if self.metrics is not None:
+            m = topic.metrics
+            self.metrics.flushed(topic_name, m.flushes, m.flush_seconds, m.records_flushed)
+
+
+def _metrics(state: Any) -> BrokerMetrics:
+    try:
+        from .metrics import BrokerMetrics
+    except ImportError as exc:
+        raise ConfigError(
+            "--metrics needs prometheus_client (a dependency of persisting): pip install prometheus-client"
+        ) from exc
+    return BrokerMetrics(state)
 
 
 def _targets(req: Request) -> list[int] | None:

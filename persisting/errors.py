@@ -71,6 +71,10 @@ class ProtocolError(PersistingError, ValueError):
     """A message that does not follow persisting.protocol (wrong version, malformed, unknown operation)."""
 
 
+class ProtocolVersionError(ProtocolError):
+    """The other side speaks another protocol version: upgrade client and broker to the same release."""
+
+
 class UnknownExtentError(ProtocolError):
     """A tensor request names an arena extent this broker never leased to the caller: most often one leased
     from a broker that has restarted since (the client then leases afresh)."""

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from ..engine import Topic, samplers
 from ..errors import ConfigError
-from ..tensors import batches
+from ..tensors import batches, tensordicts
 from ..tensors.meta import BatchMeta
 from . import _loop
 from .handle import TopicHandle
@@ -180,10 +180,26 @@ class DataAPI:
             raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
 
     async def get_data(
-        self, batch_meta: BatchMeta, partition_id: str | None = None, device: Any = None
-    ) -> batches.Batch:
+        self,
+        batch_meta: BatchMeta,
+        partition_id: str | None = None,
+        device: Any = None,
+        *,
+        as_tensordict: bool | None = None,
+    ) -> Any:
         """The samples of ``batch_meta``: per field, one array/tensor stacked along the batch dimension (views on
-        shared memory in broker mode), a list when sample shapes differ, a list of values for other fields."""
+        shared memory in broker mode), a list when sample shapes differ, a list of values for other fields.
+
+        ``as_tensordict=True`` (default: the Queue's ``as_tensordict``): a ``tensordict.TensorDict`` with
+        ``batch_size=[samples]`` over the same memory instead (fields named ``a.b`` nested again)."""
+        data = await self._get_data(batch_meta, partition_id, device)
+        return self._shaped(data, batch_meta.size, as_tensordict)
+
+    def _shaped(self, data: batches.Batch, n: int, as_tensordict: bool | None) -> Any:
+        wanted = self._handle.as_tensordict if as_tensordict is None else as_tensordict
+        return tensordicts.to_tensordict(data, n) if wanted else data
+
+    async def _get_data(self, batch_meta: BatchMeta, partition_id: str | None, device: Any) -> batches.Batch:
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"get_data takes the BatchMeta from get_meta or put, got {type(batch_meta).__qualname__}")
         if partition_id is not None and any(s.partition_id != partition_id for s in batch_meta.samples):
@@ -220,8 +236,10 @@ class DataAPI:
         timeout: float | None = None,
         delivery: str = "fetch",
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    ) -> tuple[batches.Batch, BatchMeta]:
-        """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``)."""
+        as_tensordict: bool | None = None,
+    ) -> tuple[Any, BatchMeta]:
+        """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``).
+        ``as_tensordict``: as in ``get_data``."""
         topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic) and fields is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
@@ -233,7 +251,8 @@ class DataAPI:
             )
             self._handle.moved("get_zero_copy_bytes", zero)
             self._handle.moved("get_copied_bytes", copied)
-            return (data if indexes else batches.Batch()), batches.meta_from(indexes, partition_id, descs, wanted)
+            meta = batches.meta_from(indexes, partition_id, descs, wanted)
+            return self._shaped(data if indexes else batches.Batch(), len(indexes), as_tensordict), meta
         meta = await self.get_meta(
             fields,
             batch_size,
@@ -247,7 +266,7 @@ class DataAPI:
             delivery=delivery,
             lease_seconds=lease_seconds,
         )
-        return await self.get_data(meta, device=device), meta
+        return await self.get_data(meta, device=device, as_tensordict=as_tensordict), meta
 
 
 def on_topic(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:

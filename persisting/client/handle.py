@@ -90,6 +90,7 @@ class TopicHandle:
         enable_metrics: bool,
         backend: Any,
         broker: str | None,
+        as_tensordict: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
@@ -100,6 +101,7 @@ class TopicHandle:
         self.storage_path = Path(storage_path).absolute()
         self.zerocopy_mode = zerocopy_mode
         self.enable_metrics = bool(enable_metrics)
+        self.as_tensordict = bool(as_tensordict)  # what get_data/get_batch return by default
         self.config = config
         self._factory = _resolve_backend(backend, self.enable_metrics)
         # Broker mode: an explicit address, else PERSISTING_BROKER; the broker owns storage_path then.

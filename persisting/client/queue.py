@@ -46,6 +46,7 @@ class Queue(DataAPI):
         durability: str = "sync",
         backend_options: Mapping[str, Any] | None = None,
         broker: str | None = None,
+        as_tensordict: bool = False,
     ) -> None:
         config = TopicConfig(
             num_buckets=num_buckets,
@@ -63,11 +64,13 @@ class Queue(DataAPI):
             enable_metrics=enable_metrics,
             backend=backend,
             broker=broker,
+            as_tensordict=as_tensordict,
         )
         super().__init__(handle)
         self.name = handle.name
         self.storage_path = handle.storage_path
         self.zerocopy_mode = handle.zerocopy_mode
+        self.as_tensordict = handle.as_tensordict  # get_data/get_batch default (tensordict extra)
         self.enable_metrics = handle.enable_metrics
         self.broker = handle.broker
         self.batch_size = batch_size

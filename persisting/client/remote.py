@@ -53,7 +53,7 @@ class RemoteTopic:
         return {"topic": self.name, "config": self._wire_config, **extra}
 
     async def open(self) -> None:
-        hello = await self._conn.request("hello", {})
+        hello = await self._conn.request("hello", {"peer": peer_id()})  # listed by the status command
         self._tensors.hello(hello.result.get("arena") or {})
         self._conn.max_message_bytes = int(hello.result.get("max_message_bytes", protocol.DEFAULT_MAX_MESSAGE_BYTES))
         stats = (await self._conn.request("stats", self._args())).result

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..engine import Topic
 from ..errors import ConfigError, InvalidRecordError
-from ..tensors import batches, reservation
+from ..tensors import batches, reservation, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
@@ -42,6 +42,8 @@ class TensorPuts:
     ) -> BatchMeta:
         if not isinstance(partition, str) or not partition:
             raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
+        if tensors.is_tensor_dict(data):
+            data = tensordicts.flatten(data)  # nested keys become "a.b" fields; get_data(as_tensordict=True) nests
         columns, other, n = tensors.split(data)
         of = None
         if patch is not None:

@@ -46,8 +46,11 @@ def is_torch(value: Any) -> bool:
 
 
 def is_tensor_dict(data: Any) -> bool:
-    """A ``tensordict.TensorDict`` (recognized by shape, without importing the package)."""
-    return hasattr(data, "batch_size") and callable(getattr(data, "items", None)) and not isinstance(data, Mapping)
+    """A ``tensordict.TensorDict`` (or any TensorDictBase), without importing the package: whoever made one has
+    imported it. (Recent tensordict releases register TensorDict as a Mapping, so shape alone does not tell.)"""
+    module = sys.modules.get("tensordict")
+    base = getattr(module, "TensorDictBase", None)
+    return base is not None and isinstance(data, base)
 
 
 def storage_dtype(kind: str, dtype_name: str) -> np.dtype[Any]:

@@ -13,7 +13,8 @@ are msgpack of plain types, rows are msgpack of storage values (see codec.py). `
 Operations (``args``; every topic operation carries ``topic`` and the topic's ``config`` so that a broker that
 restarted reopens the topic on the first request it gets):
 
-    hello      {}                                        -> {"broker": str, "pid": int, "storage_path": str}
+    hello      {[pid]}                                   -> {"broker": str, "pid": int, "storage_path": str}
+               (``pid``: the client's process, listed by the status command while it lives)
     put_batch  {topic, config, partition, kinds, count, key[, of]}   + 1 buffer (rows) -> [first, count]
                (``of``: a patch, the global indexes of the samples whose fields row k writes; see fields.py)
     read       {topic, config, offset, limit[, wait]}    -> {"kinds": map, "count": int, "waited": bool, "end": int}
@@ -26,7 +27,9 @@ restarted reopens the topic on the first request it gets):
     flush      {topic, config}                           -> None
     stats      {topic, config}                           -> map
     count      {topic, config}                           -> int
-    topics     {}                                        -> list of stats maps (the status command)
+    topics     {}                                        -> list of stats maps
+    status     {}                                        -> the broker's state, one map (broker/status.py documents
+                                                            its keys; ``persisting-broker status --json`` prints it)
 
 The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling process, from /proc):
 
@@ -58,7 +61,7 @@ from typing import Any
 
 import msgpack
 
-from ..errors import ProtocolError, SchemaConflictError
+from ..errors import ProtocolError, ProtocolVersionError, SchemaConflictError
 
 PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -66,7 +69,7 @@ WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take
 OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
     | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
-    | {"clear", "partitions", "set_tags"}
+    | {"clear", "partitions", "set_tags", "status"}
 )
 
 
@@ -98,8 +101,10 @@ def _envelope(frame: bytes) -> dict[str, Any]:
     if not isinstance(env, dict):
         raise ProtocolError(f"envelope must be a map, got {type(env).__name__}")
     version = env.get("v")
+    if type(version) is not int:
+        raise ProtocolError(f"envelope has no integer protocol version (v), got {version!r}")
     if version != PROTOCOL_VERSION:
-        raise ProtocolError(
+        raise ProtocolVersionError(
             f"protocol version {version!r} is not supported (this side speaks {PROTOCOL_VERSION}); "
             "upgrade the client and broker to the same persisting release"
         )
