@@ -5,7 +5,10 @@ callback, not zmq.asyncio: that layer costs a future per recv and per send, whic
 A request runs inline until it first has to wait (a group commit, a Lance read, a long-poll ``wait``); only then
 does it become a task, so a long-poll never blocks a ``put`` while the common cheap requests cost no task.
 Engine state lives on this loop only (the engine's own rule); Lance I/O goes to worker threads as in embedded
-mode. A malformed request gets an error reply and a log line; the broker keeps serving.
+mode. A malformed request gets an error reply and is counted (complaints.py: one log line per peer and
+interval); the broker keeps serving. Beside it: records.py (the open topics, record operations), plane.py
+(tensor and sample operations, the arena), inline.py (a request's first step without a task), replies.py
+(a request sent twice runs once), status.py and metrics.py (what operators see).
 """
 
 from __future__ import annotations
@@ -15,20 +18,17 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Coroutine, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import zmq
 
-from persisting.engine import DURABILITY_MODES, Topic, TopicConfig
+from persisting.engine import Topic
 from persisting.errors import ConfigError, PersistingError, ProtocolError, ProtocolVersionError
-from persisting.queue.lance_backend import LanceBackend
-from persisting.wire import codec, protocol
-from persisting.wire.protocol import Reply, Request, arg
+from persisting.wire import protocol
+from persisting.wire.protocol import Reply, Request
 
-from . import complaints, status
+from . import complaints, inline, records, status
 from .complaints import Complaints
 from .connections import Connections
 from .plane import OPS as PLANE_OPS
@@ -41,13 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("persisting.broker")
 
 DRAIN_BATCH = 64  # messages taken per reader callback before other callbacks (fsync completions) get a turn
-_CONFIG_KEYS: dict[str, type | tuple[type, ...]] = {
-    "num_buckets": int,
-    "bucket_column": str,
-    "batch_size": int,
-    "auto_flush_interval_sec": (int, float),
-    "durability": str,
-}
 
 
 class Broker:
@@ -69,9 +62,11 @@ class Broker:
         self.socket_mode = socket_mode
         # The arena is readable and writable by whoever may use the socket (producers write into it).
         # The plane serves samples (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
-        self.plane = TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.values())
-        self._topics: dict[str, Topic] = {}
-        self._opening: dict[str, asyncio.Lock] = {}
+        self.plane = TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.open.values())
+        self.flush_clock = status.FlushClock()
+        self._topics = records.Topics(
+            storage_path, self.backend_options, self.plane.resolve, self._on_flushed, self.flush_clock.opened
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
         self._stop = asyncio.Event()
@@ -86,12 +81,11 @@ class Broker:
         self.metrics: BrokerMetrics | None = _metrics(self.state) if metrics else None
         self.connections = Connections()
         self.complaints = Complaints(on_count=None if self.metrics is None else self.metrics.bad_frame)
-        self.flush_clock = status.FlushClock()
 
     @property
     def topics(self) -> dict[str, Topic]:
         """The open topics by name (read-only use: the status map and metrics)."""
-        return self._topics
+        return self._topics.open
 
     async def state(self) -> dict[str, Any]:
         """The status map (broker/status.py documents its keys); on the broker's loop."""
@@ -172,15 +166,13 @@ class Broker:
         # The request's first step runs here, inline: most requests (hello, count, a read of buffered rows, a
         # put with durability="process") finish without ever suspending and need no task. One that suspends
         # continues as a task from where it stopped (what Python 3.12's eager tasks do).
-        coro = self._handle(frames)
         try:
-            first = coro.send(None)
-        except StopIteration:
-            return
+            task = inline.start(self._handle(frames))
         except Exception:
             log.exception("a request failed outside its error handling")
             return
-        task = asyncio.ensure_future(_finish(_Resumed(coro, first)))
+        if task is None:
+            return
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -203,12 +195,7 @@ class Broker:
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await task
-        for name, topic in list(self._topics.items()):
-            try:
-                await topic.close()
-            except Exception:
-                log.exception("closing topic %r failed (its write-ahead log keeps every acknowledged row)", name)
-        self._topics.clear()
+        await self._topics.close()
         await self.plane.close()  # every topic is flushed: no extent is needed any more
         self.complaints.close()
         if self._sock is not None:
@@ -236,7 +223,7 @@ class Broker:
             req = protocol.decode_request(body)
         except ProtocolError as exc:
             self._complain(identity, exc)
-            self._send([identity, *protocol.encode_reply(protocol.error_reply(_guess_id(body), exc))])
+            self._send([identity, *protocol.encode_reply(protocol.error_reply(inline.guess_id(body), exc))])
             return
         if req.op == "hello":
             self.connections.hello(identity, req.args)
@@ -291,89 +278,16 @@ class Broker:
         if req.op == "status":
             return Reply(req.id, True, await self.state())
         if req.op == "topics":
-            return Reply(req.id, True, [await t.stats() for t in self._topics.values()])
+            return Reply(req.id, True, [await t.stats() for t in self._topics.open.values()])
         if req.op in ("lease", "release"):
             return await self.plane.handle(req, None)
-        topic = await self._topic(req)
+        topic = await self._topics.get(req)
         if req.op in PLANE_OPS:
             return await self.plane.handle(req, topic)
-        if req.op == "put_batch":
-            partition = arg(req, "partition", str)
-            kinds = arg(req, "kinds", dict)
-            count = arg(req, "count", int)
-            key = req.args.get("key")
-            if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)):
-                raise ProtocolError("put_batch needs one rows buffer and a str key (or none)")
-            try:
-                rows = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
-            except Exception as exc:
-                raise ProtocolError(f"put_batch rows are not valid msgpack: {exc}") from exc
-            batch = codec.EncodedBatch(codec.check_rows(rows, kinds, count), kinds)
-            first, n = await topic.append(batch, partition, req.buffers[0], key, of=_targets(req))
-            return Reply(req.id, True, [first, n])
-        if req.op == "read":
-            offset, limit = arg(req, "offset", int), arg(req, "limit", int)
-            wait = _timeout(req, "wait")
-            rows, kinds, end = await topic.read_window(offset, limit)
-            # A read with "wait" is a long-poll: a consumer at the end of the data gets its next page in one
-            # round trip instead of read, wait, read. "waited" tells the client this broker honoured it.
-            if (
-                end <= offset
-                and wait is not None
-                and limit > 0
-                and await topic.wait_beyond(offset, min(wait, protocol.WAIT_SLICE_SECONDS))
-            ):
-                rows, kinds, end = await topic.read_window(offset, limit)
-            result = {"kinds": kinds, "count": topic.count(), "waited": wait is not None, "end": end}
-            return Reply(req.id, True, result, buffers=[codec.pack(rows)])
-        if req.op == "wait":
-            timeout = _timeout(req, "timeout")
-            limit = protocol.WAIT_SLICE_SECONDS if timeout is None else min(timeout, protocol.WAIT_SLICE_SECONDS)
-            return Reply(req.id, True, await topic.wait_beyond(arg(req, "index", int), limit))
-        if req.op == "flush":
-            await topic.flush()
-            return Reply(req.id, True, None)
-        if req.op == "stats":
-            return Reply(req.id, True, await topic.stats())
-        if req.op == "count":
-            return Reply(req.id, True, topic.count())
-        raise ProtocolError(f"unknown operation {req.op!r}")
-
-    async def _topic(self, req: Request) -> Topic:
-        name = arg(req, "topic", str)
-        raw = arg(req, "config", dict)
-        config = _topic_config(raw, self.backend_options)
-        topic = self._topics.get(name)
-        if topic is None:
-            lock = self._opening.setdefault(name, asyncio.Lock())
-            async with lock:
-                topic = self._topics.get(name)
-                if topic is None:
-                    if not name or "\x00" in name:
-                        raise ConfigError(f"invalid topic name {name!r}")
-                    topic = Topic(
-                        name,
-                        self.storage_path,
-                        config,
-                        LanceBackend,
-                        arena_resolver=self.plane.resolve,
-                        on_flushed=self._on_flushed,
-                    )
-                    try:
-                        await topic.open()
-                    except BaseException:
-                        await topic.close_quietly()
-                        raise
-                    self._topics[name] = topic
-                    self.flush_clock.opened(name)
-                    log.info("opened topic %r (%d records)", name, topic.count())
-        for key in ("num_buckets", "bucket_column", "durability"):
-            if getattr(topic.config, key) != getattr(config, key):
-                raise ConfigError(
-                    f"topic {name!r} is open with {key}={getattr(topic.config, key)!r}; "
-                    f"this client asks for {getattr(config, key)!r}"
-                )
-        return topic
+        reply = await records.handle(req, topic)
+        if reply is None:
+            raise ProtocolError(f"unknown operation {req.op!r}")
+        return reply
 
     def _on_flushed(self, topic_name: str, flushed_upto: int) -> None:
         self.plane.on_flushed(topic_name, flushed_upto)
@@ -382,7 +296,7 @@ class Broker:
             self._loop.call_soon(self._observe_flush, topic_name)
 
     def _observe_flush(self, topic_name: str) -> None:
-        topic = self._topics.get(topic_name)
+        topic = self._topics.open.get(topic_name)
         if topic is None:
             return
         self.flush_clock.flushed(topic_name, topic.count() - topic.flushed_upto)
@@ -399,80 +313,3 @@ def _metrics(state: Any) -> BrokerMetrics:
             "--metrics needs prometheus_client (a dependency of persisting): pip install prometheus-client"
         ) from exc
     return BrokerMetrics(state)
-
-
-def _targets(req: Request) -> list[int] | None:
-    """The samples a patch put writes fields of (``of``), or None for new samples."""
-    of = req.args.get("of")
-    if of is None:
-        return None
-    if not isinstance(of, list) or not all(type(i) is int and i >= 0 for i in of):
-        raise ProtocolError(f"{req.op} of must be a list of global indexes (ints >= 0)")
-    return of
-
-
-def _timeout(req: Request, name: str) -> float | None:
-    """An optional number of seconds (nil: absent); negative counts as zero."""
-    value = req.args.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ProtocolError(f"{req.op} {name} must be a number or nil")
-    return max(0.0, float(value))
-
-
-def _topic_config(raw: dict[str, Any], backend_options: dict[str, Any]) -> TopicConfig:
-    values: dict[str, Any] = {}
-    for key, kind in _CONFIG_KEYS.items():
-        if key in raw:
-            if not isinstance(raw[key], kind) or isinstance(raw[key], bool):
-                raise ProtocolError(f"topic config {key!r} has the wrong type: {raw[key]!r}")
-            values[key] = raw[key]
-    if values.get("durability", "sync") not in DURABILITY_MODES:
-        raise ConfigError(f"durability must be one of {DURABILITY_MODES}")
-    config = TopicConfig(**values, backend_kwargs=backend_options)
-    config.validate()
-    return config
-
-
-class _Resumed:
-    """An awaitable that carries on a coroutine whose first step already ran and yielded ``first``."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        coro, value = self._coro, self._first
-        self._first = None
-        while True:
-            try:
-                sent = yield value  # the Task driving us sees exactly what the coroutine yielded
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # cancellation (or anything thrown in) goes on into the coroutine
-                try:
-                    value = coro.throw(exc)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration:
-                    return
-
-
-async def _finish(resumed: _Resumed) -> None:
-    await resumed
-
-
-def _guess_id(body: list[bytes]) -> int:
-    """The request id of a message that failed to decode, when it can be read at all (else 0)."""
-    with contextlib.suppress(Exception):
-        env = msgpack.unpackb(body[0], raw=False)
-        if isinstance(env, dict) and isinstance(env.get("id"), int):
-            return int(env["id"])
-    return 0

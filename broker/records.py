@@ -1,0 +1,174 @@
+"""The topics a broker serves and their record operations: a topic is opened by the first request naming it (with
+the settings it asks for, checked against the open topic's after), then ``put_batch``, ``read`` (a long-poll with
+``wait``), ``wait``, ``flush``, ``stats`` and ``count`` drive it through the engine's interface."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from persisting.engine import DURABILITY_MODES, ArenaResolver, Topic, TopicConfig
+from persisting.errors import ConfigError, ProtocolError
+from persisting.queue.lance_backend import LanceBackend
+from persisting.wire import codec, protocol
+from persisting.wire.protocol import Reply, Request, arg
+
+log = logging.getLogger("persisting.broker")
+
+_CONFIG_KEYS: dict[str, type | tuple[type, ...]] = {
+    "num_buckets": int,
+    "bucket_column": str,
+    "batch_size": int,
+    "auto_flush_interval_sec": (int, float),
+    "durability": str,
+}
+
+
+class Topics:
+    """The open topics of a broker by name; their one owner (the status map and the plane read them)."""
+
+    def __init__(
+        self,
+        storage_path: Path,
+        backend_options: dict[str, Any],
+        resolver: ArenaResolver,
+        on_flushed: Callable[[str, int], None],
+        on_opened: Callable[[str], None],
+    ) -> None:
+        self._storage_path = storage_path
+        self._backend_options = backend_options
+        self._resolver = resolver
+        self._on_flushed = on_flushed
+        self._on_opened = on_opened
+        self.open: dict[str, Topic] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+
+    async def get(self, req: Request) -> Topic:
+        """The topic ``req`` names, opened with the settings it asks for if it is not open yet."""
+        name = arg(req, "topic", str)
+        raw = arg(req, "config", dict)
+        config = _topic_config(raw, self._backend_options)
+        topic = self.open.get(name)
+        if topic is None:
+            lock = self._opening.setdefault(name, asyncio.Lock())
+            async with lock:
+                topic = self.open.get(name)
+                if topic is None:
+                    if not name or "\x00" in name:
+                        raise ConfigError(f"invalid topic name {name!r}")
+                    topic = Topic(
+                        name,
+                        self._storage_path,
+                        config,
+                        LanceBackend,
+                        arena_resolver=self._resolver,
+                        on_flushed=self._on_flushed,
+                    )
+                    try:
+                        await topic.open()
+                    except BaseException:
+                        await topic.close_quietly()
+                        raise
+                    self.open[name] = topic
+                    self._on_opened(name)
+                    log.info("opened topic %r (%d records)", name, topic.count())
+        for key in ("num_buckets", "bucket_column", "durability"):
+            if getattr(topic.config, key) != getattr(config, key):
+                raise ConfigError(
+                    f"topic {name!r} is open with {key}={getattr(topic.config, key)!r}; "
+                    f"this client asks for {getattr(config, key)!r}"
+                )
+        return topic
+
+    async def close(self) -> None:
+        """Close every topic (each flushes first)."""
+        for name, topic in list(self.open.items()):
+            try:
+                await topic.close()
+            except Exception:
+                log.exception("closing topic %r failed (its write-ahead log keeps every acknowledged row)", name)
+        self.open.clear()
+
+
+async def handle(req: Request, topic: Topic) -> Reply | None:
+    """A record operation on ``topic`` (None: ``req.op`` is none of them)."""
+    if req.op == "put_batch":
+        partition = arg(req, "partition", str)
+        kinds = arg(req, "kinds", dict)
+        count = arg(req, "count", int)
+        key = req.args.get("key")
+        if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)):
+            raise ProtocolError("put_batch needs one rows buffer and a str key (or none)")
+        try:
+            rows = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
+        except Exception as exc:
+            raise ProtocolError(f"put_batch rows are not valid msgpack: {exc}") from exc
+        batch = codec.EncodedBatch(codec.check_rows(rows, kinds, count), kinds)
+        first, n = await topic.append(batch, partition, req.buffers[0], key, of=_targets(req))
+        return Reply(req.id, True, [first, n])
+    if req.op == "read":
+        offset, limit = arg(req, "offset", int), arg(req, "limit", int)
+        wait = _timeout(req, "wait")
+        rows, kinds, end = await topic.read_window(offset, limit)
+        # A read with "wait" is a long-poll: a consumer at the end of the data gets its next page in one
+        # round trip instead of read, wait, read. "waited" tells the client this broker honoured it.
+        if (
+            end <= offset
+            and wait is not None
+            and limit > 0
+            and await topic.wait_beyond(offset, min(wait, protocol.WAIT_SLICE_SECONDS))
+        ):
+            rows, kinds, end = await topic.read_window(offset, limit)
+        result = {"kinds": kinds, "count": topic.count(), "waited": wait is not None, "end": end}
+        return Reply(req.id, True, result, buffers=[codec.pack(rows)])
+    if req.op == "wait":
+        timeout = _timeout(req, "timeout")
+        limit = protocol.WAIT_SLICE_SECONDS if timeout is None else min(timeout, protocol.WAIT_SLICE_SECONDS)
+        return Reply(req.id, True, await topic.wait_beyond(arg(req, "index", int), limit))
+    if req.op == "flush":
+        await topic.flush()
+        return Reply(req.id, True, None)
+    if req.op == "stats":
+        return Reply(req.id, True, await topic.stats())
+    if req.op == "count":
+        return Reply(req.id, True, topic.count())
+    return None
+
+
+def _targets(req: Request) -> list[int] | None:
+    """The samples a patch put writes fields of (``of``), or None for new samples."""
+    of = req.args.get("of")
+    if of is None:
+        return None
+    if not isinstance(of, list) or not all(type(i) is int and i >= 0 for i in of):
+        raise ProtocolError(f"{req.op} of must be a list of global indexes (ints >= 0)")
+    return of
+
+
+def _timeout(req: Request, name: str) -> float | None:
+    """An optional number of seconds (nil: absent); negative counts as zero."""
+    value = req.args.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ProtocolError(f"{req.op} {name} must be a number or nil")
+    return max(0.0, float(value))
+
+
+def _topic_config(raw: dict[str, Any], backend_options: dict[str, Any]) -> TopicConfig:
+    values: dict[str, Any] = {}
+    for key, kind in _CONFIG_KEYS.items():
+        if key in raw:
+            if not isinstance(raw[key], kind) or isinstance(raw[key], bool):
+                raise ProtocolError(f"topic config {key!r} has the wrong type: {raw[key]!r}")
+            values[key] = raw[key]
+    if values.get("durability", "sync") not in DURABILITY_MODES:
+        raise ConfigError(f"durability must be one of {DURABILITY_MODES}")
+    config = TopicConfig(**values, backend_kwargs=backend_options)
+    config.validate()
+    return config
