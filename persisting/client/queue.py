@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..engine.layout import topic_dirname
+from ..engine.location import Location, object_store_topic, parse_location
 from ..engine.topic import BackendFactory, Topic, TopicConfig
 from ..errors import ConfigError, InvalidRecordError, QueueClosedError
 from ..queue.lance_backend import LanceBackend
@@ -38,12 +40,12 @@ _topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
 _registry_lock: asyncio.Lock | None = None
 
 
-async def _acquire(name: str, path: Path, config: TopicConfig, factory: BackendFactory, holder: int) -> Topic:
+async def _acquire(name: str, location: Location, config: TopicConfig, factory: BackendFactory, holder: int) -> Topic:
     global _registry_lock
     if _registry_lock is None:
         _registry_lock = asyncio.Lock()
     async with _registry_lock:
-        key = (str(path), name)
+        key = (str(location.local), name)  # the local root: one per object-store URI too
         entry = _topics.get(key)
         if entry is not None:
             topic, holders = entry
@@ -56,7 +58,8 @@ async def _acquire(name: str, path: Path, config: TopicConfig, factory: BackendF
                     )
             holders.add(holder)
             return topic
-        topic = Topic(name, path, config, factory)
+        remote = object_store_topic(location, name, topic_dirname(name))
+        topic = Topic(name, location.local, config, factory, remote=remote)
         try:
             await topic.open()
         except BaseException:
@@ -106,13 +109,17 @@ class Queue(DataAPI):
         durability: str = "sync",
         backend_options: Mapping[str, Any] | None = None,
         broker: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        local_path: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
         if zerocopy_mode not in ZEROCOPY_MODES:
             raise ConfigError(f"zerocopy_mode must be one of {ZEROCOPY_MODES}, got {zerocopy_mode!r}")
         self.name = name
-        self.storage_path = Path(storage_path).absolute()
+        # A local folder or an object-store URI (s3://, gs://, az://): checked here, refused with the reason.
+        self.location = parse_location(storage_path, storage_options, local_path)
+        self.storage_path: Path | str = self.location.uri or self.location.local
         self.zerocopy_mode = zerocopy_mode
         self.enable_metrics = bool(enable_metrics)
         self.batch_size = batch_size
@@ -130,6 +137,10 @@ class Queue(DataAPI):
         self.broker = broker if broker is not None else (os.environ.get("PERSISTING_BROKER") or None)
         if self.broker is not None and (backend is not None or backend_options):
             raise ConfigError("backend and backend_options are the broker's settings in broker mode")
+        if self.broker is not None and (storage_options or local_path is not None):
+            raise ConfigError("storage_options and local_path are the broker's settings in broker mode")
+        if self.location.remote and backend is not None:
+            raise ConfigError("an object-store storage_path is written by the built-in Lance backend; omit backend")
         self._topic: Topic | RemoteTopic | None = None
         self._closed = False
         self._moved = dict.fromkeys(
@@ -157,7 +168,7 @@ class Queue(DataAPI):
                 self._topic = remote
             else:
                 self._topic = await _loop.call(
-                    _acquire(self.name, self.storage_path, self._config, self._factory, id(self))
+                    _acquire(self.name, self.location, self._config, self._factory, id(self))
                 )
         return self._topic
 

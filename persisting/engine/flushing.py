@@ -38,6 +38,7 @@ from ..wire.codec import FIELDS_KEY, INDEX_KEY, OF_KEY, PARTITION_KEY
 from .config import Metrics, TopicConfig
 from .fields import FieldIndex
 from .layout import IndexColumn, batch_bucket, bucket_of, write_json_atomic
+from .location import ObjectStoreTopic
 from .tail import Chunk, tensor_parts, whole_batch
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
 
@@ -107,6 +108,7 @@ class Flushing:
     _kinds_written: dict[str, str]
     _durable_backend: bool
     _on_flushed: Callable[[str, int], None] | None
+    _remote: ObjectStoreTopic | None
     _flush_lock: asyncio.Lock
     _flush_wanted: asyncio.Event
     _urgent: asyncio.Event
@@ -279,6 +281,8 @@ class Flushing:
                     self._mark_fields(out, chunk, i)
                     per_bucket[b].append(out)
                     per_index[b].append(index)
+            if self._remote is not None:  # the schema reaches the object store before rows that need it
+                await asyncio.to_thread(self._remote.publish_kinds, dict(self.kinds))
             results = await asyncio.gather(
                 *(self._flush_bucket(b, rows, per_index[b], per_arena[b]) for b, rows in enumerate(per_bucket) if rows),
                 return_exceptions=True,

@@ -33,6 +33,7 @@ from ..wire.codec import INDEX_KEY
 from .config import TopicConfig
 from .consumption import ConsumptionLog
 from .layout import IndexColumn, read_json, write_json_atomic
+from .location import ObjectStoreTopic
 from .samples import Consumption
 from .tail import ArenaPayload, Chunk, materialize
 from .wal import WriteAheadLog
@@ -70,6 +71,7 @@ class Opening:
     _rank_cache: OrderedDict[tuple[Any, ...], list[int]]
     _take_keys: OrderedDict[str, list[int]]
     _flusher: asyncio.Task[None] | None
+    _remote: ObjectStoreTopic | None
 
     if TYPE_CHECKING:  # provided by engine.Topic and its other mixins
 
@@ -157,6 +159,8 @@ class Opening:
             "bucket_column": self.config.bucket_column,
             "backend": self.backend_name,
         }
+        if self._remote is not None:  # the object store's lease, and its settings and schema on a fresh node
+            self._remote.attach(self.path, meta)
         stored = read_json(self.path / "topic.json")
         if stored is None:
             write_json_atomic(self.path / "topic.json", meta)

@@ -59,6 +59,7 @@ from .fields import FieldIndex
 from .flushing import Flushing, WriteBehind
 from .gate import ReadGate
 from .layout import IndexColumn, topic_dirname, write_json_atomic
+from .location import ObjectStoreTopic
 from .opening import ArenaResolver, Opening
 from .partitions import Partitions
 from .runs import PartitionIndex
@@ -83,8 +84,10 @@ class Topic(Opening, Flushing, Samples, Partitions):
         *,
         arena_resolver: ArenaResolver | None = None,
         on_flushed: Callable[[str, int], None] | None = None,
+        remote: ObjectStoreTopic | None = None,
     ) -> None:
         self.name = name
+        self._remote = remote  # the object-store side (location.py), None for a local topic
         self._arena_resolver = arena_resolver
         self._on_flushed = on_flushed
         # partition -> its global indexes in order, as runs (built on first use)
@@ -102,7 +105,7 @@ class Topic(Opening, Flushing, Samples, Partitions):
         self._take_keys: OrderedDict[str, list[int]] = OrderedDict()  # a take's request key -> its batch
         self.config = config
         self.path = storage_path / topic_dirname(name)
-        self._factory = backend
+        self._factory = backend if remote is None else remote.backend(backend)
         self.backend_name = getattr(backend, "__qualname__", type(backend).__qualname__)
         self.kinds: dict[str, str] = {}
         self.next_index = 0
@@ -382,6 +385,8 @@ class Topic(Opening, Flushing, Samples, Partitions):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._remote is not None:
+            await asyncio.to_thread(self._remote.detach)
 
     async def _acknowledge_logged(self) -> None:
         """At close: rows already in the log count as acknowledged (a reopen would replay them anyway), so the
@@ -431,3 +436,5 @@ class Topic(Opening, Flushing, Samples, Partitions):
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = None
+            if self._remote is not None:  # after the last write: another node may take the topic now
+                await asyncio.to_thread(self._remote.detach)
