@@ -12,6 +12,10 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
     socket_mode         --socket-mode        PERSISTING_SOCKET_MODE        0600 (0660: the group may connect)
     arena_bytes         --arena-bytes        PERSISTING_ARENA_BYTES        268435456 (the shared-memory arena,
                                                                            reserved at start; 0: no arena)
+    local_path          --local-path         PERSISTING_LOCAL_PATH         with an object-store storage_path
+                                                                           (s3://, gs://, az://): the local folder
+                                                                           of the log and locks
+    storage_options     (TOML table only)    PERSISTING_STORAGE_OPTIONS    Lance's object-store options (JSON)
 
 The arena file (/dev/shm/persisting-<hash of storage path>.arena) gets socket_mode too: a client that may
 connect may map it.
@@ -32,6 +36,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from persisting.engine.location import parse_location
 from persisting.errors import PersistingError
 from persisting.tensors.arena import DEFAULT_ARENA_BYTES
 from persisting.wire import protocol
@@ -40,7 +45,10 @@ from .server import Broker
 
 log = logging.getLogger("persisting.broker")
 
-SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode", "arena_bytes")
+SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode", "arena_bytes", "local_path")
+# Only in the TOML file (a [storage_options] table) or PERSISTING_STORAGE_OPTIONS (JSON): never a flag, so that
+# credentials do not show in the process list.
+FILE_ONLY_SETTINGS = ("storage_options",)
 
 
 def default_socket() -> str:
@@ -62,7 +70,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     if config_file:
         with open(config_file, "rb") as f:
             data = tomllib.load(f)
-        unknown = set(data) - set(SETTINGS)
+        unknown = set(data) - set(SETTINGS) - set(FILE_ONLY_SETTINGS)
         if unknown:
             raise SystemExit(f"persisting-broker: unknown settings in {config_file}: {sorted(unknown)}")
         out.update(data)
@@ -122,7 +130,11 @@ def lock_storage(storage_path: Path) -> int:
 
 
 async def serve(conf: dict[str, Any]) -> None:
-    storage_path = Path(conf["storage_path"]).absolute()
+    try:
+        location = parse_location(conf["storage_path"], conf.get("storage_options"), conf.get("local_path"))
+    except PersistingError as exc:
+        raise SystemExit(f"persisting-broker: {exc}") from exc
+    storage_path = location.local  # the log, locks and arena key stay local; flushed data may be remote
     address = conf["socket"]
     if address.startswith("ipc://"):
         folder = Path(address[len("ipc://") :]).parent
@@ -134,6 +146,7 @@ async def serve(conf: dict[str, Any]) -> None:
         max_message_bytes=conf["max_message_bytes"],
         socket_mode=conf["socket_mode"],
         arena_bytes=conf["arena_bytes"],
+        location=location,
     )
     try:
         await broker.start()  # re-adopts an arena a killed broker left, then reserves a fresh one
@@ -149,7 +162,7 @@ async def serve(conf: dict[str, Any]) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    print(f"persisting-broker ready on {address} (storage {storage_path}, pid {os.getpid()})", flush=True)
+    print(f"persisting-broker ready on {address} (storage {location.describe()}, pid {os.getpid()})", flush=True)
     notify_systemd("READY=1\nSTATUS=serving")
     try:
         await broker.serve()
@@ -192,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
     parser.add_argument("--log-level", dest="log_level")
     parser.add_argument("--socket-mode", dest="socket_mode", help="octal mode of the ipc socket file (default 0600)")
+    parser.add_argument("--local-path", dest="local_path", help="local folder for the log with an object-store path")
     parser.add_argument("--arena-bytes", dest="arena_bytes", type=int, help="shared-memory arena size (0: none)")
     args = parser.parse_args(argv)
     conf = settings(args)

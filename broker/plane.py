@@ -35,6 +35,7 @@ import numpy as np
 from persisting.engine import samplers
 from persisting.engine.config import TopicConfig
 from persisting.engine.layout import read_json
+from persisting.engine.location import ObjectStoreTopic
 from persisting.engine.tail import ArenaPayload
 from persisting.engine.topic import Topic
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
@@ -90,6 +91,7 @@ class TensorPlane:
     ) -> None:
         self.storage_path = storage_path
         self._open_topics = topics
+        self.remote_for: Callable[[str], ObjectStoreTopic | None] = lambda name: None  # set by the Broker
         self.size_bytes = size_bytes
         self.mode = mode
         self.path = arena_mod.default_path(storage_path)
@@ -128,7 +130,9 @@ class TensorPlane:
                 bucket_column=str(meta.get("bucket_column", "id")),
                 backend_kwargs=dict(backend_options),
             )
-            topic = Topic(name, self.storage_path, config, LanceBackend, arena_resolver=self.resolve)
+            topic = Topic(
+                name, self.storage_path, config, LanceBackend, arena_resolver=self.resolve, remote=self.remote_for(name)
+            )
             try:
                 await topic.open()  # replays (copying arena payloads) and flushes what the log held
                 await topic.close()

@@ -22,6 +22,8 @@ import msgpack
 import zmq
 
 from persisting.engine.config import DURABILITY_MODES, TopicConfig
+from persisting.engine.layout import topic_dirname
+from persisting.engine.location import Location, ObjectStoreTopic, object_store_topic
 from persisting.engine.topic import Topic
 from persisting.errors import ConfigError, PersistingError, ProtocolError
 from persisting.queue.lance_backend import LanceBackend
@@ -54,8 +56,10 @@ class Broker:
         backend_options: dict[str, Any] | None = None,
         socket_mode: int = 0o600,
         arena_bytes: int = 0,
+        location: Location | None = None,
     ) -> None:
-        self.storage_path = storage_path
+        self.storage_path = storage_path  # the local root (the whole storage unless location is an object store)
+        self.location = location
         self.address = address
         self.max_message_bytes = max_message_bytes
         self.backend_options = dict(backend_options or {})
@@ -63,6 +67,7 @@ class Broker:
         # The arena is readable and writable by whoever may use the socket (producers write into it).
         # The plane serves samples (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
         self.plane = TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.values())
+        self.plane.remote_for = self._remote_for
         self._topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -238,7 +243,7 @@ class Broker:
             info = {
                 "broker": "persisting",
                 "pid": os.getpid(),
-                "storage_path": str(self.storage_path),
+                "storage_path": self.location.describe() if self.location else str(self.storage_path),
                 "max_message_bytes": self.max_message_bytes,
                 "arena": self.plane.hello(),
                 "arena_stats": self.plane.stats(),
@@ -293,6 +298,9 @@ class Broker:
             return Reply(req.id, True, topic.count())
         raise ProtocolError(f"unknown operation {req.op!r}")
 
+    def _remote_for(self, name: str) -> ObjectStoreTopic | None:
+        return None if self.location is None else object_store_topic(self.location, name, topic_dirname(name))
+
     async def _topic(self, req: Request) -> Topic:
         name = arg(req, "topic", str)
         raw = arg(req, "config", dict)
@@ -312,6 +320,7 @@ class Broker:
                         LanceBackend,
                         arena_resolver=self.plane.resolve,
                         on_flushed=self.plane.on_flushed,
+                        remote=self._remote_for(name),
                     )
                     try:
                         await topic.open()

@@ -176,14 +176,16 @@ class OwnerLease:
         except (ValueError, OSError) as exc:
             if _NOT_FOUND not in str(exc):
                 raise StorageError(f"cannot open {self.uri}: {exc}") from exc
+        # Created by one commit without retries: of engines creating it at once one lands, and a late one is
+        # refused instead of overwriting (write_dataset's create would retry as an overwrite, config and all).
+        op = lance.LanceOperation.Overwrite(pa.schema([pa.field("topic", pa.string())]), [])
         try:
-            return lance.write_dataset(
-                pa.table({"topic": [self.topic]}), self.uri, mode="create", storage_options=self.options
-            )
+            return lance.LanceDataset.commit(self.uri, op, max_retries=0, storage_options=self.options)
         except (ValueError, OSError) as exc:
-            if "already exists" not in str(exc):
+            try:
+                return lance.dataset(self.uri, storage_options=self.options)  # made meanwhile by another engine
+            except (ValueError, OSError):
                 raise StorageError(f"cannot create {self.uri}: {exc}") from exc
-            return lance.dataset(self.uri, storage_options=self.options)  # made meanwhile by another engine
 
     def _commit(
         self, read_version: int, updates: dict[str, str], *, acquiring: bool = False, expires: float | None = None
