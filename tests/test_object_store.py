@@ -16,9 +16,9 @@ import pytest
 from persisting import Queue
 from persisting.engine.location import parse_location
 from persisting.errors import ConfigError, StorageError, TopicLockedError
+from persisting.testing.s3_server import S3Server, start_s3_server
 
 from .broker_fixture import BrokerProcess, make_broker
-from .s3_server import S3Server, start_s3_server
 
 LEASE_S = 2.0  # the owner lease in these tests (PERSISTING_OWNER_LEASE_S), so takeovers happen in seconds
 
@@ -113,7 +113,7 @@ def test_a_missing_bucket_is_a_clear_storage_error(s3: S3Server, tmp_path: Path)
         async with Queue("t", storage_path="s3://no-such-bucket/t", storage_options=s3.options(), local_path=tmp_path):
             pass
 
-    with pytest.raises(StorageError, match="NoSuchBucket|does not exist"):
+    with pytest.raises(StorageError, match=r"NoSuchBucket|does not exist"):
         asyncio.run(main())
 
 
@@ -150,7 +150,7 @@ def test_a_second_writer_is_refused_until_the_first_lets_go(s3: S3Server, bucket
         first = Queue("t", storage_path=bucket_uri, storage_options=opts, local_path=tmp_path / "a")
         await first.put({"id": 1})
         second = Queue("t", storage_path=bucket_uri, storage_options=opts, local_path=tmp_path / "b")
-        with pytest.raises(TopicLockedError, match="has another writer.*one writer at a time"):
+        with pytest.raises(TopicLockedError, match=r"has another writer.*one writer at a time"):
             await second.open()
         await asyncio.sleep(LEASE_S * 1.5)  # renewed meanwhile: still refused
         with pytest.raises(TopicLockedError, match="has another writer"):
@@ -210,7 +210,7 @@ def test_a_writer_that_lost_its_lease_stops_writing(s3: S3Server, bucket_uri: st
             await other.put({"id": 2})  # ... loses the topic to another node
             await other.flush()
         await q.put({"id": 3})  # acknowledged by its own log, but never written over the other's rows
-        with pytest.raises(StorageError, match="lease on topic 't' ran out|took the topic over"):
+        with pytest.raises(StorageError, match=r"lease on topic 't' ran out|took the topic over"):
             await q.flush()
         await topic.close_quietly()  # type: ignore[union-attr]
         q._closed = True

@@ -135,7 +135,7 @@ class OwnerLease:
     def _renew_loop(self) -> None:
         while not self._stop.wait(LEASE_SECONDS / 3):
             try:
-                self._commit(self._version, {})
+                self._commit(None, {})
             except TopicLockedError as exc:
                 self._lost = str(exc)
                 log.error("%s", exc)
@@ -145,7 +145,7 @@ class OwnerLease:
 
     def publish(self, updates: Mapping[str, str]) -> None:
         """Set config keys of ``owner.lance``, only while holding the lease (the commit is fenced by it)."""
-        self._commit(self._version, dict(updates))
+        self._commit(None, dict(updates))
 
     def release(self) -> None:
         self._stop.set()
@@ -153,7 +153,7 @@ class OwnerLease:
             self._renewer.join()
         if self._lost is None and self._version:
             try:
-                self._commit(self._version, {}, expires=0.0)
+                self._commit(None, {}, expires=0.0)
             except Exception as exc:  # it runs out by itself
                 log.warning("releasing the lease of topic %r failed: %s", self.topic, exc)
         self._valid_until = 0.0
@@ -188,9 +188,17 @@ class OwnerLease:
                 raise StorageError(f"cannot create {self.uri}: {exc}") from exc
 
     def _commit(
-        self, read_version: int, updates: dict[str, str], *, acquiring: bool = False, expires: float | None = None
+        self,
+        read_version: int | None,
+        updates: dict[str, str],
+        *,
+        acquiring: bool = False,
+        expires: float | None = None,
     ) -> None:
+        """One compare-and-swap on owner.lance: against ``read_version``, or (None) the version of our last commit."""
         with self._lock:
+            if read_version is None:
+                read_version = self._version  # read under the lock: the renewal thread commits too
             started = time.monotonic()
             owner = {
                 "node": self.node,
