@@ -303,3 +303,40 @@ def test_broker_kill_9_on_s3_restarted_on_its_node_keeps_every_acknowledged_reco
     finally:
         a.ensure_dead()
     assert os.path.exists(tmp_path / "node-a" / "t" / "owner.json")
+
+
+def test_a_crash_between_taking_its_own_lease_and_recording_it_keeps_the_local_log(
+    s3: S3Server, bucket_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from persisting.engine.location import object_store_topic
+    from persisting.queue import object_store
+
+    location = parse_location(bucket_uri, s3.options(), tmp_path / "n")
+    path = tmp_path / "n" / "t"
+    path.mkdir(parents=True)
+
+    def store() -> object_store.TopicStore:
+        made = object_store_topic(location, "t", "t")
+        assert isinstance(made, object_store.TopicStore)
+        return made
+
+    first = store()
+    first.attach(path, {"num_buckets": 4})
+    first.lease._stop.set()  # killed: never released
+    (path / "wal").mkdir()  # its log, with records not yet flushed
+    real = object_store.write_json_atomic
+
+    def crash_on_the_record(target: Path, obj: object) -> None:
+        if target.name == object_store.LOCAL_OWNER_FILE and isinstance(obj, dict) and "next" not in obj:
+            raise KeyboardInterrupt("killed after the commit that took the lease")
+        real(target, obj)
+
+    monkeypatch.setattr(object_store, "write_json_atomic", crash_on_the_record)
+    with pytest.raises(KeyboardInterrupt):
+        store().attach(path, {"num_buckets": 4})
+    monkeypatch.setattr(object_store, "write_json_atomic", real)
+    again = store()
+    again.attach(path, {"num_buckets": 4})  # its own lease (epoch 2, recorded as "next"): the log is current
+    again.detach()
+    assert (path / "wal").is_dir() and not list(path.glob("stale-*"))
+    assert again.lease.epoch == 3

@@ -101,8 +101,11 @@ class OwnerLease:
 
     # -- taking and keeping it ----------------------------------------------------------------------
 
-    def acquire(self, settings: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Take the lease (``TopicLockedError`` if another live writer holds it); returns the previous holder."""
+    def acquire(
+        self, settings: Mapping[str, Any], before_commit: Callable[[dict[str, Any] | None, int], None]
+    ) -> dict[str, Any] | None:
+        """Take the lease (``TopicLockedError`` if another live writer holds it); returns the previous holder.
+        ``before_commit(previous holder, new epoch)`` runs just before the commit that takes it."""
         ds = self._open_or_create()
         config = dict(ds.config())
         holder = json.loads(config[OWNER_KEY]) if OWNER_KEY in config else None
@@ -117,6 +120,7 @@ class OwnerLease:
         self.epoch = int(holder["epoch"]) + 1 if holder else 1
         updates = {} if SETTINGS_KEY in config else {SETTINGS_KEY: json.dumps(dict(settings))}
         self.config = config
+        before_commit(holder, self.epoch)
         self._commit(ds.version, updates, acquiring=True)
         return holder
 
@@ -253,15 +257,23 @@ class TopicStore:
     def attach(self, path: Path, settings: Mapping[str, Any]) -> None:
         """Take the lease; keep the local state if this node wrote it under the latest lease, else start it
         from the object store (see the module docstring). Blocking: run it in a thread."""
-        local_owner = read_json(path / LOCAL_OWNER_FILE)
-        previous = self.lease.acquire(settings)
-        current = (
-            previous is not None
-            and local_owner is not None
-            and previous.get("node") == self.lease.node
-            and previous.get("epoch") == local_owner.get("epoch")
-        )
-        if not current:
+        local_owner = read_json(path / LOCAL_OWNER_FILE) or {}
+
+        def ours(holder: Mapping[str, Any] | None) -> bool:
+            """Whether the local state was written under ``holder``'s lease (``next``: a take-over of our own
+            lease that a crash may have cut between its commit and this file)."""
+            return (
+                holder is not None
+                and holder.get("node") == self.lease.node
+                and holder.get("epoch") in (local_owner.get("epoch"), local_owner.get("next"))
+            )
+
+        def before_commit(holder: Mapping[str, Any] | None, epoch: int) -> None:
+            if ours(holder):
+                write_json_atomic(path / LOCAL_OWNER_FILE, {**local_owner, "next": epoch, "uri": self.uri})
+
+        previous = self.lease.acquire(settings, before_commit)
+        if not ours(previous):
             self._set_aside(path, local_owner)
             self._restore(path, settings)
         write_json_atomic(path / LOCAL_OWNER_FILE, {"epoch": self.lease.epoch, "uri": self.uri})
@@ -277,11 +289,11 @@ class TopicStore:
     def detach(self) -> None:
         self.lease.release()
 
-    def _set_aside(self, path: Path, local_owner: Mapping[str, Any] | None) -> None:
+    def _set_aside(self, path: Path, local_owner: Mapping[str, Any]) -> None:
         present = [name for name in LOCAL_STATE if (path / name).exists()]
         if not present:
             return
-        aside = path / f"stale-{(local_owner or {}).get('epoch', 0)}-{int(time.time())}"
+        aside = path / f"stale-{local_owner.get('epoch', 0)}-{int(time.time())}"
         aside.mkdir()
         for name in present:
             os.replace(path / name, aside / name)
