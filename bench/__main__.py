@@ -1,5 +1,6 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
-``python -m bench arena``; ``python -m bench samples``; each takes ``--plot DIR`` (PNG charts of the run)"""
+``python -m bench arena``; ``python -m bench samples``; ``python -m bench storage`` (needs the s3 extra); each takes
+``--plot DIR`` (PNG charts of the run)"""
 
 from __future__ import annotations
 
@@ -142,6 +143,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=200, help="untimed calls per reference series first")
     s.add_argument("--get-timeout", type=float, default=0.5, help="the consumers' get_meta(wait=True, timeout=...)")
     _common_args(s)
+    o = sub.add_parser("storage", help="flush and read throughput: a topic on a local S3 server (moto) vs local disk")
+    o.add_argument("--records", type=int, default=100_000, help="small records per run (default 100000)")
+    o.add_argument("--tensors", type=int, default=512, help="tensor records per run (default 512)")
+    o.add_argument("--tensor-kib", type=int, default=256, help="KiB of float32 per tensor record (default 256)")
+    o.add_argument("--reps", type=int, default=3, help="runs per store and workload, medians reported (default 3)")
+    o.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    o.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -299,6 +307,21 @@ def main(argv: list[str] | None = None) -> int:
         return _arena_main(args, args_list, revision)
     if args.bench == "samples":
         return _samples_main(args, args_list, revision)
+    if args.bench == "storage":
+        from .object_store_bench import render_storage, run_storage_bench
+
+        with _work_dir(args.dir, "pso-") as base:
+            rows = run_storage_bench(
+                base,
+                n_small=args.records,
+                n_tensor=args.tensors,
+                tensor_kib=args.tensor_kib,
+                reps=args.reps,
+                seed=args.seed,
+            )
+        print(f"python -m bench {shlex.join(args_list)}  (persisting {revision}; {_versions()})")
+        print(render_storage(rows))
+        return 0
     ns = args.n or [10_000]
     if any(n < 1 for n in ns):
         raise SystemExit("--n must be at least 1")

@@ -18,6 +18,10 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
 
 ``status`` prints a running broker's topics, partitions, tasks (backlog, leases), flush lag, arena and clients;
 ``status --json`` prints the same as one JSON object (keys: broker/status.py). It exits 1 when no broker answers.
+    local_path          --local-path         PERSISTING_LOCAL_PATH         with an object-store storage_path
+                                                                           (s3://, gs://, az://): the local folder
+                                                                           of the log and locks
+    storage_options     (TOML table only)    PERSISTING_STORAGE_OPTIONS    Lance's object-store options (JSON)
 
 The arena file (/dev/shm/persisting-<hash of storage path>.arena) gets socket_mode too: a client that may
 connect may map it.
@@ -39,6 +43,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from persisting.engine import parse_location
 from persisting.errors import PersistingError
 from persisting.tensors.arena import DEFAULT_ARENA_BYTES
 from persisting.wire import protocol
@@ -48,8 +53,20 @@ from .status import render as render_status
 
 log = logging.getLogger("persisting.broker")
 
-SETTINGS = ("storage_path", "socket", "max_message_bytes", "log_level", "socket_mode", "arena_bytes", "metrics")
+SETTINGS = (
+    "storage_path",
+    "socket",
+    "max_message_bytes",
+    "log_level",
+    "socket_mode",
+    "arena_bytes",
+    "metrics",
+    "local_path",
+)
 STATUS_TIMEOUT_S = 5.0
+# Only in the TOML file (a [storage_options] table) or PERSISTING_STORAGE_OPTIONS (JSON): never a flag, so that
+# credentials do not show in the process list.
+FILE_ONLY_SETTINGS = ("storage_options",)
 
 
 def default_socket() -> str:
@@ -72,7 +89,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     if config_file:
         with open(config_file, "rb") as f:
             data = tomllib.load(f)
-        unknown = set(data) - set(SETTINGS)
+        unknown = set(data) - set(SETTINGS) - set(FILE_ONLY_SETTINGS)
         if unknown:
             raise SystemExit(f"persisting-broker: unknown settings in {config_file}: {sorted(unknown)}")
         out.update(data)
@@ -132,7 +149,11 @@ def lock_storage(storage_path: Path) -> int:
 
 
 async def serve(conf: dict[str, Any]) -> None:
-    storage_path = Path(conf["storage_path"]).absolute()
+    try:
+        location = parse_location(conf["storage_path"], conf.get("storage_options"), conf.get("local_path"))
+    except PersistingError as exc:
+        raise SystemExit(f"persisting-broker: {exc}") from exc
+    storage_path = location.local  # the log, locks and arena key stay local; flushed data may be remote
     address = conf["socket"]
     if address.startswith("ipc://"):
         folder = Path(address[len("ipc://") :]).parent
@@ -146,6 +167,7 @@ async def serve(conf: dict[str, Any]) -> None:
             socket_mode=conf["socket_mode"],
             arena_bytes=conf["arena_bytes"],
             metrics=bool(conf["metrics"]),
+            location=location,
         )
     except PersistingError as exc:
         os.close(lock_fd)
@@ -172,7 +194,7 @@ async def serve(conf: dict[str, Any]) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    print(f"persisting-broker ready on {address} (storage {storage_path}, pid {os.getpid()})", flush=True)
+    print(f"persisting-broker ready on {address} (storage {location.describe()}, pid {os.getpid()})", flush=True)
     notify_systemd("READY=1\nSTATUS=serving")
     try:
         await broker.serve()
@@ -215,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
     parser.add_argument("--log-level", dest="log_level")
     parser.add_argument("--socket-mode", dest="socket_mode", help="octal mode of the ipc socket file (default 0600)")
+    parser.add_argument("--local-path", dest="local_path", help="local folder for the log with an object-store path")
     parser.add_argument("--arena-bytes", dest="arena_bytes", type=int, help="shared-memory arena size (0: none)")
     parser.add_argument(
         "--metrics", dest="metrics", help="serve Prometheus metrics at PORT, HOST:PORT or unix:PATH (default: off)"

@@ -32,7 +32,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from persisting.engine import ArenaPayload, Topic, sampler_from_wire, stored_topics
+from persisting.engine import ArenaPayload, ObjectStoreTopic, Topic, sampler_from_wire, stored_topics
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
 from persisting.queue.lance_backend import LanceBackend
 from persisting.tensors import arena as arena_mod
@@ -86,6 +86,7 @@ class TensorPlane:
     ) -> None:
         self.storage_path = storage_path
         self._open_topics = topics
+        self.remote_for: Callable[[str], ObjectStoreTopic | None] = lambda name: None  # set by the Broker
         self.size_bytes = size_bytes
         self.mode = mode
         self.path = arena_mod.default_path(storage_path)
@@ -115,7 +116,8 @@ class TensorPlane:
             return
         log.warning("an arena file was left by a broker that did not stop cleanly; re-adopting its payloads")
         for name, config in stored_topics(self.storage_path, backend_options):
-            topic = Topic(name, self.storage_path, config, LanceBackend, arena_resolver=self.resolve)
+            remote = self.remote_for(name)
+            topic = Topic(name, self.storage_path, config, LanceBackend, arena_resolver=self.resolve, remote=remote)
             try:
                 await topic.open()  # replays (copying arena payloads) and flushes what the log held
                 await topic.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from persisting.engine import DURABILITY_MODES, ArenaResolver, Topic, TopicConfig
+from persisting.engine import DURABILITY_MODES, ArenaResolver, ObjectStoreTopic, Topic, TopicConfig
 from persisting.errors import ConfigError, ProtocolError
 from persisting.queue.lance_backend import LanceBackend
 from persisting.wire import codec, protocol
@@ -39,12 +39,14 @@ class Topics:
         resolver: ArenaResolver,
         on_flushed: Callable[[str, int], None],
         on_opened: Callable[[str], None],
+        remote_for: Callable[[str], ObjectStoreTopic | None],
     ) -> None:
         self._storage_path = storage_path
         self._backend_options = backend_options
         self._resolver = resolver
         self._on_flushed = on_flushed
         self._on_opened = on_opened
+        self._remote_for = remote_for  # an object-store topic's lease and settings (None: local storage)
         self.open: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -68,6 +70,7 @@ class Topics:
                         LanceBackend,
                         arena_resolver=self._resolver,
                         on_flushed=self._on_flushed,
+                        remote=self._remote_for(name),
                     )
                     try:
                         await topic.open()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from persisting.engine import Topic
+from persisting.engine import Location, ObjectStoreTopic, Topic, object_store_topic, topic_dirname
 from persisting.errors import ConfigError, PersistingError, ProtocolError, ProtocolVersionError
 from persisting.wire import protocol
 from persisting.wire.protocol import Reply, Request
@@ -54,8 +54,10 @@ class Broker:
         socket_mode: int = 0o600,
         arena_bytes: int = 0,
         metrics: bool = False,
+        location: Location | None = None,
     ) -> None:
-        self.storage_path = storage_path
+        self.storage_path = storage_path  # the local root (the whole storage unless location is an object store)
+        self.location = location
         self.address = address
         self.max_message_bytes = max_message_bytes
         self.backend_options = dict(backend_options or {})
@@ -63,10 +65,10 @@ class Broker:
         # The arena is readable and writable by whoever may use the socket (producers write into it).
         # The plane serves samples (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
         self.plane = TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.open.values())
+        self.plane.remote_for = self._remote_for
         self.flush_clock = status.FlushClock()
-        self._topics = records.Topics(
-            storage_path, self.backend_options, self.plane.resolve, self._on_flushed, self.flush_clock.opened
-        )
+        hooks = (self._on_flushed, self.flush_clock.opened, self._remote_for)
+        self._topics = records.Topics(storage_path, self.backend_options, self.plane.resolve, *hooks)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
         self._stop = asyncio.Event()
@@ -269,7 +271,7 @@ class Broker:
             info = {
                 "broker": "persisting",
                 "pid": os.getpid(),
-                "storage_path": str(self.storage_path),
+                "storage_path": self.location.describe() if self.location else str(self.storage_path),
                 "max_message_bytes": self.max_message_bytes,
                 "arena": self.plane.hello(),
                 "arena_stats": self.plane.stats(),
@@ -303,6 +305,9 @@ class Broker:
         if self.metrics is not None:
             m = topic.metrics
             self.metrics.flushed(topic_name, m.flushes, m.flush_seconds, m.records_flushed)
+
+    def _remote_for(self, name: str) -> ObjectStoreTopic | None:
+        return None if self.location is None else object_store_topic(self.location, name, topic_dirname(name))
 
 
 def _metrics(state: Any) -> BrokerMetrics:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..engine import BackendFactory, Topic, TopicConfig
+from ..engine import BackendFactory, Location, Topic, TopicConfig, object_store_topic, parse_location, topic_dirname
 from ..errors import ConfigError, QueueClosedError
 from ..queue.lance_backend import LanceBackend
 from ..queue.persisting_backend import PersistingBackend
@@ -27,12 +28,12 @@ _topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
 _registry_lock: asyncio.Lock | None = None
 
 
-async def _acquire(name: str, path: Path, config: TopicConfig, factory: BackendFactory, holder: int) -> Topic:
+async def _acquire(name: str, location: Location, config: TopicConfig, factory: BackendFactory, holder: int) -> Topic:
     global _registry_lock
     if _registry_lock is None:
         _registry_lock = asyncio.Lock()
     async with _registry_lock:
-        key = (str(path), name)
+        key = (str(location.local), name)  # the local root: one per object-store URI too
         entry = _topics.get(key)
         if entry is not None:
             topic, holders = entry
@@ -45,7 +46,8 @@ async def _acquire(name: str, path: Path, config: TopicConfig, factory: BackendF
                     )
             holders.add(holder)
             return topic
-        topic = Topic(name, path, config, factory)
+        remote = object_store_topic(location, name, topic_dirname(name))
+        topic = Topic(name, location.local, config, factory, remote=remote)
         try:
             await topic.open()
         except BaseException:
@@ -91,6 +93,8 @@ class TopicHandle:
         backend: Any,
         broker: str | None,
         as_tensordict: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        local_path: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
@@ -98,7 +102,9 @@ class TopicHandle:
             raise ConfigError(f"zerocopy_mode must be one of {ZEROCOPY_MODES}, got {zerocopy_mode!r}")
         config.validate()
         self.name = name
-        self.storage_path = Path(storage_path).absolute()
+        # A local folder or an object-store URI (s3://, gs://, az://): checked here, refused with the reason.
+        self.location = parse_location(storage_path, storage_options, local_path)
+        self.storage_path: Path | str = self.location.uri or self.location.local
         self.zerocopy_mode = zerocopy_mode
         self.enable_metrics = bool(enable_metrics)
         self.as_tensordict = bool(as_tensordict)  # what get_data/get_batch return by default
@@ -108,6 +114,10 @@ class TopicHandle:
         self.broker = broker if broker is not None else (os.environ.get("PERSISTING_BROKER") or None)
         if self.broker is not None and (backend is not None or config.backend_kwargs):
             raise ConfigError("backend and backend_options are the broker's settings in broker mode")
+        if self.broker is not None and (storage_options or local_path is not None):
+            raise ConfigError("storage_options and local_path are the broker's settings in broker mode")
+        if self.location.remote and backend is not None:
+            raise ConfigError("an object-store storage_path is written by the built-in Lance backend; omit backend")
         self._topic: Topic | RemoteTopic | None = None
         self.closed = False
         self._moved = dict.fromkeys(MOVED_KEYS, 0)  # bytes of tensor payload moved through this handle, by path
@@ -127,9 +137,7 @@ class TopicHandle:
                 await remote.open()  # broker mode runs on the caller's loop
                 self._topic = remote
             else:
-                self._topic = await _loop.call(
-                    _acquire(self.name, self.storage_path, self.config, self._factory, id(self))
-                )
+                self._topic = await _loop.call(_acquire(self.name, self.location, self.config, self._factory, id(self)))
         return self._topic
 
     async def aclose(self) -> None:

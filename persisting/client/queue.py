@@ -47,6 +47,8 @@ class Queue(DataAPI):
         backend_options: Mapping[str, Any] | None = None,
         broker: str | None = None,
         as_tensordict: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        local_path: str | os.PathLike[str] | None = None,
     ) -> None:
         config = TopicConfig(
             num_buckets=num_buckets,
@@ -65,10 +67,13 @@ class Queue(DataAPI):
             backend=backend,
             broker=broker,
             as_tensordict=as_tensordict,
+            storage_options=storage_options,
+            local_path=local_path,
         )
         super().__init__(handle)
         self.name = handle.name
-        self.storage_path = handle.storage_path
+        self.storage_path = handle.storage_path  # a local folder, or the object-store URI
+        self.location = handle.location
         self.zerocopy_mode = handle.zerocopy_mode
         self.as_tensordict = handle.as_tensordict  # get_data/get_batch default (tensordict extra)
         self.enable_metrics = handle.enable_metrics

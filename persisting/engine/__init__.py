@@ -3,7 +3,7 @@ exports, and nothing else of the package.
 
 The interface::
 
-    Topic(name, storage_path, config, backend, *, arena_resolver=None, on_flushed=None)
+    Topic(name, storage_path, config, backend, *, arena_resolver=None, on_flushed=None, remote=None)
         lifecycle   await open(); await close(); await close_quietly() (after a failed open)
         puts        await append(batch, partition, rows_blob, key=None, arena=None, of=None) -> (first, count)
                     await recall(key) -> (first, count) | None        a retried put's first result
@@ -19,6 +19,9 @@ The interface::
         state       name, path, config, kinds, metrics, next_index, visible_upto, flushed_upto; await stats()
     TopicConfig, DURABILITY_MODES, Metrics      settings and counters
     stored_topics(storage_path, backend_kwargs) the topics on disk with their creation settings
+    parse_location(storage_path, storage_options, local_path) -> Location   a folder or an object-store URI
+    object_store_topic(location, name, topic_dirname(name))  the object-store side of a topic (or None),
+                                                Topic's ``remote``: lease, settings and schema in the store
     sampler_from_wire(value)                    a built-in sampler from its wire form (the broker runs no other)
 
 Every call runs on one event loop (embedded mode: ``client/_loop.py``'s engine loop; the broker's own loop), so
@@ -27,6 +30,8 @@ the engine needs no locks: the steps between two ``await`` are atomic. How a top
 
 from .config import DURABILITY_MODES, Metrics, TopicConfig
 from .fields import FieldIndex
+from .layout import topic_dirname
+from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
 from .opening import ArenaResolver, stored_topics
 from .samplers import from_wire as sampler_from_wire
 from .tail import ArenaPayload
@@ -38,9 +43,14 @@ __all__ = [
     "ArenaResolver",
     "BackendFactory",
     "FieldIndex",
+    "Location",
     "Metrics",
+    "ObjectStoreTopic",
     "Topic",
     "TopicConfig",
+    "object_store_topic",
+    "parse_location",
     "sampler_from_wire",
     "stored_topics",
+    "topic_dirname",
 ]

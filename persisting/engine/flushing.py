@@ -38,6 +38,7 @@ from .config import Metrics, TopicConfig
 from .fields import FieldIndex
 from .index import SampleIndex
 from .layout import batch_bucket, bucket_of, write_json_atomic
+from .location import ObjectStoreTopic
 from .schema import Schema
 from .tail import Chunk, Tail, whole_batch
 from .wal import ROTATE_AT_BYTES, WriteAheadLog
@@ -111,6 +112,7 @@ class Flusher:
         lock: asyncio.Lock,
         housekeeping: Housekeeping,
         on_flushed: Callable[[str, int], None] | None = None,
+        remote: ObjectStoreTopic | None = None,
     ) -> None:
         self._name = name
         self._path = path
@@ -123,6 +125,7 @@ class Flusher:
         self._flush_lock = lock  # shared with the sample index's build and the purge: one of them at a time
         self._housekeeping = housekeeping
         self._on_flushed = on_flushed
+        self._remote = remote  # an object-store topic: the schema is published there before rows that need it
         self._wal: WriteAheadLog | None = None
         self._flush_wanted = asyncio.Event()
         self._urgent = asyncio.Event()
@@ -298,6 +301,8 @@ class Flusher:
                     per_bucket[b].append(out)
                     per_index[b].append(index)
             kinds = self._schema.kinds
+            if self._remote is not None:  # the schema reaches the object store before rows that need it
+                await asyncio.to_thread(self._remote.publish_kinds, dict(kinds))
             results = await asyncio.gather(
                 *(
                     buckets.write(b, rows, per_index[b], per_arena[b], kinds)

@@ -32,6 +32,7 @@ from .buckets import Buckets
 from .config import TopicConfig
 from .consumption import ConsumptionLog, Taken
 from .layout import read_json, write_json_atomic
+from .location import ObjectStoreTopic
 from .schema import Schema
 from .tail import ArenaPayload, Chunk, Tail, materialize
 from .wal import WriteAheadLog
@@ -59,6 +60,7 @@ def open_files(
     schema: Schema,
     consumption: ConsumptionLog,
     buckets: Buckets,
+    remote: ObjectStoreTopic | None = None,
 ) -> OpenedFiles:
     """Step 1 (blocking). On failure every file it opened is closed again."""
     try:
@@ -78,7 +80,7 @@ def open_files(
     try:
         os.ftruncate(lock_fd, 0)
         os.pwrite(lock_fd, str(os.getpid()).encode(), 0)
-        _check_settings(path, name, config, backend_name)
+        _check_settings(path, name, config, backend_name, remote)
         schema.load(read_json(path / "schema.json") or {})
         state = read_json(path / "state.json") or {}
         wal = WriteAheadLog(path / "wal", sync=config.durability == "sync")
@@ -90,7 +92,9 @@ def open_files(
     return OpenedFiles(lock_fd, int(state.get("flushed_upto", 0)), wal, taken)
 
 
-def _check_settings(path: Path, name: str, config: TopicConfig, backend_name: str) -> None:
+def _check_settings(
+    path: Path, name: str, config: TopicConfig, backend_name: str, remote: ObjectStoreTopic | None
+) -> None:
     meta = {
         "format": FORMAT_VERSION,
         "name": name,
@@ -98,6 +102,8 @@ def _check_settings(path: Path, name: str, config: TopicConfig, backend_name: st
         "bucket_column": config.bucket_column,
         "backend": backend_name,
     }
+    if remote is not None:  # the object store's lease, and its settings and schema on a fresh node
+        remote.attach(path, meta)
     stored = read_json(path / "topic.json")
     if stored is None:
         write_json_atomic(path / "topic.json", meta)

@@ -58,6 +58,7 @@ from .fields import FieldIndex
 from .flushing import Flusher
 from .index import SampleIndex
 from .layout import topic_dirname, write_json_atomic
+from .location import ObjectStoreTopic
 from .opening import ArenaResolver
 from .partitions import Clears
 from .puts import Appender
@@ -83,11 +84,13 @@ class Topic:
         *,
         arena_resolver: ArenaResolver | None = None,
         on_flushed: Callable[[str, int], None] | None = None,
+        remote: ObjectStoreTopic | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self.path = storage_path / topic_dirname(name)
         self.backend_name = getattr(backend, "__qualname__", type(backend).__qualname__)
+        self._remote = remote  # the object-store side (location.py), None for a local topic
         self.metrics = Metrics()
         self._arena_resolver = arena_resolver
         self._wal: WriteAheadLog | None = None
@@ -96,7 +99,7 @@ class Topic:
         self._stopping = False
         self._tail = Tail()
         self._schema = Schema()
-        self._buckets = Buckets(name, self.path, config, backend)
+        self._buckets = Buckets(name, self.path, config, backend if remote is None else remote.backend(backend))
         self._log = ConsumptionLog(self.path / "consumption.log")
         flush_lock = asyncio.Lock()
         self._index = SampleIndex(self._buckets, self._tail, flush_lock)
@@ -115,6 +118,7 @@ class Topic:
             flush_lock,
             housekeeping=self._clears,
             on_flushed=on_flushed,
+            remote=remote,
         )
         self._appender = Appender(
             name,
@@ -161,6 +165,7 @@ class Topic:
             self._schema,
             self._log,
             self._buckets,
+            self._remote,
         )
         self._lock_fd, self._wal = files.lock_fd, files.wal
         self._clears.load()
@@ -378,6 +383,8 @@ class Topic:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._remote is not None:
+            await asyncio.to_thread(self._remote.detach)
 
     async def _acknowledge_logged(self) -> None:
         """At close: rows already in the log count as acknowledged (a reopen would replay them anyway), so the
@@ -413,3 +420,5 @@ class Topic:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = None
+            if self._remote is not None:  # after the last write: another node may take the topic now
+                await asyncio.to_thread(self._remote.detach)

@@ -31,7 +31,7 @@ import os
 import shutil
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -132,12 +132,20 @@ class LanceBackend:
         compact_min_fragments: int = 16,
         retain_seconds: float = 10.0,
         cleanup_interval_seconds: float = 10.0,
+        storage_options: Mapping[str, str] | None = None,
+        guard: Callable[[], None] | None = None,
         **kwargs: Any,
     ) -> None:
         self.bucket_id = bucket_id
         self.batch_size = max(1, int(batch_size))
         self._stream = RowStream(self.get, self.total_count)
-        self.uri = Path(storage_path) / f"bucket-{bucket_id}.lance"
+        # An object-store URI (object_store.py) or a local folder. On an object store a commit is durable once the
+        # store acknowledged it, so there is nothing to fsync and no zero-byte manifest to repair.
+        remote = "://" in str(storage_path)
+        self.uri = f"{str(storage_path).rstrip('/')}/bucket-{bucket_id}.lance"
+        self._local: Path | None = None if remote else Path(self.uri)
+        self._options = dict(storage_options or {})
+        self._guard = guard or _no_guard  # raises unless this engine may write (the object store's lease)
         self.target_rows_per_fragment = target_rows_per_fragment
         self.compact_min_fragments = compact_min_fragments
         self.retain_seconds = retain_seconds
@@ -151,18 +159,22 @@ class LanceBackend:
         self._lock = asyncio.Lock()
         self._last_cleanup = time.monotonic()
         self.commits = 0
-        if self.uri.exists():
-            repair_manifests(self.uri)
-            if not has_manifest(self.uri):
+        local = self._local
+        if local is not None and local.exists():
+            repair_manifests(local)
+            if not has_manifest(local):
                 # The first commit of this bucket never landed (a kill during its first write): nothing was
                 # stored, and the rows are still in the engine's write-ahead log, which replays them.
                 log.warning("removing Lance dataset %s: its first commit did not land", self.uri)
-                shutil.rmtree(self.uri)
-        if self.uri.exists():
+                shutil.rmtree(local)
+        if local is None or local.exists():
             try:
-                self._ds = lance.dataset(str(self.uri), session=shared_session())
+                self._ds = self._dataset()
             except (ValueError, OSError) as exc:
-                raise StorageError(f"cannot open Lance dataset {self.uri}: {exc}") from exc
+                # On an object store a bucket without a committed version is simply not there yet.
+                if local is not None or "was not found" not in str(exc):
+                    raise StorageError(f"cannot open Lance dataset {self.uri}: {exc}") from exc
+        if self._ds is not None:
             self._finish_rewrites()
             self._stored = self._ds.count_rows()
             for field in self._ds.schema:
@@ -282,7 +294,7 @@ class LanceBackend:
             "version": ds.version if ds is not None else 0,
             "fragments": len(ds.get_fragments()) if ds is not None else 0,
             "commits": self.commits,
-            "uri": str(self.uri),
+            "uri": self.uri,
         }
 
     # -- engine extensions --------------------------------------------------------------------------
@@ -310,8 +322,9 @@ class LanceBackend:
             self._stored = self._ds.count_rows()
 
     def _delete(self, indexes: list[int]) -> lance.LanceDataset:
+        self._guard()
         try:
-            ds = lance.dataset(str(self.uri), session=shared_session())
+            ds = self._dataset()
             column = column_name(INDEX_KEY)
             for k in range(0, len(indexes), DELETE_CHUNK_ROWS):
                 part = ", ".join(str(int(i)) for i in indexes[k : k + DELETE_CHUNK_ROWS])
@@ -372,19 +385,21 @@ class LanceBackend:
         return self._append(self._to_table(rows, types))
 
     def _append(self, table: pa.Table) -> lance.LanceDataset:
+        self._guard()
         try:
             if self._ds is None:
                 ds = lance.write_dataset(
                     table,
-                    str(self.uri),
+                    self.uri,
                     mode="create",
                     enable_stable_row_ids=True,
                     session=shared_session(),
+                    storage_options=self._options or None,
                 )
             else:
                 # A fresh handle: add_columns moves a dataset object in place, and readers in other
                 # threads may still hold self._ds.
-                ds = lance.dataset(str(self.uri), session=shared_session())
+                ds = self._dataset()
                 missing = [f for f in table.schema if f.name not in ds.schema.names]
                 if missing:
                     ds.add_columns([pa.field(f.name, f.type, nullable=True, metadata=f.metadata) for f in missing])
@@ -405,15 +420,16 @@ class LanceBackend:
             return pa.RecordBatch.from_arrays([array], schema=pa.schema([field]))
 
         log.info("%s: field %r moves from layout %s to %s (its column is rewritten)", self.uri, key, old, new)
+        self._guard()
         try:
-            ds = lance.dataset(str(self.uri), session=shared_session())
+            ds = self._dataset()
             ds.add_columns(converted, read_columns=[column])
             ds.drop_columns([column])
             ds.alter_columns(_rename(temporary, column))
             self._sync_files()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"rewriting column {key!r} of {self.uri} failed: {exc}") from exc
-        self._ds = lance.dataset(str(self.uri), session=shared_session())
+        self._ds = self._dataset()
 
     def _finish_rewrites(self) -> None:
         """A rewrite a kill interrupted: undone while the old column is there, else completed (renamed)."""
@@ -423,6 +439,7 @@ class LanceBackend:
         names = set(ds.schema.names)
         for temporary in [n for n in names if n.endswith(REWRITE_SUFFIX)]:
             column = temporary.removesuffix(REWRITE_SUFFIX)
+            self._guard()
             try:
                 if column in names:
                     ds.drop_columns([temporary])
@@ -432,11 +449,12 @@ class LanceBackend:
             except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
                 raise StorageError(f"finishing the rewrite of column {column!r} of {self.uri} failed: {exc}") from exc
             log.warning("%s: finished a column rewrite that was interrupted (%s)", self.uri, column)
-        self._ds = lance.dataset(str(self.uri), session=shared_session())
+        self._ds = self._dataset()
 
     def _maintain(self, ds: lance.LanceDataset, small: int, cleanup: bool) -> lance.LanceDataset:
+        self._guard()
         try:
-            ds = lance.dataset(str(self.uri), session=shared_session())
+            ds = self._dataset()
             if small >= self.compact_min_fragments:
                 ds.optimize.compact_files(target_rows_per_fragment=self.target_rows_per_fragment)
                 self._sync_files()
@@ -449,26 +467,37 @@ class LanceBackend:
             raise StorageError(f"maintenance of {self.uri} failed: {exc}") from exc
         return ds
 
+    def _dataset(self) -> lance.LanceDataset:
+        return lance.dataset(self.uri, session=shared_session(), storage_options=self._options or None)
+
     def _existing_files(self) -> set[str]:
         found: set[str] = set()
+        if self._local is None:
+            return found
         for sub in ("data", "_versions", "_transactions", "_deletions"):
-            d = self.uri / sub
+            d = self._local / sub
             if d.is_dir():
                 found.update(e.path for e in os.scandir(d) if e.is_file())
         return found
 
     def _sync_files(self) -> None:
         """fsync every file Lance wrote since the last call, then the folders that gained entries."""
+        if self._local is None:
+            return
         current = self._existing_files()
         new = current - self._synced
         for path in new:
             _fsync_path(path, os.O_RDONLY)
         folders = {os.path.dirname(p) for p in new}
         if not self._synced:  # the first commit also created the dataset's folders
-            folders.update((str(self.uri), str(self.uri.parent)))
+            folders.update((str(self._local), str(self._local.parent)))
         for folder in folders:
             _fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
         self._synced = current
+
+
+def _no_guard() -> None:
+    pass
 
 
 def _rename(path: str, name: str) -> Any:
