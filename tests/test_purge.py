@@ -206,3 +206,20 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
         assert stored == rows_left, f"seed {seed}: {stored} rows in Lance, {rows_left} expected"
     finally:
         broker.ensure_dead()
+
+
+def test_a_partition_whose_samples_were_all_cleared_stays_listed_after_the_purge(store: Path) -> None:
+    """Found by test_bookkeeping's model (seed 2911956526): once a clean close had purged every row of a fully
+    cleared partition, partitions() forgot the partition and the tasks' consumption in it."""
+
+    async def main() -> None:
+        async with Queue("gone", storage_path=store) as q:
+            meta = await q.put({"x": np.zeros((4, 2), np.float32)}, partition_id="p")
+            await q.get_meta(["x"], 2, "train", "p")
+            assert await q.clear(meta, partition_id="p") == 4
+        async with Queue("gone", storage_path=store) as q:
+            listed = await q.partitions()
+            assert listed["p"] == {"samples": 0, "cleared": 0, "tasks": {"train": {"consumed": 0, "leased": 0}}}
+            assert await q.get(limit=10) == []  # the rows did go
+
+    asyncio.run(main())

@@ -81,6 +81,10 @@ class Clears:
         """Every cleared sample (read only: the caller must not change it)."""
         return self._cleared
 
+    def partitions(self) -> list[str]:
+        """The partitions that had samples cleared (known from the consumption log after a purge too)."""
+        return list(self._cleared_in)
+
     def cleared_in(self, partition: str) -> set[int] | None:
         return self._cleared_in.get(partition)
 

@@ -63,6 +63,23 @@ class Takes:
             if where == partition:
                 yield task, state
 
+    def listing(self, index: dict[str, PartitionIndex]) -> dict[str, dict[str, Any]]:
+        """Per partition: samples (not cleared), cleared, and per task how many it has taken (and holds leased).
+        A partition whose samples were all cleared and purged stays listed (no samples) while the consumption log
+        remembers it, as it does before the purge."""
+        names = dict.fromkeys([*index, *self._clears.partitions(), *(p for p, _task in self._consumption)])
+        out: dict[str, dict[str, Any]] = {}
+        for partition in names:
+            samples = index.get(partition, _NO_SAMPLES)
+            left, cleared = self._clears.counts(partition, samples)
+            gone = self._clears.cleared_in(partition) or set()
+            tasks: dict[str, dict[str, int]] = {}
+            for task, state in self.states(partition):
+                taken = len(state.done) - sum(1 for i in gone if i in state.done)
+                tasks[task] = {"consumed": taken, "leased": len(state.leased)}
+            out[partition] = {"samples": left, "cleared": cleared, "tasks": tasks}
+        return out
+
     def release(self, partition: str, indexes: list[int]) -> None:
         """Leases on these samples end (they were cleared)."""
         for _task, state in self.states(partition):

@@ -316,16 +316,7 @@ class Topic:
     async def partitions(self) -> dict[str, dict[str, Any]]:
         """Per partition: samples (not cleared), cleared, and per task how many it has taken (and holds leased)."""
         self._check_open()
-        out: dict[str, dict[str, Any]] = {}
-        for partition, samples in (await self._index.partitions()).items():
-            left, cleared = self._clears.counts(partition, samples)
-            gone = self._clears.cleared_in(partition) or set()
-            tasks: dict[str, dict[str, int]] = {}
-            for task, state in self._takes.states(partition):
-                taken = len(state.done) - sum(1 for i in gone if i in state.done)
-                tasks[task] = {"consumed": taken, "leased": len(state.leased)}
-            out[partition] = {"samples": left, "cleared": cleared, "tasks": tasks}
-        return out
+        return self._takes.listing(await self._index.partitions())
 
     async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
         """Field descriptions and tags of samples, run-length encoded: see ``reader.Reader.describe``."""
