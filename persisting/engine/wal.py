@@ -151,7 +151,8 @@ class WriteAheadLog:
             return None, pos
         if zlib.crc32(memoryview(data)[pos + 8 : end]) != crc:
             return None, pos
-        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        # The frame's whole body is fed at once: the default buffer limit (100 MiB) would refuse a large put_batch.
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(length, 1))
         unpacker.feed(memoryview(data)[pos + _HEADER.size : end])
         try:
             header = next(unpacker)
