@@ -30,7 +30,6 @@ import logging
 import os
 import shutil
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -40,83 +39,27 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, SchemaConflictError, StorageError
+from ..errors import SchemaConflictError, StorageError
 from ..wire.codec import INDEX_KEY
 from . import tensor_columns
 from ._stream import RowStream
+from .lance_columns import (
+    ARROW_TYPES,
+    NULLS_COLUMN,
+    column_name,
+    finish_rewrite,
+    interrupted_rewrites,
+    key_name,
+    rewrite_column,
+    rows_to_table,
+    table_to_rows,
+)
+from .lance_files import fsync_path, has_manifest, repair_manifests, shared_session
 from .tensor_columns import Layout, Part
 
 log = logging.getLogger(__name__)
 
-NULLS_COLUMN = "_persisting_nulls"
-REWRITE_SUFFIX = "%23rewrite"  # a column being rewritten into a new layout lives under this name meanwhile
 DELETE_CHUNK_ROWS = 1000  # global indexes per delete predicate
-METADATA_CACHE_BYTES = 64 * 1024 * 1024
-INDEX_CACHE_BYTES = 16 * 1024 * 1024
-_LANCE_RESERVED_PREFIX = "_row"
-
-_ARROW_TYPES: dict[type, pa.DataType] = {
-    bool: pa.bool_(),
-    int: pa.int64(),
-    float: pa.float64(),
-    str: pa.large_string(),
-    bytes: pa.large_binary(),
-}
-
-_session: lance.Session | None = None
-
-
-def shared_session() -> lance.Session:
-    """One Lance session per process with capped caches: RSS stays bounded however many appends are made."""
-    global _session
-    if _session is None:
-        _session = lance.Session(
-            index_cache_size_bytes=INDEX_CACHE_BYTES, metadata_cache_size_bytes=METADATA_CACHE_BYTES
-        )
-    return _session
-
-
-def column_name(key: str) -> str:
-    """The on-disk column for a row key: reversible, and only characters Lance handles in names.
-
-    Lance refuses '.', breaks on backticks and control characters, and reserves names starting with '_row' (as does this
-    backend the name of its nulls column);
-    anything but letters, digits, '_', '-', space and printable non-ASCII is percent-escaped (as is '%').
-    """
-    if not key:
-        raise ConfigError("row keys must be non-empty strings")
-    name = "".join(
-        ch
-        if (ch.isascii() and (ch.isalnum() or ch in "_- ")) or (not ch.isascii() and ch.isprintable())
-        else "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
-        for ch in key
-    )
-    if name.startswith(_LANCE_RESERVED_PREFIX) or name == NULLS_COLUMN:
-        name = "%5F" + name[1:]
-    return name
-
-
-def key_name(column: str) -> str:
-    return urllib.parse.unquote(column)
-
-
-def repair_manifests(uri: Path) -> None:
-    """Remove zero-byte manifests: Lance cannot open a dataset whose newest manifest is empty."""
-    versions = uri / "_versions"
-    if not versions.is_dir():
-        return
-    for entry in os.scandir(versions):
-        if entry.is_file() and entry.stat().st_size == 0:
-            log.warning("removing empty Lance manifest %s (interrupted commit)", entry.path)
-            os.unlink(entry.path)
-
-
-def has_manifest(uri: Path) -> bool:
-    """Whether a dataset folder holds a committed version (a non-empty manifest)."""
-    versions = uri / "_versions"
-    if not versions.is_dir():
-        return False
-    return any(e.is_file() and e.name.endswith(".manifest") and e.stat().st_size > 0 for e in os.scandir(versions))
 
 
 class LanceBackend:
@@ -210,7 +153,7 @@ class LanceBackend:
             if value is not None and key not in skip
         }
         for key, kind in sorted(pairs, key=lambda p: (p[0], p[1].__qualname__)):
-            t = _ARROW_TYPES.get(kind)
+            t = ARROW_TYPES.get(kind)
             if t is None:
                 raise SchemaConflictError(key, "a plain column", kind.__qualname__)
             known = self._types.get(key) or pending.get(key)
@@ -245,7 +188,7 @@ class LanceBackend:
                     await asyncio.to_thread(self._rewrite, key, stored, layout)
                 built[key] = (layout.field(column_name(key)), tensor_columns.build(layout, runs))
             types = {k: t for k, t in self._types.items() if k not in built}
-            table = self._to_table(records, types, built)
+            table = rows_to_table(records, types, built)
             ds = await asyncio.to_thread(self._append, table)
             self._ds, self._stored = ds, self._stored + len(records)
             for key, (field, _column) in built.items():
@@ -360,29 +303,8 @@ class LanceBackend:
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise StorageError(f"reading {ds.uri} failed: {exc}") from exc
 
-    @staticmethod
-    def _to_table(
-        rows: list[dict[str, Any]],
-        types: dict[str, pa.DataType],
-        tensors: dict[str, tuple[pa.Field, pa.ChunkedArray]] | None = None,
-    ) -> pa.Table:
-        fields: list[pa.Field] = []
-        arrays: list[Any] = []
-        for key, t in types.items():
-            values = [r.get(key) for r in rows]
-            if any(v is not None for v in values):
-                fields.append(pa.field(column_name(key), t))
-                arrays.append(pa.array(values, type=t))
-        for field, column in (tensors or {}).values():
-            fields.append(field)
-            arrays.append(column)
-        nulls = [[k for k, v in r.items() if v is None] or None for r in rows]
-        fields.append(pa.field(NULLS_COLUMN, pa.list_(pa.string())))
-        arrays.append(pa.array(nulls, type=pa.list_(pa.string())))
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
     def _write(self, rows: list[dict[str, Any]], types: dict[str, pa.DataType]) -> lance.LanceDataset:
-        return self._append(self._to_table(rows, types))
+        return self._append(rows_to_table(rows, types))
 
     def _append(self, table: pa.Table) -> lance.LanceDataset:
         self._guard()
@@ -411,21 +333,10 @@ class LanceBackend:
 
     def _rewrite(self, key: str, old: Layout, new: Layout) -> None:
         """Move a tensor field's column to a new layout (see the module docstring); runs under the lock."""
-        column = column_name(key)
-        temporary = column + REWRITE_SUFFIX
-        field = new.field(temporary)
-
-        def converted(batch: pa.RecordBatch) -> pa.RecordBatch:
-            array = tensor_columns.convert(old, new, batch.column(0))
-            return pa.RecordBatch.from_arrays([array], schema=pa.schema([field]))
-
         log.info("%s: field %r moves from layout %s to %s (its column is rewritten)", self.uri, key, old, new)
         self._guard()
         try:
-            ds = self._dataset()
-            ds.add_columns(converted, read_columns=[column])
-            ds.drop_columns([column])
-            ds.alter_columns(_rename(temporary, column))
+            rewrite_column(self._dataset(), key, old, new)
             self._sync_files()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"rewriting column {key!r} of {self.uri} failed: {exc}") from exc
@@ -436,15 +347,10 @@ class LanceBackend:
         ds = self._ds
         if ds is None:
             return
-        names = set(ds.schema.names)
-        for temporary in [n for n in names if n.endswith(REWRITE_SUFFIX)]:
-            column = temporary.removesuffix(REWRITE_SUFFIX)
+        for column in interrupted_rewrites(ds):
             self._guard()
             try:
-                if column in names:
-                    ds.drop_columns([temporary])
-                else:
-                    ds.alter_columns(_rename(temporary, column))
+                finish_rewrite(ds, column)
                 self._sync_files()
             except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
                 raise StorageError(f"finishing the rewrite of column {column!r} of {self.uri} failed: {exc}") from exc
@@ -487,50 +393,14 @@ class LanceBackend:
         current = self._existing_files()
         new = current - self._synced
         for path in new:
-            _fsync_path(path, os.O_RDONLY)
+            fsync_path(path, os.O_RDONLY)
         folders = {os.path.dirname(p) for p in new}
         if not self._synced:  # the first commit also created the dataset's folders
             folders.update((str(self._local), str(self._local.parent)))
         for folder in folders:
-            _fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
+            fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
         self._synced = current
 
 
 def _no_guard() -> None:
     pass
-
-
-def _rename(path: str, name: str) -> Any:
-    return {"path": path, "name": name}  # lance's AlterColumn (a TypedDict of its own)
-
-
-def _fsync_path(path: str, flags: int) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def table_to_rows(table: pa.Table, tensors: dict[str, Layout] | None = None) -> list[dict[str, Any]]:
-    """Arrow rows back to dicts: nulls dropped unless listed as explicit None; tensor fields (``tensors``: their
-    layouts) as the codec's row values."""
-    tensors = tensors or {}
-    names = [key_name(n) for n in table.column_names if n != NULLS_COLUMN]
-    columns = [
-        tensor_columns.row_values(tensors[name], table.column(n)) if name in tensors else table.column(n).to_pylist()
-        for name, n in zip(names, [c for c in table.column_names if c != NULLS_COLUMN], strict=True)
-    ]
-    rows = [
-        {name: value for name, value in zip(names, values, strict=True) if value is not None}
-        for values in zip(*columns, strict=True)
-    ]
-    if len(rows) < table.num_rows:  # no value columns at all
-        rows = [{} for _ in range(table.num_rows)]
-    if NULLS_COLUMN in table.column_names:
-        nulls = table.column(NULLS_COLUMN)
-        if nulls.null_count < len(nulls):
-            for row, keys in zip(rows, nulls.to_pylist(), strict=True):
-                for key in keys or ():
-                    row[key] = None
-    return rows

@@ -1,0 +1,131 @@
+"""How a bucket's rows lie in a Lance table: one column per row key (percent-escaped where Lance refuses the
+characters), typed by its first non-null value, and explicit ``None`` values listed in ``NULLS_COLUMN``."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from ..errors import ConfigError
+from . import tensor_columns
+from .tensor_columns import Layout
+
+NULLS_COLUMN = "_persisting_nulls"
+REWRITE_SUFFIX = "%23rewrite"  # a column being rewritten into a new layout lives under this name meanwhile
+_LANCE_RESERVED_PREFIX = "_row"
+
+ARROW_TYPES: dict[type, pa.DataType] = {
+    bool: pa.bool_(),
+    int: pa.int64(),
+    float: pa.float64(),
+    str: pa.large_string(),
+    bytes: pa.large_binary(),
+}
+
+
+def column_name(key: str) -> str:
+    """The on-disk column for a row key: reversible, and only characters Lance handles in names.
+
+    Lance refuses '.', breaks on backticks and control characters, and reserves names starting with '_row' (as does this
+    backend the name of its nulls column);
+    anything but letters, digits, '_', '-', space and printable non-ASCII is percent-escaped (as is '%').
+    """
+    if not key:
+        raise ConfigError("row keys must be non-empty strings")
+    name = "".join(
+        ch
+        if (ch.isascii() and (ch.isalnum() or ch in "_- ")) or (not ch.isascii() and ch.isprintable())
+        else "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+        for ch in key
+    )
+    if name.startswith(_LANCE_RESERVED_PREFIX) or name == NULLS_COLUMN:
+        name = "%5F" + name[1:]
+    return name
+
+
+def key_name(column: str) -> str:
+    return urllib.parse.unquote(column)
+
+
+def rename(path: str, name: str) -> Any:
+    return {"path": path, "name": name}  # lance's AlterColumn (a TypedDict of its own)
+
+
+def table_to_rows(table: pa.Table, tensors: dict[str, Layout] | None = None) -> list[dict[str, Any]]:
+    """Arrow rows back to dicts: nulls dropped unless listed as explicit None; tensor fields (``tensors``: their
+    layouts) as the codec's row values."""
+    tensors = tensors or {}
+    names = [key_name(n) for n in table.column_names if n != NULLS_COLUMN]
+    columns = [
+        tensor_columns.row_values(tensors[name], table.column(n)) if name in tensors else table.column(n).to_pylist()
+        for name, n in zip(names, [c for c in table.column_names if c != NULLS_COLUMN], strict=True)
+    ]
+    rows = [
+        {name: value for name, value in zip(names, values, strict=True) if value is not None}
+        for values in zip(*columns, strict=True)
+    ]
+    if len(rows) < table.num_rows:  # no value columns at all
+        rows = [{} for _ in range(table.num_rows)]
+    if NULLS_COLUMN in table.column_names:
+        nulls = table.column(NULLS_COLUMN)
+        if nulls.null_count < len(nulls):
+            for row, keys in zip(rows, nulls.to_pylist(), strict=True):
+                for key in keys or ():
+                    row[key] = None
+    return rows
+
+
+def rewrite_column(ds: lance.LanceDataset, key: str, old: Layout, new: Layout) -> None:
+    """Move a tensor field's column to a new layout in three commits: the new column added under a temporary
+    name, the old one dropped, the new one renamed (``finish_rewrite`` completes or undoes a kill between them)."""
+    column = column_name(key)
+    temporary = column + REWRITE_SUFFIX
+    field = new.field(temporary)
+
+    def converted(batch: pa.RecordBatch) -> pa.RecordBatch:
+        array = tensor_columns.convert(old, new, batch.column(0))
+        return pa.RecordBatch.from_arrays([array], schema=pa.schema([field]))
+
+    ds.add_columns(converted, read_columns=[column])
+    ds.drop_columns([column])
+    ds.alter_columns(rename(temporary, column))
+
+
+def interrupted_rewrites(ds: lance.LanceDataset) -> list[str]:
+    """The columns whose rewrite a kill interrupted (a temporary column is left)."""
+    return [n.removesuffix(REWRITE_SUFFIX) for n in ds.schema.names if n.endswith(REWRITE_SUFFIX)]
+
+
+def finish_rewrite(ds: lance.LanceDataset, column: str) -> None:
+    """Undo an interrupted rewrite while the old column is there, else complete it (rename the new one)."""
+    temporary = column + REWRITE_SUFFIX
+    if column in ds.schema.names:
+        ds.drop_columns([temporary])
+    else:
+        ds.alter_columns(rename(temporary, column))
+
+
+def rows_to_table(
+    rows: list[dict[str, Any]],
+    types: dict[str, pa.DataType],
+    tensors: dict[str, tuple[pa.Field, pa.ChunkedArray]] | None = None,
+) -> pa.Table:
+    """Rows as a table: a column per key that has a value (``types``), the tensor columns built for them, and
+    the explicit ``None`` keys of each row in ``NULLS_COLUMN``."""
+    fields: list[pa.Field] = []
+    arrays: list[Any] = []
+    for key, t in types.items():
+        values = [r.get(key) for r in rows]
+        if any(v is not None for v in values):
+            fields.append(pa.field(column_name(key), t))
+            arrays.append(pa.array(values, type=t))
+    for field, column in (tensors or {}).values():
+        fields.append(field)
+        arrays.append(column)
+    nulls = [[k for k, v in r.items() if v is None] or None for r in rows]
+    fields.append(pa.field(NULLS_COLUMN, pa.list_(pa.string())))
+    arrays.append(pa.array(nulls, type=pa.list_(pa.string())))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
