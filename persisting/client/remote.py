@@ -18,13 +18,12 @@ from .. import errors
 from ..engine import TopicConfig
 from ..tensors import batches
 from ..tensors.arena import peer_id
-from ..tensors.column import Column
 from ..wire import protocol
 from ..wire.codec import EncodedBatch
 from ..wire.protocol import WAIT_SLICE_SECONDS
 from . import connection as transport
 from .connection import Connection, connection
-from .remote_tensors import ArenaClient, ReservedExtent
+from .remote_tensors import ArenaClient
 
 
 class RemoteTopic:
@@ -148,45 +147,16 @@ class RemoteTopic:
     async def has_arena(self) -> bool:
         return await self._tensors.has_arena()
 
-    async def put_tensors(
-        self,
-        columns: dict[str, Column],
-        other: EncodedBatch,
-        other_blob: bytes,
-        n: int,
-        partition: str,
-        timeout: float,
-        of: list[int] | None = None,
-    ) -> tuple[int, int]:
-        """Copy a batch into an extent of the arena and seal it: see ``ArenaClient.put_tensors``."""
-        first, count, kinds = await self._tensors.put_tensors(columns, other, other_blob, n, partition, timeout, of)
-        return self._stored(first, count, kinds)
-
-    async def put_reserved(
-        self,
-        lease: ReservedExtent,
-        fields: list[list[Any]],
-        other: EncodedBatch,
-        other_blob: bytes,
-        n: int,
-        partition: str,
-        timeout: float,
-        of: list[int] | None = None,
-    ) -> tuple[int, int]:
-        """Seal a reserved extent the producer has filled: see ``ArenaClient.put_reserved``."""
-        first, count, kinds = await self._tensors.put_reserved(
-            lease, fields, other, other_blob, n, partition, timeout, of
-        )
-        return self._stored(first, count, kinds)
-
-    def _stored(self, first: int, count: int, kinds: dict[str, str]) -> tuple[int, int]:
+    def stored(self, first: int, count: int, kinds: dict[str, str]) -> tuple[int, int]:
+        """A tensor batch the arena client sealed (``ArenaClient.put_tensors``/``put_reserved``): the topic's
+        kinds and count learn from it; returns ``(first, count)``."""
         self.kinds.update(kinds)
         self._count = max(self._count, first + count)
         return first, count
 
     @property
     def arena(self) -> ArenaClient:
-        """Reservations lease, watch and abandon their extents through it."""
+        """Tensor puts and reservations go through it (then ``stored``)."""
         return self._tensors
 
     async def aclose(self) -> None:

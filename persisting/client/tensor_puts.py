@@ -58,15 +58,9 @@ class TensorPuts:
         if remote is not None:
             plain = batches.other_rows(other, n, remote.kinds)
             try:
-                first, n = await remote.put_tensors(
-                    columns,
-                    plain,
-                    codec.pack(plain.rows),
-                    n,
-                    partition,
-                    LEASE_TIMEOUT_S if timeout is None else timeout,
-                    of,
-                )
+                wait = LEASE_TIMEOUT_S if timeout is None else timeout
+                sealed = await remote.arena.put_tensors(columns, plain, codec.pack(plain.rows), n, partition, wait, of)
+                first, n = remote.stored(*sealed)
                 self._handle.moved("put_zero_copy_bytes", payload)
                 return batches.batch_meta(first, n, partition, columns, other, patch)
             except ConfigError as exc:
@@ -160,7 +154,7 @@ class TensorPuts:
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout  # only if the broker restarted meanwhile
                 of = None if patch is None else patch.global_indexes
                 args = (r._lease, r._places, plain, codec.pack(plain.rows), r.batch_size, r.partition_id, wait, of)
-                first, n = await topic.put_reserved(*args)
+                first, n = topic.stored(*await topic.arena.put_reserved(*args))
                 self._handle.moved("put_zero_copy_bytes", r.nbytes)
                 meta = batches.batch_meta(first, n, r.partition_id, columns, other, patch)
             else:
