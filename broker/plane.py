@@ -54,6 +54,7 @@ REAP_INTERVAL_SECONDS = 1.0
 # see persisting/flushing.py): the rest of the arena is the producers' room while that flush runs.
 FLUSH_AT_ARENA_SHARE = float(os.environ.get("PERSISTING_FLUSH_AT_ARENA_SHARE", "0.75"))
 MAX_LEASE_WAIT_SECONDS = 60.0
+TAKE_READ_ATTEMPTS = 4  # get_batch reads again when a clear of its samples landed meanwhile (see _samples)
 
 
 def _peer(req: Request) -> Peer:
@@ -257,18 +258,35 @@ class TensorPlane:
             indexes = await topic.take(
                 partition, task, batch_size, limit, sampler, lease, fields=need, request_key=request_key, **kw
             )
-            indexes = topic.not_cleared(indexes)  # a re-sent take's batch may have been cleared since
-            described = await topic.describe(indexes, lenient=True)
-            if "fields" not in req.args:
-                return Reply(req.id, True, [indexes, described])
-            # get_batch: the data of the samples just taken, in the same reply (one round trip).
-            data = await self._get(req, topic, indexes)
-            return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
+            # A re-sent take's batch may have been cleared since, and a clear may land while this reads (each
+            # await lets other requests run): the answer holds the samples still there once it is read.
+            for attempt in range(TAKE_READ_ATTEMPTS):
+                indexes = topic.not_cleared(indexes)
+                described = await topic.describe(indexes, lenient=True)
+                if "fields" not in req.args:
+                    return Reply(req.id, True, [indexes, described])
+                # get_batch: the data of the samples just taken, in the same reply (one round trip).
+                try:
+                    data = await self._get(req, topic, indexes)
+                except ConfigError:
+                    if topic.not_cleared(indexes) == indexes or attempt == TAKE_READ_ATTEMPTS - 1:
+                        raise  # not a clear that came meanwhile
+                    continue
+                if topic.not_cleared(indexes) == indexes:
+                    return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
+                self._drop_hold(data, _peer(req))
+            raise ConfigError(f"the samples taken kept being cleared while their data was read ({indexes[:10]})")
         if req.op == "describe":
             return Reply(req.id, True, await topic.describe(_int_list(req.args.get("indexes"), "indexes")))
         if req.op == "get_data":
             return await self._get(req, topic)
         raise ProtocolError(f"unknown operation {req.op!r}")
+
+    def _drop_hold(self, data: Reply, holder: Peer) -> None:
+        """Give back the hold of a data reply that will not be sent (its views are never made)."""
+        hold = data.result.get("hold") if isinstance(data.result, dict) else None
+        if type(hold) is int and self.extents is not None:
+            self.extents.release(hold, holder)
 
     @staticmethod
     def _release_piggybacked(req: Request, extents: Extents, arena: Arena | None) -> None:
