@@ -150,6 +150,11 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--reps", type=int, default=3, help="runs per store and workload, medians reported (default 3)")
     o.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
     o.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("ray", help="cross-node tensor hand-over on a local Ray cluster vs ray.put/ray.get (ray extra)")
+    r.add_argument("--small-batches", type=int, default=32, help="6 MiB batches per run (default 32)")
+    r.add_argument("--large-batches", type=int, default=6, help="64 MiB batches per run (default 6)")
+    r.add_argument("--reps", type=int, default=3, help="runs per case, medians reported (default 3)")
+    r.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
     return parser
 
 
@@ -321,6 +326,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         print(f"python -m bench {shlex.join(args_list)}  (persisting {revision}; {_versions()})")
         print(render_storage(rows))
+        return 0
+    if args.bench == "ray":
+        from .ray_bench import render_ray, run_ray_bench
+
+        with _work_dir(args.dir, "psr-") as base:
+            rows = run_ray_bench(
+                base, batches={"6 MiB": args.small_batches, "64 MiB": args.large_batches}, reps=args.reps
+            )
+        print(f"python -m bench {shlex.join(args_list)}  (persisting {revision}; {_versions()})")
+        print(render_ray(rows))
         return 0
     ns = args.n or [10_000]
     if any(n < 1 for n in ns):

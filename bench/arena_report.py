@@ -117,7 +117,8 @@ def _notes(result: ArenaBenchResult) -> list[str]:
         "the reserved arrays (its one write, standing in for a GPU->host copy straight into shared memory) and "
         "put()s the reservation, which copies nothing; 'from put start' starts before reserve(), so it includes "
         "that write.",
-        "TransferQueue: not measured (not installable here).",
+        "TransferQueue: not measured yet (0.1.11 installs from PyPI with Ray: the transferqueue extra; "
+        "its row is not built).",
     ]
     for r in result.rows:
         notes += [f"{r.key}: {r.path}, {r.settings}"]

@@ -1,0 +1,223 @@
+"""``persisting.ray.Queue``: the ``Queue`` API from any node of the Ray cluster.
+
+Each call names a partition; the registry says which broker owns it and which node hosts that broker. On this
+node: the plain broker-mode ``Queue`` over ipc (tensors as arena views, as on one node). On another node: a call
+on that node's actor, which runs the same method on its own broker; arrays come back through Ray's object store
+(``transfer.py``). A producer's first put claims the partition for its own node's broker; a consumer waits for
+a claim (``wait=True``) or gets an empty batch. An owner that cannot be reached (its node gone) is moved to a
+live node by the registry, and the call is made again there once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..client.queue import Queue as LocalQueue
+from ..errors import BrokerUnavailableError, ConfigError
+from ..tensors import tensordicts
+from ..tensors.meta import BatchMeta
+from . import cluster, transfer
+
+RELOCATE_ATTEMPTS = 2  # an owner moved once can be gone again before the call lands; then give up
+
+
+class Queue:
+    """Topic ``name`` across the cluster; ``options`` are ``Queue``'s (``num_buckets``, ``durability``, ...) and
+    apply wherever the topic is opened (every owner's broker)."""
+
+    def __init__(self, name: str, **options: Any) -> None:
+        if "broker" in options or "storage_path" in options:
+            raise ConfigError("persisting.ray.Queue picks the brokers itself: drop broker= and storage_path=")
+        self.name = name
+        self._options = options
+        self._ray = cluster._ray()
+        self.node_id: str = self._ray.get_runtime_context().get_node_id()
+        self._routes: dict[str, tuple[str, str]] = {}
+        self._local: dict[str, LocalQueue] = {}
+
+    def __repr__(self) -> str:
+        return f"persisting.ray.Queue({self.name!r}, node={self.node_id[:12]})"
+
+    async def put(self, data: Any, partition_id: str = "default", **kw: Any) -> Any:
+        """Store a tensor batch (or ``batch_meta=`` fields of samples) in ``partition_id``; claims it for this
+        node's broker if nobody owns it yet."""
+        return await self._call(partition_id, "put", (data, partition_id), kw, claim=True)
+
+    async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> None:
+        await self._call(partition_id, "put_batch", (records, partition_id), {}, claim=True)
+
+    async def get_meta(
+        self,
+        fields: Sequence[str] | None = None,
+        batch_size: int = 1,
+        task_name: str = "default",
+        partition_id: str = "default",
+        sampler: Any = None,
+        **kw: Any,
+    ) -> BatchMeta:
+        args = (fields, batch_size, task_name, partition_id, sampler)
+        result = await self._call(partition_id, "get_meta", args, kw, wait=_wait_s(kw))
+        return BatchMeta() if result is None else result
+
+    async def get_data(
+        self, batch_meta: BatchMeta, partition_id: str | None = None, device: Any = None, **kw: Any
+    ) -> Any:
+        partitions = batch_meta.partition_ids
+        if len(partitions) > 1:
+            raise ConfigError(f"get_data of one partition at a time here; this BatchMeta holds {partitions}")
+        if not partitions:
+            return {}
+        return await self._call(partitions[0], "get_data", (batch_meta, partition_id, device), kw)
+
+    async def get_batch(
+        self,
+        fields: Sequence[str] | None = None,
+        batch_size: int = 1,
+        task_name: str = "default",
+        partition_id: str = "default",
+        sampler: Any = None,
+        device: Any = None,
+        **kw: Any,
+    ) -> tuple[Any, BatchMeta]:
+        args = (fields, batch_size, task_name, partition_id, sampler, device)
+        result = await self._call(partition_id, "get_batch", args, kw, wait=_wait_s(kw))
+        return ({}, BatchMeta()) if result is None else result
+
+    async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
+        return await self._call(_one(batch_meta), "check_ready", (batch_meta, fields), {})
+
+    async def set_custom_meta(self, batch_meta: BatchMeta) -> None:
+        await self._call(_one(batch_meta), "set_custom_meta", (batch_meta,), {})
+
+    async def mark_consumed(
+        self, task_name: str, global_indexes: Sequence[int] | BatchMeta, partition_id: str = "default"
+    ) -> None:
+        await self._call(partition_id, "mark_consumed", (task_name, global_indexes, partition_id), {})
+
+    async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
+        await self._call(partition_id, "reset_consumption", (task_name, partition_id), {})
+
+    async def clear(self, global_indexes: Any = None, partition_id: str = "default") -> int:
+        result = await self._call(partition_id, "clear", (global_indexes, partition_id), {})
+        return 0 if result is None else int(result)
+
+    async def flush(self) -> None:
+        """Flush this topic on every broker that owns one of its partitions."""
+        owners = await self._ray_call(cluster.registry().owners.remote())
+        firsts: dict[str, str] = {}
+        for name, key in owners["partitions"].items():
+            topic, _, partition = name.partition("/")
+            if topic == self.name:
+                firsts.setdefault(key, partition)
+        await asyncio.gather(*(self._call(partition, "flush", (), {}) for partition in firsts.values()))
+
+    async def owner(self, partition_id: str) -> str | None:
+        """The node id hosting the broker that owns ``partition_id`` (None: nobody put to it yet)."""
+        route = await self._route(partition_id, claim=False, wait_s=0.0)
+        return None if route is None else route[1]
+
+    async def aclose(self) -> None:
+        for queue in self._local.values():
+            await queue.aclose()
+        self._local.clear()
+
+    async def _ray_call(self, ref: Any) -> Any:
+        return await ref
+
+    async def _route(self, partition: str, *, claim: bool, wait_s: float | None) -> tuple[str, str] | None:
+        route = self._routes.get(partition)
+        if route is not None:
+            return route
+        reg = cluster.registry()
+        if claim:
+            route = await self._ray_call(reg.claim.remote(self.name, partition, cluster.node_key(self.node_id)))
+        else:
+            limit = 365 * 86400.0 if wait_s is None else wait_s
+            route = await self._ray_call(reg.owner.remote(self.name, partition, limit))
+        if route is not None:
+            self._routes[partition] = route = (route[0], route[1])
+        return route
+
+    async def _call(
+        self,
+        partition: str,
+        method: str,
+        args: tuple[Any, ...],
+        kw: dict[str, Any],
+        *,
+        claim: bool = False,
+        wait: float | None = 0.0,
+    ) -> Any:
+        route = await self._route(partition, claim=claim, wait_s=wait)
+        if route is None:
+            return None
+        for _ in range(RELOCATE_ATTEMPTS):
+            key, node = route
+            if node == self.node_id:
+                queue = await self._local_queue(key)
+                return await getattr(queue, method)(*args, **kw)
+            try:
+                return await self._remote(key, node, method, args, kw)
+            except (BrokerUnavailableError, self._ray.exceptions.RayActorError):
+                moved = await self._ray_call(cluster.registry().relocate.remote(key, node, self.node_id))
+                route = self._routes[partition] = (key, moved)
+        raise BrokerUnavailableError(f"the owner of partition {partition!r} of {self.name!r} cannot be reached")
+
+    async def _remote(self, key: str, node: str, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        local_only = {k: kw.pop(k) for k in ("as_tensordict",) if k in kw}
+        device = None
+        if method in ("get_data", "get_batch"):
+            device, args = args[-1], (*args[:-1], None)  # move to a device here, never on the owner
+        if method == "put":
+            if not isinstance(args[0], Mapping):
+                raise ConfigError("a put to another node's partition takes a mapping of arrays (not a reservation)")
+            args = (transfer.pack(args[0]), *args[1:])
+        actor = cluster.node_actor(node)
+        result = await self._ray_call(actor.call.remote(key, self.name, self._options, method, args, kw))
+        if method == "get_data":
+            return _arrived(result, device, local_only)
+        if method == "get_batch":
+            packed, meta = result
+            return _arrived(packed, device, local_only, meta.size), meta
+        return result
+
+    async def _local_queue(self, key: str) -> LocalQueue:
+        queue = self._local.get(key)
+        if queue is None:
+            addresses = await self._ray_call(cluster.node_actor(self.node_id).addresses.remote())
+            queue = LocalQueue(self.name, broker=addresses[key], **self._options)
+            await queue.open()
+            self._local[key] = queue
+        return queue
+
+
+def _arrived(packed: tuple[dict[str, Any], dict[str, str]], device: Any, kw: dict[str, Any], n: int = -1) -> Any:
+    arrays, kinds = packed
+    data = transfer.unpack(arrays, kinds)
+    if device is not None:  # torch fields move to the device here, as get_data(device=...) does on one node
+        for name in kinds:
+            value = data[name]
+            data[name] = [t.to(device) for t in value] if isinstance(value, list) else value.to(device)
+    if kw.get("as_tensordict"):
+        return tensordicts.to_tensordict(data, n if n >= 0 else _rows(data))
+    return data
+
+
+def _rows(data: Mapping[str, Any]) -> int:
+    return len(next(iter(data.values()))) if data else 0
+
+
+def _wait_s(kw: Mapping[str, Any]) -> float | None:
+    if not kw.get("wait"):
+        return 0.0
+    timeout = kw.get("timeout")
+    return None if timeout is None else float(timeout)
+
+
+def _one(meta: BatchMeta) -> str:
+    partitions = meta.partition_ids
+    if len(partitions) != 1:
+        raise ConfigError(f"this call takes samples of one partition; the BatchMeta holds {partitions}")
+    return str(partitions[0])
