@@ -84,6 +84,24 @@ def test_a_bad_storage_root_is_refused_before_anything_starts(tmp_path: Path) ->
 
 
 @ray.remote
+def put_records(topic: str, flushed: list[int], unflushed: list[int]) -> None:
+    """Records (no arena, so no write-behind) on a topic whose background flush never comes within the test."""
+    q = pray.SyncQueue(topic, batch_size=10**6, auto_flush_interval_sec=0.0)
+    q.put_batch([{"id": i} for i in flushed], partition_id="p")
+    q.flush()
+    q.put_batch([{"id": i} for i in unflushed], partition_id="p")  # acknowledged: in A's local log only
+    q.close()
+
+
+@ray.remote
+def take_records(topic: str) -> list[int]:
+    q = pray.SyncQueue(topic, batch_size=10**6, auto_flush_interval_sec=0.0)
+    data, meta = q.get_batch(["id"], 1000, "train", "p", wait=True, timeout=2.0)
+    q.close()
+    return [int(i) for i in data["id"]] if meta.size else []
+
+
+@ray.remote
 def lease_s() -> float:
     return float(os.environ.get("PERSISTING_OWNER_LEASE_S", "nan"))
 
@@ -110,12 +128,14 @@ def test_node_a_removed_its_partition_moves_to_b_every_flushed_sample_comes_back
     """A puts 320 samples and flushes, then puts 64 it does not flush; B takes 96; A's raylet goes. B adopts A's
     broker on A's S3 prefix with a fresh local folder: after A's lease it serves the 320 flushed samples, each
     once; the 96 B took before come again (A's consumption log was on A's disk); of the 64 unflushed, those the
-    background flush had not written are lost, and none comes twice."""
+    background flush had not written are lost, and none comes twice. On a records topic whose background flush is
+    not due, the records put after the last flush are lost: exactly the flushed ones come back."""
     c, nodes = cluster["cluster"], cluster["nodes"]
     node_a, node_b = nodes["node_a"].node_id, nodes["node_b"].node_id
     key_a = pray.node_key(node_a)
     flushed = ray.get(produce.options(**on("node_a")).remote("t", "p", list(range(320)), 16))
     unflushed = ray.get(produce.options(**on("node_a")).remote("t", "p", list(range(320, 384)), 16, False))
+    ray.get(put_records.options(**on("node_a")).remote("u", list(range(50)), list(range(50, 80))))
     first = ray.get(consume.options(**on("node_b")).remote("t", "p", "train", 16, 1.0, 96))
     assert len(first["ids"]) == 96 and first["owner"] == node_a and first["node"] == node_b
     assert not list(cluster["local_root"].glob(f"{key_a}.on-*"))
@@ -135,6 +155,8 @@ def test_node_a_removed_its_partition_moves_to_b_every_flushed_sample_comes_back
     assert rest["owner"] == node_b
     owners = ray.get(pray.registry().owners.remote())
     assert owners["hosts"][key_a] == node_b and owners["storage"][key_a] == f"{cluster['uri']}/{key_a}"
+    # records put after the last flush, with no background flush due: acknowledged by A's log, lost with A's disk
+    assert sorted(ray.get(take_records.options(**on("node_b")).remote("u"))) == list(range(50))
     adopted = ray.get(pray.node_actor(node_b).local_paths.remote())[key_a]
     assert adopted == str(cluster["local_root"] / f"{key_a}.on-{pray.node_key(node_b)}")
     print(
