@@ -8,7 +8,8 @@ A plain class; ``cluster.py`` makes it an async Ray actor named ``persisting-reg
   wait (``owner(..., timeout_s)``) until a producer has.
 - Movement: ownership never moves while its broker's node lives (the consumption state is in that broker's log).
   A broker's *host* moves when its node is gone: ``relocate`` has a live node adopt the broker (start it on the
-  same storage path) and every partition of that broker follows, with its log and consumption state.
+  same storage path) and every partition of that broker follows: with its log and consumption state on a shared
+  folder; on object storage with what it had flushed only (``storage.py``).
 - Recovery: the registry lives in memory on the head node; losing the head loses the Ray cluster anyway.
 """
 
