@@ -69,8 +69,9 @@ class Registry:
 
     async def relocate(self, key: str, gone_node: str, to_node: str) -> str:
         """Broker ``key`` was hosted on ``gone_node``, which a client found unreachable: have ``to_node``'s actor
-        adopt it (same storage path, so its log, arena file and consumption state come along). Returns the
-        node now hosting it (another client may have moved it already)."""
+        adopt it on the same storage path: a shared folder brings its log, arena file and consumption state along;
+        on object storage the adopter uses a fresh local folder and takes each topic over once the dead writer's
+        lease ran out (clients wait for it). Returns the node now hosting it (another client may have moved it)."""
         from . import cluster
 
         lock = self._relocating.setdefault(key, asyncio.Lock())
