@@ -3,6 +3,7 @@
     import ray, persisting.ray as pray
     ray.init(address="auto")
     pray.start("/shared/persisting")            # one broker actor per alive node, and the registry
+    # or pray.start("s3://bucket/prefix", storage_options={...}, local_root="/var/lib/persisting")
     # in any task, on any node:
     q = pray.SyncQueue("rollouts")
     q.put({"obs": obs}, partition_id="step-7")    # claims step-7 for this node's broker: arena, no copy

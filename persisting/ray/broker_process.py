@@ -4,7 +4,8 @@ The supervisor thread forks the broker with ``PR_SET_PDEATHSIG`` set to SIGKILL,
 actor that owns it (Ray kills an actor's worker with SIGKILL when its raylet goes; an orphaned broker would keep
 the topic's lock and the arena). A broker that exits on its own (a crash, a kill -9) is started again on the
 same storage path, socket and arena file: its write-ahead log, consumption log and arena hold everything that
-was acknowledged, and clients re-send what was in flight.
+was acknowledged, and clients re-send what was in flight. With an object-store storage path the broker also gets
+its local folder (``--local-path``) and the store's options in its environment (never on its command line).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import BrokerUnavailableError
@@ -37,8 +39,18 @@ def _die_with_parent() -> None:
 class BrokerProcess:
     """A supervised broker on ``storage_path`` listening on ``address`` (an ``ipc://`` socket)."""
 
-    def __init__(self, storage_path: str, address: str, arena_bytes: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        storage_path: str,
+        address: str,
+        arena_bytes: int,
+        log_path: Path,
+        local_path: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.storage_path = storage_path
+        self.local_path = local_path
+        self._env = dict(env or {})  # may hold credentials: never shown
         self.address = address
         self.arena_bytes = arena_bytes
         self.log_path = log_path
@@ -90,12 +102,14 @@ class BrokerProcess:
         return proc.returncode
 
     def _command(self) -> list[str]:
+        local = ["--local-path", self.local_path] if self.local_path is not None else []
         return [
             sys.executable,
             "-m",
             "broker",
             "--storage-path",
             self.storage_path,
+            *local,
             "--socket",
             self.address,
             "--arena-bytes",
@@ -109,7 +123,12 @@ class BrokerProcess:
             self._ready.clear()
             with open(self.log_path, "ab") as err:
                 proc = subprocess.Popen(
-                    self._command(), stdout=subprocess.PIPE, stderr=err, preexec_fn=_die_with_parent, bufsize=0
+                    self._command(),
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    preexec_fn=_die_with_parent,
+                    bufsize=0,
+                    env={**os.environ, **self._env},
                 )
             self._proc = proc
             line = proc.stdout.readline() if proc.stdout is not None else b""

@@ -4,18 +4,21 @@
 on the driver's node and one ``NodeBroker`` actor on every alive node, each with node-affinity scheduling
 (``soft=False``: an actor never runs anywhere but its node), named ``persisting-node-<node id>`` in the
 namespace ``persisting``, so any task finds its own node's broker by its node id. Each node's broker gets its
-own storage path ``<storage_root>/<key>``, its own socket and so its own arena file.
+own storage path ``<storage_root>/<key>`` (a folder, or a prefix of an object store with a local folder
+``<local_root>/<key>`` on its node: ``storage.py``), its own socket and so its own arena file.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import BrokerUnavailableError, ConfigError
 from .node import NodeBroker
 from .registry import Registry
+from .storage import broker_storage
 
 NAMESPACE = "persisting"
 REGISTRY_NAME = "persisting-registry"
@@ -47,22 +50,32 @@ def _ray() -> Any:
 
 
 def start(
-    storage_root: str, *, arena_bytes: int = DEFAULT_ARENA_BYTES, log_dir: str | None = None, detached: bool = False
+    storage_root: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    local_root: str | None = None,
+    arena_bytes: int = DEFAULT_ARENA_BYTES,
+    log_dir: str | None = None,
+    detached: bool = False,
 ) -> dict[str, str]:
     """One broker per alive node (nodes that have one already keep it) and the registry; {node id: address}.
 
-    ``storage_root``: a folder; node ``N``'s broker stores under ``<storage_root>/<key of N>``. When it is on a
-    file system every node mounts (NFS, a shared disk), a live node can adopt the broker of a node that is
-    gone (see ``registry.Registry.relocate``); on node-local disks the partitions of a lost node are lost with
-    it (their acknowledged samples are on that disk).
+    ``storage_root``: a folder, or an object-store URI (``s3://bucket/prefix``, ``gs://...``, ``az://...``); node
+    ``N``'s broker stores under ``<storage_root>/<key of N>``.
+
+    - A folder on a file system every node mounts (NFS, a shared disk): a live node adopts the broker of a node
+      that is gone on the same folder, log and consumption state included (``registry.Registry.relocate``). On
+      node-local disks the partitions of a lost node are lost with it.
+    - An object-store URI: ``storage_options`` are Lance's (else ``PERSISTING_STORAGE_OPTIONS`` of this
+      driver), passed to each broker in its environment; each broker keeps its log in ``<local_root>/<key>`` on
+      its node (``local_root``: else ``PERSISTING_LOCAL_PATH``, else the URI's default local folder). A live
+      node adopts a lost node's broker on the same prefix with a fresh local folder: after the dead writer's
+      lease (``PERSISTING_OWNER_LEASE_S``) it serves every flushed record; the lost node's unflushed records
+      and its consumption state are gone (README "More than one node").
 
     ``detached=False``: the brokers live as long as this driver (Ray ends them with it); ``True``: until
     ``stop()``, whoever calls it."""
-    if "://" in storage_root:
-        raise ConfigError(
-            f"persisting.ray takes a folder as storage_root, got {storage_root!r}; object-store URIs need one "
-            "local_path per node and are not supported by the Ray cluster yet"
-        )
+    storage = broker_storage(storage_root, storage_options, local_root)
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -84,7 +97,6 @@ def start(
             continue
         node_id = node["NodeID"]
         key = node_key(node_id)
-        storage = os.path.join(os.path.abspath(storage_root), key)
         actor = (
             ray.remote(NodeBroker)
             .options(
@@ -98,12 +110,12 @@ def start(
             )
             .remote(node_id, key, storage, arena_bytes, logs)
         )
-        pending[node_id] = (actor, key, storage)
+        pending[node_id] = (actor, key, storage.storage_path(key))
         _started.append(actor)
     out = {}
-    for node_id, (actor, key, storage) in pending.items():
+    for node_id, (actor, key, path) in pending.items():
         out[node_id] = ray.get(actor.addresses.remote(), timeout=START_TIMEOUT_S)[key]
-        ray.get(reg.register.remote(key, node_id, storage))
+        ray.get(reg.register.remote(key, node_id, path))
     return out
 
 

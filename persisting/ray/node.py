@@ -1,10 +1,11 @@
 """The actor on each node: it runs that node's broker(s) and serves the calls other nodes make on them.
 
 A plain class; ``cluster.py`` makes it a Ray actor (threaded, pinned to its node). It hosts brokers by *key*:
-its own node's broker, and any broker it adopted from a node that is gone (``adopt``). A call from another node
-names the key, the topic and a ``Queue`` method: the actor runs that method on its ``SyncQueue`` over the local
-broker (so the take, its consumption state and its request key stay with the owner's broker) and returns the
-result, whose arrays Ray stores once in this node's object store for the caller to fetch.
+its own node's broker, and any broker it adopted from a node that is gone (``adopt``): on the same storage path;
+with an object store, in a fresh local folder of this node (``storage.BrokerStorage.local_path``). A call from
+another node names the key, the topic and a ``Queue`` method: the actor runs that method on its ``SyncQueue``
+over the local broker (so the take, its consumption state and its request key stay with the owner's broker) and
+returns the result, whose arrays Ray stores once in this node's object store for the caller to fetch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..client.sync import SyncQueue
 from ..errors import ConfigError
 from . import transfer
 from .broker_process import BrokerProcess, socket_address
+from .storage import BrokerStorage
 
 # The Queue methods another node may call on a partition this node owns; nothing else runs from a remote call.
 REMOTE_METHODS = frozenset(
@@ -41,14 +43,16 @@ REMOTE_METHODS = frozenset(
 class NodeBroker:
     """The brokers hosted on one node, by key, and the queues this actor holds on them."""
 
-    def __init__(self, node_id: str, key: str, storage_path: str, arena_bytes: int, log_dir: str) -> None:
+    def __init__(self, node_id: str, key: str, storage: BrokerStorage, arena_bytes: int, log_dir: str) -> None:
         self.node_id = node_id
+        self.key = key
+        self._storage = storage
         self._arena_bytes = arena_bytes
         self._log_dir = Path(log_dir)
         self._brokers: dict[str, BrokerProcess] = {}
         self._queues: dict[tuple[str, str], SyncQueue] = {}
         self._lock = threading.Lock()
-        self.adopt(key, storage_path)
+        self.adopt(key, storage.storage_path(key))
 
     def adopt(self, key: str, storage_path: str) -> str:
         """Host broker ``key`` on ``storage_path`` here (started if not yet); its address."""
@@ -56,8 +60,11 @@ class NodeBroker:
             broker = self._brokers.get(key)
             if broker is None:
                 self._log_dir.mkdir(parents=True, exist_ok=True)
-                logfile = self._log_dir / f"{key}.log"
-                broker = BrokerProcess(storage_path, socket_address(key), self._arena_bytes, logfile)
+                local = self._storage.local_path(key, self.key)
+                logfile = self._log_dir / (f"{key}.log" if key == self.key else f"{key}.on-{self.key}.log")
+                broker = BrokerProcess(
+                    storage_path, socket_address(key), self._arena_bytes, logfile, local, self._storage.env()
+                )
                 broker.start()
                 self._brokers[key] = broker
             return broker.address
@@ -67,6 +74,10 @@ class NodeBroker:
 
     def addresses(self) -> dict[str, str]:
         return {key: b.address for key, b in self._brokers.items()}
+
+    def local_paths(self) -> dict[str, str | None]:
+        """The local folder of each broker hosted here (None: a folder root holds everything)."""
+        return {key: b.local_path for key, b in self._brokers.items()}
 
     def broker_pid(self, key: str, timeout_s: float = 30.0) -> int:
         """The running broker's pid (waits for a restart to finish)."""

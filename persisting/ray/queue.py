@@ -5,22 +5,29 @@ node: the plain broker-mode ``Queue`` over ipc (tensors as arena views, as on on
 on that node's actor, which runs the same method on its own broker; arrays come back through Ray's object store
 (``transfer.py``). A producer's first put claims the partition for its own node's broker; a consumer waits for
 a claim (``wait=True``) or gets an empty batch. An owner that cannot be reached (its node gone) is moved to a
-live node by the registry, and the call is made again there once.
+live node by the registry, and the call is made again there once. On object storage the moved broker opens the
+topic as another writer: its engine refuses (``TopicLockedError``) until the dead writer's lease ran out, and the
+call is made again until then (``PERSISTING_OWNER_LEASE_S`` plus ``TAKEOVER_SLACK_S``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..client.queue import Queue as LocalQueue
-from ..errors import BrokerUnavailableError, ConfigError
+from ..errors import BrokerUnavailableError, ConfigError, TopicLockedError
 from ..tensors import tensordicts
 from ..tensors.meta import BatchMeta
 from . import cluster, transfer
 
 RELOCATE_ATTEMPTS = 2  # an owner moved once can be gone again before the call lands; then give up
+# A moved broker's topic is refused while the dead writer's lease runs (at most the lease after its last renewal);
+# past the lease and this slack the holder is alive after all (a partitioned node): the refusal is raised.
+TAKEOVER_SLACK_S = 10.0
+TAKEOVER_POLL_S = 0.5
 
 
 class Queue:
@@ -155,15 +162,31 @@ class Queue:
             return None
         for _ in range(RELOCATE_ATTEMPTS):
             key, node = route
-            if node == self.node_id:
-                queue = await self._local_queue(key)
-                return await getattr(queue, method)(*args, **kw)
             try:
-                return await self._remote(key, node, method, args, kw)
+                return await self._taking_over(key, node, method, args, kw)
             except (BrokerUnavailableError, self._ray.exceptions.RayActorError):
                 moved = await self._ray_call(cluster.registry().relocate.remote(key, node, self.node_id))
                 route = self._routes[partition] = (key, moved)
         raise BrokerUnavailableError(f"the owner of partition {partition!r} of {self.name!r} cannot be reached")
+
+    async def _taking_over(self, key: str, node: str, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        """The call on broker ``key`` hosted by ``node``, made again while its engine is refused the topic's lease
+        (a broker moved here from a lost node, before that node's lease on the object store ran out). A refused
+        open takes nothing and stores nothing, so making it again is safe."""
+        deadline: float | None = None
+        while True:
+            try:
+                if node == self.node_id:
+                    queue = await self._local_queue(key)
+                    return await getattr(queue, method)(*args, **kw)
+                return await self._remote(key, node, method, args, dict(kw))  # a copy: _remote takes keys out
+            except TopicLockedError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + _owner_lease_s() + TAKEOVER_SLACK_S
+                if now >= deadline:
+                    raise
+                await asyncio.sleep(TAKEOVER_POLL_S)
 
     async def _remote(self, key: str, node: str, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         local_only = {k: kw.pop(k) for k in ("as_tensordict",) if k in kw}
@@ -203,6 +226,13 @@ def _arrived(packed: tuple[dict[str, Any], dict[str, str]], device: Any, kw: dic
     if kw.get("as_tensordict"):
         return tensordicts.to_tensordict(data, n if n >= 0 else _rows(data))
     return data
+
+
+def _owner_lease_s() -> float:
+    """The writer's lease on an object-store topic, as this node's brokers see it (the same environment)."""
+    from ..queue import object_store  # Lance: only once a moved broker was refused
+
+    return float(object_store.LEASE_SECONDS)
 
 
 def _rows(data: Mapping[str, Any]) -> int:

@@ -8,7 +8,8 @@ A plain class; ``cluster.py`` makes it an async Ray actor named ``persisting-reg
   wait (``owner(..., timeout_s)``) until a producer has.
 - Movement: ownership never moves while its broker's node lives (the consumption state is in that broker's log).
   A broker's *host* moves when its node is gone: ``relocate`` has a live node adopt the broker (start it on the
-  same storage path) and every partition of that broker follows, with its log and consumption state.
+  same storage path) and every partition of that broker follows: with its log and consumption state on a shared
+  folder; on object storage with what it had flushed only (``storage.py``).
 - Recovery: the registry lives in memory on the head node; losing the head loses the Ray cluster anyway.
 """
 
@@ -68,8 +69,9 @@ class Registry:
 
     async def relocate(self, key: str, gone_node: str, to_node: str) -> str:
         """Broker ``key`` was hosted on ``gone_node``, which a client found unreachable: have ``to_node``'s actor
-        adopt it (same storage path, so its log, arena file and consumption state come along). Returns the
-        node now hosting it (another client may have moved it already)."""
+        adopt it on the same storage path: a shared folder brings its log, arena file and consumption state along;
+        on object storage the adopter uses a fresh local folder and takes each topic over once the dead writer's
+        lease ran out (clients wait for it). Returns the node now hosting it (another client may have moved it)."""
         from . import cluster
 
         lock = self._relocating.setdefault(key, asyncio.Lock())
