@@ -61,7 +61,7 @@ def tq_cluster(sampler: Any = None) -> Iterator[str]:
         num_cpus=RAY_NUM_CPUS,
         object_store_memory=RAY_OBJECT_STORE_BYTES,
         include_dashboard=False,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
         log_to_driver=False,
     )
     try:
@@ -87,7 +87,7 @@ def tq_attach(address: str) -> Any:
     import ray
     import transfer_queue as tq
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     tq.init()  # finds the running controller: only makes the client
     _quiet()
     return tq.get_client()
