@@ -112,14 +112,17 @@ def run_tq_cases(ctx: Any, plan: list[tuple[Shape, int]], paced_batches: int, se
                  tick: Tick) -> None:  # fmt: skip
     """TransferQueue's rows, after every other case: Ray runs only while they do. Each shape's rows take the
     memcpy reference of that shape measured earlier in this run."""
-    with tq_cluster() as address:
-        for shape, n in plan:
-            for paced, count in ((False, n), (True, paced_batches)):
-                if n and count:
-                    row = run_tq_case(ctx, address, shape, count, paced, seed, not paced, result, tick)
-                    mem = result.row(f"memcpy-{shape.key}")
-                    row.memcpy_gbps = mem.gbps if mem is not None else None
-                    result.rows.append(row)
+    try:
+        with tq_cluster() as address:
+            for shape, n in plan:
+                for paced, count in ((False, n), (True, paced_batches)):
+                    if n and count:
+                        row = run_tq_case(ctx, address, shape, count, paced, seed, not paced, result, tick)
+                        mem = result.row(f"memcpy-{shape.key}")
+                        row.memcpy_gbps = mem.gbps if mem is not None else None
+                        result.rows.append(row)
+    except Exception as exc:  # Ray or TransferQueue would not start: the other rows stand, the note says why
+        result.settings["transferqueue"] = f"failed: {exc!r}"
 
 
 def run_arena_bench(

@@ -10,7 +10,7 @@ None; otherwise the row says why."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .measure import Tick
 from .tq_cluster import tq_cluster, tq_missing
@@ -20,15 +20,23 @@ if TYPE_CHECKING:
 
 
 def run_tq_reference(n: int, warmup: int, result: SamplesBenchResult, tick: Tick) -> None:
-    from .samples_bench import FEATURES, GROUP_N, PUT_ROWS, TAKE, whole_groups
-
     state = tq_missing()
     result.settings["transferqueue"] = state or "measured"
     if state is not None:
         return
-    import torch
     import transfer_queue as tq
+
+    try:
+        _measure(tq, n, warmup, result, tick)
+    except Exception as exc:  # Ray or TransferQueue would not start: persisting's rows stand, the note says why
+        result.settings["transferqueue"] = f"failed: {exc!r}"
+
+
+def _measure(tq: Any, n: int, warmup: int, result: SamplesBenchResult, tick: Tick) -> None:
+    import torch
     from tensordict import TensorDict
+
+    from .samples_bench import FEATURES, GROUP_N, PUT_ROWS, TAKE, whole_groups
 
     with tq_cluster(tq.GRPOGroupNSampler(n_samples_per_prompt=GROUP_N)):
         client = tq.get_client()
@@ -43,7 +51,7 @@ def run_tq_reference(n: int, warmup: int, result: SamplesBenchResult, tick: Tick
             dt_us = (time.perf_counter_ns() - t0) / 1e3
             left -= len(meta)
             if len(meta) != TAKE or not whole_groups(list(meta.global_indexes)):
-                result.errors.append(f"TransferQueue get_meta returned {list(meta.global_indexes)}")
-            elif i >= warmup:
+                raise RuntimeError(f"get_meta returned {list(meta.global_indexes)}, not {TAKE // GROUP_N} groups")
+            if i >= warmup:
                 result.tq.samples_us.append(dt_us)
             tick(1)

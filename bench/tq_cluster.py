@@ -58,6 +58,7 @@ def tq_cluster(sampler: Any = None) -> Iterator[str]:
     from omegaconf import OmegaConf
 
     ray.init(
+        address="local",  # a cluster of our own even where another one runs on this machine (ray start, tests)
         num_cpus=RAY_NUM_CPUS,
         object_store_memory=RAY_OBJECT_STORE_BYTES,
         include_dashboard=False,
