@@ -14,6 +14,8 @@ batch order (``arena_pair``).
   arena, ``np.copyto``s its pool batch into the reserved arrays (the one write, where a GPU->host copy would go)
   and ``put``s the reservation (no copy); the same consumer.
 - ``torch.multiprocessing.Queue`` (``arena_torch``): the same batches copied into shared-memory tensors.
+- ``TransferQueue 0.1.11`` (``arena_transferqueue``, the ``transferqueue`` extra): the same batches through its
+  controller and a storage unit on a small local Ray, run after every other case (Ray is up only meanwhile).
 - ``memcpy``: ``np.copyto`` of the same batches into a preallocated, pre-faulted destination ring (larger than any
   cache), one thread, in this process: the bandwidth bound of one copy.
 
