@@ -129,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
         "--beyond-arena-bytes", type=int, default=256 * 1024**2, help="arena of the beyond run (default 256 MiB)"
     )
     a.add_argument("--no-torch", action="store_true", help="skip the torch.multiprocessing.Queue reference")
+    a.add_argument("--no-transferqueue", action="store_true", help="skip the TransferQueue rows (Ray)")
     _common_args(a)
     s = sub.add_parser(
         "samples",
@@ -244,6 +245,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
             beyond_batches=args.beyond_batches,
             beyond_arena_bytes=args.beyond_arena_bytes,
             torch_ref=not args.no_torch,
+            tq_ref=not args.no_transferqueue,
             seed=args.seed,
             progress=not args.no_progress,
             plot=args.plot is not None,
@@ -252,7 +254,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
         args_list,
         revision,
         base,
-        packages=("torch", "pyzmq"),
+        packages=("torch", "pyzmq", "transferqueue", "ray"),
         records="tensor batches: 256 x (int64[1024] + float32[4096]) (6 MiB) and 64 x float32[262144] (64 MiB)",
         seed=args.seed,
         broker="--storage-path {base}/<case>/storage --socket ipc://{base}/<case>/s/b.sock --arena-bytes N "

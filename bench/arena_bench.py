@@ -14,6 +14,8 @@ batch order (``arena_pair``).
   arena, ``np.copyto``s its pool batch into the reserved arrays (the one write, where a GPU->host copy would go)
   and ``put``s the reservation (no copy); the same consumer.
 - ``torch.multiprocessing.Queue`` (``arena_torch``): the same batches copied into shared-memory tensors.
+- ``TransferQueue 0.1.11`` (``arena_transferqueue``, the ``transferqueue`` extra): the same batches through its
+  controller and a storage unit on a small local Ray, run after every other case (Ray is up only meanwhile).
 - ``memcpy``: ``np.copyto`` of the same batches into a preallocated, pre-faulted destination ring (larger than any
   cache), one thread, in this process: the bandwidth bound of one copy.
 
@@ -30,6 +32,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -38,7 +41,10 @@ from .arena_batches import LARGE, POOL, SMALL, MiB, Shape, make_pool
 from .arena_pair import ArenaBenchResult, Row
 from .arena_persisting import run_arena_case
 from .arena_torch import run_torch_case
+from .arena_transferqueue import run_tq_case
 from .broker_server import log_lines
+from .measure import Tick
+from .tq_cluster import tq_cluster, tq_missing
 
 
 def run_memcpy(shape: Shape, batches: int, seed: int) -> Row:
@@ -104,6 +110,23 @@ def run_fdatasync(base: Path, shape: Shape, batches: int, seed: int) -> Row:
     )
 
 
+def run_tq_cases(ctx: Any, plan: list[tuple[Shape, int]], paced_batches: int, seed: int, result: ArenaBenchResult,
+                 tick: Tick) -> None:  # fmt: skip
+    """TransferQueue's rows, after every other case: Ray runs only while they do. Each shape's rows take the
+    memcpy reference of that shape measured earlier in this run."""
+    try:
+        with tq_cluster() as address:
+            for shape, n in plan:
+                for paced, count in ((False, n), (True, paced_batches)):
+                    if n and count:
+                        row = run_tq_case(ctx, address, shape, count, paced, seed, not paced, result, tick)
+                        mem = result.row(f"memcpy-{shape.key}")
+                        row.memcpy_gbps = mem.gbps if mem is not None else None
+                        result.rows.append(row)
+    except Exception as exc:  # Ray or TransferQueue would not start: the other rows stand, the note says why
+        result.settings["transferqueue"] = f"failed: {exc!r}"
+
+
 def run_arena_bench(
     base: Path,
     *,
@@ -115,6 +138,7 @@ def run_arena_bench(
     beyond_arena_bytes: int,
     torch_ref: bool,
     seed: int,
+    tq_ref: bool = True,
     progress: bool = True,
     plot: bool = False,
 ) -> ArenaBenchResult:
@@ -129,10 +153,13 @@ def run_arena_bench(
         "beyond_batches": beyond_batches,
         "beyond_arena_bytes": beyond_arena_bytes,
         "torch": torch_ref,
+        "transferqueue": (tq_missing() if tq_ref else "not measured: --no-transferqueue") or "measured",
         "seed": seed,
     }
     plan: list[tuple[Shape, int]] = [(SMALL, small_batches), (LARGE, large_batches)]
     n_paths = 2 if torch_ref else 1
+    tq_on = result.settings["transferqueue"] == "measured"
+    n_paths += tq_on
     total = sum(n * (n_paths + 1) + paced_batches * n_paths for _s, n in plan if n) + beyond_batches  # +1: reserve
     with tqdm(total=total, unit="batch", file=sys.stderr, disable=not progress) as bar:
         for shape, n in plan:
@@ -198,6 +225,9 @@ def run_arena_bench(
             disk = run_fdatasync(base, SMALL, beyond_batches, seed)
             disk.memcpy_gbps = row.memcpy_gbps
             result.rows.append(disk)
+        if tq_on:
+            bar.set_description("TransferQueue (Ray)")
+            run_tq_cases(ctx, plan, paced_batches, seed, result, bar.update)
     result.broker_log = log_lines(base / "broker.log")
     result.wall_s = time.perf_counter() - t_start
     return result

@@ -21,6 +21,8 @@ HEADERS = (
     "copied",
     "key",
 )
+# latency only paced: streaming, it is mostly the backlog a producer runs up ahead of its consumer
+PEER_HEADERS = ("ratio", "GB/s", "TransferQueue's from-put-start p50 / persisting's (paced)")
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -90,6 +92,39 @@ def aims(result: ArenaBenchResult) -> list[list[str]]:
     return out
 
 
+def _tq_note(state: str) -> str:
+    if state != "measured":
+        return f"TransferQueue 0.1.11: {state}."
+    return (
+        "TransferQueue 0.1.11 (its rows run last, with Ray up only meanwhile): hand-over = the consumer's get_data "
+        "returned (a TensorDict of nested tensors copied out of the storage unit's replies) - the producer's put "
+        "returned (insert meta from the controller, the data to the storage unit over TCP, its notice to the "
+        "controller); the consumer polls get_meta while the batch is not ready. 'vs TransferQueue' lines: persisting "
+        "GB/s / TransferQueue GB/s of the same batch size and mode in this run."
+    )
+
+
+def peer_ratios(result: ArenaBenchResult) -> list[list[str]]:
+    """persisting / TransferQueue per batch size and mode measured for both: GB/s, and (paced) the p50 time
+    from put called to the consumer holding the batch."""
+    out = []
+    for shape in (SMALL, LARGE):
+        for mode in ("stream", "paced"):
+            a, t = result.row(f"arena-{shape.key}-{mode}"), result.row(f"tq-{shape.key}-{mode}")
+            gbps = _ratio(a, t)
+            if a is None or t is None or gbps is None or t.errors:
+                continue
+            pa, pt = a.p(0.5, a.from_start_ms), t.p(0.5, t.from_start_ms)
+            out.append(
+                [
+                    f"persisting arena / TransferQueue, {shape.batch_bytes / MiB:g} MiB {mode}",
+                    f"{gbps:.1f}x",
+                    "-" if mode != "paced" or pa is None or pt is None or pa <= 0 else f"{pt / pa:.1f}x",
+                ]
+            )
+    return out
+
+
 def _notes(result: ArenaBenchResult) -> list[str]:
     s = result.settings
     notes = [
@@ -117,8 +152,7 @@ def _notes(result: ArenaBenchResult) -> list[str]:
         "the reserved arrays (its one write, standing in for a GPU->host copy straight into shared memory) and "
         "put()s the reservation, which copies nothing; 'from put start' starts before reserve(), so it includes "
         "that write.",
-        "TransferQueue: not measured yet (0.1.11 installs from PyPI with Ray: the transferqueue extra; "
-        "its row is not built).",
+        _tq_note(s.get("transferqueue", "not measured")),
     ]
     for r in result.rows:
         notes += [f"{r.key}: {r.path}, {r.settings}"]
@@ -133,13 +167,16 @@ def render_arena(result: ArenaBenchResult, fmt: str) -> str:
             result,
             rows=[r.to_json() for r in result.rows],
             aims=aims_json(aims(result)),
+            vs_transferqueue=[dict(zip(PEER_HEADERS, r, strict=True)) for r in peer_ratios(result)],
             zero_copy_checks=result.checks,
             broker_log=result.broker_log,
         )
     aim_rows = aims(result)
+    peer = peer_ratios(result)
     sections = [
         Section("Producer -> consumer", HEADERS, [cells(r) for r in result.rows]),
         Section("Aims", AIM_HEADERS, aim_rows) if aim_rows else None,
+        Section("Against TransferQueue", PEER_HEADERS, peer) if peer else None,
         Section("Zero-copy check", lines=result.checks, console=[f"zero-copy check, {c}" for c in result.checks]),
         Section("Notes", lines=_notes(result)),
     ]

@@ -44,6 +44,7 @@ from persisting.client.connection import connection
 
 from .broker_server import broker_process, cpu_seconds, log_lines
 from .measure import Tick, nearest_rank
+from .samples_transferqueue import run_tq_reference
 from .workers import START_TIMEOUT_S, gather, guarded, join_each, queue_past_barrier, span, worker, write_result
 
 GROUP_N = 8  # GRPO samples per prompt
@@ -82,6 +83,7 @@ class SamplesBenchResult:
     backlog: Series = field(default_factory=lambda: Series("get_meta-backlog", "get_meta, 32,768 untaken"))
     live: Series = field(default_factory=lambda: Series("get_meta-live", "get_meta, 2 producers + 4 consumers"))
     hello_live: Series = field(default_factory=lambda: Series("hello-live", "protocol hello during the workload"))
+    tq: Series = field(default_factory=lambda: Series("tq-get_meta-idle", "TransferQueue get_meta, samples ready"))
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds during the workload: broker, producers, ...
     workload_s: float = 0.0  # wall seconds the CPU times above were taken over (barrier -> every sample taken)
     max_backlog: int = 0  # most samples put and not yet taken, sampled every 50 ms during the workload
@@ -240,7 +242,7 @@ async def _consumer(spec: dict[str, Any], info: dict[str, Any]) -> None:
         info["error"] = f"not done within {CASE_LIMIT_S:g} s"
 
 
-def _whole_groups(indexes: list[int]) -> bool:
+def whole_groups(indexes: list[int]) -> bool:
     if not indexes or len(indexes) % GROUP_N:
         return False
     for k in range(0, len(indexes), GROUP_N):
@@ -353,7 +355,7 @@ def _workload(
         for batch in info["batches"]:
             mine += len(batch)
             every += batch
-            if not _whole_groups(batch):
+            if not whole_groups(batch):
                 result.bad_batches += 1
         result.per_consumer.append(mine)
     result.taken = len(every)
@@ -401,7 +403,7 @@ def run_samples_bench(
         "warmup": warmup,
         "seed": seed,
     }
-    total = 2 * (latency_n + warmup) + BACKLOG_CALLS + PRODUCERS * puts * PUT_ROWS
+    total = 3 * (latency_n + warmup) + BACKLOG_CALLS + PRODUCERS * puts * PUT_ROWS
     with tqdm(total=total, unit="op", unit_scale=True, file=sys.stderr, disable=not progress) as bar:
         bar.set_description("starting broker")
         with broker_process(base / "storage", address, log_path, (), "WARNING") as proc:
@@ -409,6 +411,8 @@ def run_samples_bench(
             asyncio.run(_reference(address, latency_n, warmup, result, bar.update))
             bar.set_description("2 producers, 4 consumers")
             _workload(address, proc.pid, work, puts, put_interval_s, get_timeout, seed, result, bar.update)
+        bar.set_description("TransferQueue get_meta (Ray)")
+        run_tq_reference(latency_n, warmup, result, bar.update)
     result.broker_log = log_lines(log_path)
     result.wall_s = time.perf_counter() - t_start
     return result

@@ -18,10 +18,11 @@ from .samples_bench import (
     PUT_ROWS,
     TAKE,
     SamplesBenchResult,
+    Series,
 )
+from .tq_cluster import TQ_SETTINGS
 
 AIM_P50_MS = 0.5
-TRANSFER_QUEUE = "not measured (its get_meta took 2.7-11 ms p50 per the design brief)"
 HEADERS = ("series", "calls timed", "p50 ms", "p99 ms", "p50 vs hello")
 
 
@@ -40,12 +41,31 @@ def rows(result: SamplesBenchResult) -> list[list[str]]:
         f"{PRODUCERS} producers' puts; calls that returned samples",
         "hello-live": f"protocol `hello` round trip during the workload (bench process, one per "
         f"{PROBE_INTERVAL_S * 1e3:g} ms)",
+        "tq-get_meta-idle": f"TransferQueue 0.1.11 get_meta {TAKE} (GRPOGroupNSampler(n_samples_per_prompt={GROUP_N})),"
+        " 64-128 samples ready, 1 caller, idle controller",
     }
-    for s in (result.hello, result.idle, result.backlog, result.live, result.hello_live):
+    state = result.settings.get("transferqueue", "not measured")
+    for s in _series(result):
         p50 = s.p(0.5)
         ratio = f"{p50 / floor:.2f}x" if p50 is not None and floor else "-"
         out.append([labels[s.key], f"{len(s.samples_us):,}", _ms(p50), _ms(s.p(0.99)), ratio])
-    out.append(["TransferQueue get_meta", "-", TRANSFER_QUEUE, "-", "-"])
+    if state != "measured":
+        out.append(["TransferQueue 0.1.11 get_meta", "-", state, "-", "-"])
+    return out
+
+
+def _series(result: SamplesBenchResult) -> tuple[Series, ...]:
+    s = (result.hello, result.idle, result.backlog, result.live, result.hello_live)
+    return (*s, result.tq) if result.tq.samples_us else s
+
+
+def vs_transferqueue(result: SamplesBenchResult) -> list[str]:
+    """TransferQueue's get_meta p50 and p99 / persisting's (same shape: 1 caller, 64-128 ready), in this run."""
+    out = []
+    for q in (0.5, 0.99):
+        mine, theirs = result.idle.p(q), result.tq.p(q)
+        if mine and theirs:
+            out.append(f"p{q * 100:g} {theirs / 1e3:.3f} ms vs {mine / 1e3:.3f} ms = {theirs / mine:.1f}x")
     return out
 
 
@@ -113,17 +133,34 @@ def _notes(result: SamplesBenchResult) -> list[str]:
         f"Correctness: the union of all consumers' global indexes must be 0..N-1 (N = {result.total:,}) with no "
         f"index twice; every returned batch must be runs of {GROUP_N} consecutive indexes starting at a multiple of "
         f"{GROUP_N}.",
-        f"TransferQueue: {TRANSFER_QUEUE}; 0.1.11 installs (the transferqueue extra), its row is not built yet.",
+        _tq_note(result),
     ]
     notes += [f"ERROR: {e}" for e in result.errors]
     return notes + closing_notes(result.wall_s, result.broker_log)
+
+
+def _tq_note(result: SamplesBenchResult) -> str:
+    state = result.settings.get("transferqueue", "not measured")
+    if state != "measured":
+        return f"TransferQueue 0.1.11: {state}."
+    return (
+        f"TransferQueue 0.1.11: after persisting's broker stopped, {TQ_SETTINGS}, its controller's sampler "
+        f"GRPOGroupNSampler(n_samples_per_prompt={GROUP_N}); in the bench's process, its sync client kept partition "
+        f"'p' at 64-128 ready samples by untimed put(TensorDict) of the same {PUT_ROWS}-sample batches and timed "
+        f"get_meta(data_fields=['x'], batch_size={TAKE}, partition_id='p', task_name='train') "
+        f"({len(result.tq.samples_us):,} calls after the same warm-up; each returned 2 whole groups). "
+        "TransferQueue get_meta / persisting get_meta (64-128 ready): "
+        + "; ".join(vs_transferqueue(result) or ["-"])
+        + "."
+    )
 
 
 def render_samples(result: SamplesBenchResult, fmt: str) -> str:
     if fmt == "json":
         return report_json(
             result,
-            series=[s.to_json() for s in (result.hello, result.idle, result.backlog, result.live, result.hello_live)],
+            series=[s.to_json() for s in _series(result)],
+            vs_transferqueue=vs_transferqueue(result),
             cpu_s=result.cpu_s,
             workload_s=result.workload_s,
             workload=dict(workload_rows(result)),
