@@ -57,7 +57,7 @@ def test_two_producers_two_consumers_one_killed_every_record_acked_once(tmp_path
     total = 2 * RECORDS_PER_PRODUCER
     assert len(acked) == len(set(acked)), f"acked twice: {sorted(n for n in set(acked) if acked.count(n) > 1)[:10]}"
     assert sorted(acked) == list(range(total)), f"lost: {sorted(set(range(total)) - set(acked))[:10]}"
-    q = persistqueue.SQLiteAckQueue(path, broker=broker.address)
+    q = persistqueue.SQLiteAckQueue(path, broker=broker.address, durability="process")
     assert (q.qsize(), q.unack_count(), q.acked_count()) == (0, 0, total)
     q.close()
 

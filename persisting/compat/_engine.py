@@ -2,12 +2,15 @@
 
 - ``run``: runs a coroutine on the engine's loop and blocks for it, as ``SyncQueue`` does: a compat queue's
   blocking twin then costs one thread hop per call, and the ``Queue`` calls inside it run without one.
+- ``close_soon``: a close from ``close()``, ``__del__`` or exit, on the engine loop without blocking it.
 - ``read_window``: records from a global index on, with where the window ended (``Queue.get`` does not say,
   and a window holding cleared samples' rows returns fewer rows than it spans).
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -15,6 +18,7 @@ from persisting import Queue
 from persisting.client import _loop
 
 T = TypeVar("T")
+_closing: set[asyncio.Future[None]] = set()
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -23,3 +27,18 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 async def read_window(queue: Queue, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
     return await queue._read(limit, offset)
+
+
+def close_soon(coro: Coroutine[Any, Any, None], timeout_s: float | None = None) -> None:
+    """Run a close on the engine loop from anywhere: blocks for it from another thread (up to ``timeout_s``),
+    schedules it from the loop's own thread (a ``__del__`` run by the garbage collector there), and drops it while
+    the interpreter finalizes (the loop's daemon thread is frozen then: waiting for it would hang the exit)."""
+    if sys.is_finalizing():
+        coro.close()
+        return
+    if _loop.on_engine_loop():
+        task = asyncio.ensure_future(coro)
+        _closing.add(task)  # the loop keeps only a weak reference to its tasks
+        task.add_done_callback(_closing.discard)
+        return
+    asyncio.run_coroutine_threadsafe(coro, _loop.engine_loop()).result(timeout_s)

@@ -4,8 +4,11 @@ queue share one implementation, and the sync one is safe to call from many threa
 
 from __future__ import annotations
 
+import atexit
 import functools
-from collections.abc import Callable
+import logging
+import weakref
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .. import _engine
@@ -30,3 +33,31 @@ def twin(impl: type, names: tuple[str, ...]) -> Callable[[type], type]:
         return cls
 
     return decorate
+
+
+# Blocking handles not closed yet: closed at interpreter exit (while the engine loop still runs), as persist-queue's
+# connections and files are, so that leases end and deletes are written.
+_open: weakref.WeakSet[Any] = weakref.WeakSet()
+CLOSE_AT_EXIT_S = 10.0
+
+
+def opened(handle: Any) -> None:
+    _open.add(handle)
+
+
+def close_once(handle: Any, close: Callable[[], Coroutine[Any, Any, None]], timeout_s: float | None = None) -> None:
+    """``handle.close()``: runs ``close`` once (later calls, ``__del__`` after ``close()``, do nothing)."""
+    if handle.__dict__.get("_closed", False):
+        return
+    handle.__dict__["_closed"] = True
+    _open.discard(handle)
+    _engine.close_soon(close(), timeout_s)
+
+
+@atexit.register
+def _close_all() -> None:
+    for handle in list(_open):
+        try:
+            handle.close()
+        except Exception:  # one broken handle must not keep the others open at exit
+            logging.getLogger("persisting.compat").exception("closing %r at exit failed", handle)

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 from .. import _engine
 from ._store import Store, storage_root
+from ._twin import CLOSE_AT_EXIT_S, close_once, opened
 from .serializers import pickle as default_serializer
 from .sqlqueue import database_file
 
@@ -23,6 +24,7 @@ class PDict(dict):  # type: ignore[type-arg]
 
     def _refresh(self) -> None:
         _engine.run(self._catch_up())
+        opened(self)
 
     async def _catch_up(self) -> None:
         await self._store.open()
@@ -69,13 +71,11 @@ class PDict(dict):  # type: ignore[type-arg]
         return sum(1 for v in self._values.values() if v is not None)
 
     def close(self) -> None:
-        if not getattr(self, "_closed", False):
-            self._closed = True
-            _engine.run(self._store.close())
+        close_once(self, self._store.close)
 
     def __del__(self) -> None:
         if "_store" in self.__dict__:
-            self.close()
+            close_once(self, self._store.close, CLOSE_AT_EXIT_S)
 
     def _unsupported(self, *args: Any) -> NoReturn:
         raise NotImplementedError("Not supported.")

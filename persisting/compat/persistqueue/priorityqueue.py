@@ -13,6 +13,7 @@ from persisting.errors import Empty
 from .. import _engine
 from ._sqlcore import check_timeout
 from ._store import TASK, Store, storage_root
+from ._twin import CLOSE_AT_EXIT_S, close_once, opened
 from .serializers import pickle as default_serializer
 from .sqlqueue import database_file
 
@@ -38,6 +39,7 @@ class PriorityQueue:
             storage_root(database_file(path, db_file_name)), f"priority_queue_{name}", serializer, broker=broker
         )
         _engine.run(self._store.open())
+        opened(self)
 
     async def _priorities(self) -> list[tuple[int, int]]:
         out = []
@@ -90,10 +92,8 @@ class PriorityQueue:
         return self.qsize()
 
     def close(self) -> None:
-        if not getattr(self, "_closed", False):
-            self._closed = True
-            _engine.run(self._store.close())
+        close_once(self, self._store.close)
 
     def __del__(self) -> None:
         if "_store" in self.__dict__:
-            self.close()
+            close_once(self, self._store.close, CLOSE_AT_EXIT_S)

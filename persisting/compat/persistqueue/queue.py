@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import _engine
 from ._filequeue import AsyncFile
-from ._twin import twin
+from ._twin import CLOSE_AT_EXIT_S, close_once, opened, twin
 from .serializers import pickle as default_serializer
 
 
@@ -28,6 +28,7 @@ class Queue:
             path, maxsize, chunksize, tempdir, serializer, autosave, broker=broker, durability=durability
         )
         _engine.run(self._impl._start())
+        opened(self)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("path", "maxsize", "chunksize", "tempdir", "serializer", "autosave", "unfinished_tasks"):
@@ -35,10 +36,8 @@ class Queue:
         raise AttributeError(name)
 
     def close(self) -> None:
-        if not getattr(self, "_closed", False):
-            self._closed = True
-            _engine.run(self._impl.close())
+        close_once(self, self._impl.close)
 
     def __del__(self) -> None:
         if "_impl" in self.__dict__:
-            self.close()
+            close_once(self, self._impl.close, CLOSE_AT_EXIT_S)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import _engine
 from ._sqlcore import AsyncSQL
-from ._twin import twin
+from ._twin import CLOSE_AT_EXIT_S, close_once, opened, twin
 from .serializers import pickle as default_serializer
 
 METHODS = ("put", "put_nowait", "get", "get_nowait", "task_done", "update", "qsize", "empty", "full", "queue")
@@ -59,6 +59,7 @@ class _SyncSQL:
             **extra,
         )
         _engine.run(self._impl._start())
+        opened(self)
 
     @property
     def _serializer(self) -> Any:
@@ -81,13 +82,11 @@ class _SyncSQL:
         _engine.run(self._impl.shrink_disk_usage())
 
     def close(self) -> None:
-        if not getattr(self, "_closed", False):
-            self._closed = True
-            _engine.run(self._impl.close())
+        close_once(self, self._impl.close)
 
     def __del__(self) -> None:
-        if hasattr(self, "_impl"):
-            self.close()
+        if "_impl" in self.__dict__:
+            close_once(self, self._impl.close, CLOSE_AT_EXIT_S)
 
 
 @twin(AsyncSQL, METHODS)
