@@ -42,14 +42,16 @@ def _one(module: Any, cls: str, path: str, n: int, extra: dict[str, Any]) -> tup
 
 
 def _mp_worker(lib: str, role: str, path: str, broker: str | None, first: int, n: int, out: Any) -> None:
+    module: Any
+    extra: dict[str, Any]
     if lib == "persist-queue":
-        import persistqueue as module
+        import persistqueue
 
-        extra: dict[str, Any] = {"multithreading": True}
+        module, extra = persistqueue, {"multithreading": True}
     else:
-        import persisting.compat.persistqueue as module
+        import persisting.compat.persistqueue as compat
 
-        extra = {"broker": broker, "durability": "process"}
+        module, extra = compat, {"broker": broker, "durability": "process"}
     q = module.SQLiteAckQueue(path, **extra)
     got = []
     if role == "put":

@@ -233,7 +233,7 @@ def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler | LengthBalance
     if name == "length_balanced":
         return LengthBalancedSampler(raw.get("length_field"), raw.get("dp_size"), raw.get("n", 1))  # type: ignore[arg-type]
     if name == "pick":
-        return PickSampler(raw.get("order", "oldest"), raw.get("ids"), raw.get("after"))  # type: ignore[arg-type]
+        return PickSampler(raw.get("order", "oldest"), raw.get("ids"), raw.get("after"))
     raise ConfigError(
         f"unknown sampler {name!r}; the broker knows sequential, rank_aware, grpo, length_balanced and pick"
     )

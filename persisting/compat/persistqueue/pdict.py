@@ -13,7 +13,7 @@ from .serializers import pickle as default_serializer
 from .sqlqueue import database_file
 
 
-class PDict(dict):  # type: ignore[type-arg]
+class PDict(dict):
     def __init__(self, path: str, name: str, multithreading: bool = False, *, broker: str | None = None) -> None:
         super().__init__()
         self.path = path
@@ -80,4 +80,4 @@ class PDict(dict):  # type: ignore[type-arg]
     def _unsupported(self, *args: Any) -> NoReturn:
         raise NotImplementedError("Not supported.")
 
-    __iter__ = keys = iterkeys = values = itervalues = items = iteritems = _unsupported  # type: ignore[assignment]
+    __iter__ = keys = iterkeys = values = itervalues = items = iteritems = _unsupported

@@ -14,7 +14,7 @@ from ._twin import CLOSE_AT_EXIT_S, close_once, opened, twin
 from .serializers import pickle as default_serializer
 
 METHODS = ("put", "put_nowait", "get", "get_nowait", "task_done", "update", "qsize", "empty", "full", "queue")
-ACK_METHODS = ("ack", "ack_failed", "nack", "resume_unack_tasks", "clear_acked_data", "unack_count")
+ACK_METHODS: tuple[str, ...] = ("ack", "ack_failed", "nack", "resume_unack_tasks", "clear_acked_data", "unack_count")
 ACK_METHODS += ("acked_count", "ready_count", "ack_failed_count", "active_size")
 
 
