@@ -43,7 +43,8 @@ READY, UNACK, ACKED, ACK_FAILED, DELETED = 1, 2, 5, 9, -1
 # persist-queue's unacked items wait for ever; an engine lease needs an end, so it is made longer than any run.
 UNACK_LEASE_SECONDS = 10 * 365 * 24 * 3600.0
 READ_PAGE_RECORDS = 10_000
-CLEAR_BATCH_ITEMS = 256  # consumed items' rows are deleted in batches of this many (and at commit / close)
+CLEAR_BATCH_ITEMS = 10_000  # consumed items' rows are deleted in batches of this many (and at close, shrink_disk_usage):
+# a clear makes the engine flush, and rows read back from Lance cost ~2 ms a get instead of ~0.3 ms from the tail
 BROKER_ENV = "PERSISTING_BROKER"
 STORAGE_SUFFIX = "-persisting"
 
