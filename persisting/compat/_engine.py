@@ -3,6 +3,7 @@
 - ``run``: runs a coroutine on the engine's loop and blocks for it, as ``SyncQueue`` does: a compat queue's
   blocking twin then costs one thread hop per call, and the ``Queue`` calls inside it run without one.
 - ``close_soon``: a close from ``close()``, ``__del__`` or exit, on the engine loop without blocking it.
+- ``stop_engine_loop``: at exit, for queues left open (see ``persistqueue._twin``).
 - ``read_window``: records from a global index on, with where the window ended (``Queue.get`` does not say,
   and a window holding cleared samples' rows returns fewer rows than it spans).
 """
@@ -42,3 +43,9 @@ def close_soon(coro: Coroutine[Any, Any, None], timeout_s: float | None = None) 
         task.add_done_callback(_closing.discard)
         return
     asyncio.run_coroutine_threadsafe(coro, _loop.engine_loop()).result(timeout_s)
+
+
+def stop_engine_loop() -> None:
+    """At interpreter exit: stop the engine loop (its thread is a daemon; what it holds is in the logs already)."""
+    loop = _loop.engine_loop()
+    loop.call_soon_threadsafe(loop.stop)

@@ -9,12 +9,18 @@ need not be installed). Tests that assert persist-queue's private internals are 
 
 from __future__ import annotations
 
+import glob
 import importlib
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 
 import pytest
 
 import persisting.compat.persistqueue as compat
+from persisting.compat.persistqueue._store import STORAGE_SUFFIX
 
 SUBMODULES = (
     "exceptions",
@@ -67,3 +73,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = SKIPPED.get(base)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"persist-queue internals: {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def _remove_orphaned_storage() -> Iterator[None]:
+    """persist-queue's async tests open a queue on a temporary database file and then delete only that file (SQLite
+    leaves nothing else behind); the storage folder beside it (``<file>-persisting``) is removed here."""
+    pattern = os.path.join(tempfile.gettempdir(), "*" + STORAGE_SUFFIX)
+    before = set(glob.glob(pattern))
+    yield
+    for folder in set(glob.glob(pattern)) - before:
+        if not os.path.exists(folder[: -len(STORAGE_SUFFIX)]):
+            shutil.rmtree(folder, ignore_errors=True)

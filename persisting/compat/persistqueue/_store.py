@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from persisting import PickSampler, Queue, TopicLockedError
+from persisting import BatchMeta, PickSampler, Queue, SampleMeta, TopicLockedError
 from persisting.errors import ConfigError, StorageError
 
 from .. import _engine
@@ -43,8 +43,9 @@ READY, UNACK, ACKED, ACK_FAILED, DELETED = 1, 2, 5, 9, -1
 # persist-queue's unacked items wait for ever; an engine lease needs an end, so it is made longer than any run.
 UNACK_LEASE_SECONDS = 10 * 365 * 24 * 3600.0
 READ_PAGE_RECORDS = 10_000
-CLEAR_BATCH_ITEMS = 10_000  # consumed items' rows are deleted in batches of this many (and at close, shrink_disk_usage):
-# a clear makes the engine flush, and rows read back from Lance cost ~2 ms a get instead of ~0.3 ms from the tail
+# Consumed items' rows are deleted in batches of this many (and at close, shrink_disk_usage): a clear makes the engine
+# flush, and a get that reads its row back from Lance costs ~2 ms instead of ~0.3 ms from the tail.
+CLEAR_BATCH_ITEMS = 10_000
 BROKER_ENV = "PERSISTING_BROKER"
 STORAGE_SUFFIX = "-persisting"
 
@@ -184,16 +185,28 @@ class Store:
                     if lease:
                         await self.queue.mark_consumed(TASK, [index], partition)
                     continue
-            data = await self.queue.get_data(meta)
-            blob = data["data"][0]
-            return Item(index + 1, await self.serializer.aloads(blob), float(data["ts"][0]))
+            # get_data, not a read of the record: an update is a patch of the sample, which only get_data applies.
+            ((blob, ts),) = await self._current([index], partition, meta)
+            return Item(index + 1, await self.serializer.aloads(blob), ts)
 
     async def read_item(self, pqid: int, partition: str = ITEMS) -> Item | None:
         """The item's current bytes without taking it (None: no such live item)."""
         rows, _ = await _engine.read_window(self.queue, 1, pqid - 1)
-        if not rows or "data" not in rows[0]:
+        if not rows or "ts" not in rows[0]:  # none, a state record, or an update's patch row
             return None
-        return Item(pqid, await self.serializer.aloads(rows[0]["data"]), float(rows[0]["ts"]))
+        ((blob, ts),) = await self._current([pqid - 1], partition)
+        return Item(pqid, await self.serializer.aloads(blob), ts)
+
+    async def _current(
+        self, indexes: list[int], partition: str = ITEMS, meta: BatchMeta | None = None
+    ) -> list[tuple[bytes, float]]:
+        """(bytes, put time) of items now: their latest ``data`` (updates are patches that get_data applies).
+        ``meta``: theirs from the take (else the fields are looked up first)."""
+        if meta is None:
+            bare = BatchMeta(tuple(SampleMeta(i, partition) for i in indexes), {})
+            meta = await self.queue.check_ready(bare, ["data", "ts"])
+        data = await self.queue.get_data(meta)
+        return [(bytes(b), float(t)) for b, t in zip(data["data"], data["ts"], strict=True)]
 
     async def commit(self, pqids: Sequence[int], partition: str = ITEMS, delete: bool = True) -> None:
         """Consume leased items for good; ``delete``: their rows go too (persist-queue deletes them)."""
@@ -232,9 +245,7 @@ class Store:
         meta = await self._meta_of(pqid)
         await self.queue.put({"data": [blob]}, partition_id=ITEMS, batch_meta=meta)
 
-    async def _meta_of(self, pqid: int) -> Any:
-        from persisting import BatchMeta, SampleMeta
-
+    async def _meta_of(self, pqid: int) -> BatchMeta:
         return BatchMeta((SampleMeta(pqid - 1, ITEMS),), {})
 
     # -- counts and state ---------------------------------------------------------------------------------
@@ -300,11 +311,14 @@ class Store:
                     one, _ = await _engine.read_window(self.queue, 1, index)
                     if one:
                         indexed.append((index, one[0]))
-            for index, record in indexed:
-                pqid = index + 1
-                if "data" in record and index not in self._duplicates and self.status.get(pqid) != DELETED:
-                    item = Item(pqid, await self.serializer.aloads(record["data"]), float(record["ts"]))
-                    out.append((item, None))
+            live = [
+                index
+                for index, record in indexed  # items only: state records and updates' patch rows have no "ts"
+                if "ts" in record and index not in self._duplicates and self.status.get(index + 1) != DELETED
+            ]
+            if live:
+                for index, (blob, ts) in zip(live, await self._current(live), strict=True):
+                    out.append((Item(index + 1, await self.serializer.aloads(blob), ts), None))
             offset = end
 
     async def close(self) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import logging
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -35,14 +34,17 @@ def twin(impl: type, names: tuple[str, ...]) -> Callable[[type], type]:
     return decorate
 
 
-# Blocking handles not closed yet: closed at interpreter exit (while the engine loop still runs), as persist-queue's
-# connections and files are, so that leases end and deletes are written.
-_open: weakref.WeakSet[Any] = weakref.WeakSet()
+# Blocking handles not closed yet. At interpreter exit nothing can close them any more (the thread pool the engine
+# writes Lance with is shut down before atexit runs), and nothing needs to: every put is in the write-ahead log, and
+# gets not made final die with the process. The exit stops the engine loop instead, so that the flush loops of
+# topics left open do not retry against the shut-down pool while the interpreter finalizes.
+# (by id: PDict is a dict, so unhashable)
+_open: dict[int, weakref.ref[Any]] = {}
 CLOSE_AT_EXIT_S = 10.0
 
 
 def opened(handle: Any) -> None:
-    _open.add(handle)
+    _open[id(handle)] = weakref.ref(handle)
 
 
 def close_once(handle: Any, close: Callable[[], Coroutine[Any, Any, None]], timeout_s: float | None = None) -> None:
@@ -50,14 +52,15 @@ def close_once(handle: Any, close: Callable[[], Coroutine[Any, Any, None]], time
     if handle.__dict__.get("_closed", False):
         return
     handle.__dict__["_closed"] = True
-    _open.discard(handle)
+    _open.pop(id(handle), None)
     _engine.close_soon(close(), timeout_s)
 
 
 @atexit.register
-def _close_all() -> None:
-    for handle in list(_open):
-        try:
-            handle.close()
-        except Exception:  # one broken handle must not keep the others open at exit
-            logging.getLogger("persisting.compat").exception("closing %r at exit failed", handle)
+def _at_exit() -> None:
+    left = [h for h in (ref() for ref in _open.values()) if h is not None]
+    _open.clear()
+    for handle in left:
+        handle.__dict__["_closed"] = True  # a later __del__ must not try
+    if left:
+        _engine.stop_engine_loop()
