@@ -161,33 +161,49 @@ class Store:
         if picking:
             order = "newest" if self.newest_first else "oldest"
             sampler = PickSampler(order, None if pqid is None else [pqid - 1], None if after is None else after - 1)
-        delivery = "ack" if lease else "fetch"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            meta = await self.queue.get_meta(
-                None,
-                1,
-                TASK,
-                partition,
-                sampler,
-                wait=wait and pqid is None,
-                timeout=left,
-                delivery=delivery,
-                lease_seconds=UNACK_LEASE_SECONDS,
-            )
-            if not meta.global_indexes:
+            limit = left if wait and pqid is None else 0.0  # seconds the take may wait (None: for ever)
+            taken = await self._take_one(partition, sampler, limit, lease)
+            if taken is None:
                 return None
-            (index,) = meta.global_indexes
+            index, blob, ts = taken
             if self.unique:
                 await self.catch_up()
                 if index in self._duplicates:  # a duplicate its putter has not marked yet: drop it, take again
                     if lease:
                         await self.queue.mark_consumed(TASK, [index], partition)
                     continue
-            # get_data, not a read of the record: an update is a patch of the sample, which only get_data applies.
-            ((blob, ts),) = await self._current([index], partition, meta)
             return Item(index + 1, await self.serializer.aloads(blob), ts)
+
+    async def _take_one(
+        self, partition: str, sampler: PickSampler | None, limit: float | None, lease: bool
+    ) -> tuple[int, bytes, float] | None:
+        """One take: (global index, the item's bytes now, put time), or None if nothing came in ``limit`` s."""
+        lease_s = UNACK_LEASE_SECONDS if lease else None
+        records = await _engine.take_records(self.queue, partition, TASK, limit, sampler, lease_s, ["data", "ts"])
+        if records is not None:  # embedded: take and rows in one step on the engine loop
+            if not records:
+                return None
+            ((index, row),) = records
+            return index, bytes(row["data"]), float(row["ts"])
+        meta = await self.queue.get_meta(
+            None,
+            1,
+            TASK,
+            partition,
+            sampler,
+            wait=limit != 0.0,
+            timeout=limit,
+            delivery="ack" if lease else "fetch",
+            lease_seconds=UNACK_LEASE_SECONDS,
+        )
+        if not meta.global_indexes:
+            return None
+        # get_data, not a read of the record: an update is a patch of the sample, which only get_data applies.
+        ((blob, ts),) = await self._current(meta.global_indexes, partition, meta)
+        return meta.global_indexes[0], blob, ts
 
     async def read_item(self, pqid: int, partition: str = ITEMS) -> Item | None:
         """The item's current bytes without taking it (None: no such live item)."""
