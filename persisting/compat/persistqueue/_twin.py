@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -53,7 +54,13 @@ def close_once(handle: Any, close: Callable[[], Coroutine[Any, Any, None]], time
         return
     handle.__dict__["_closed"] = True
     _open.pop(id(handle), None)
-    _engine.close_soon(close(), timeout_s)
+    if timeout_s is None:
+        _engine.close_soon(close(), timeout_s)
+        return
+    try:  # from __del__: an error there can only be printed, one line is enough (its folder was deleted, say)
+        _engine.close_soon(close(), timeout_s)
+    except Exception as exc:
+        logging.getLogger("persisting.compat").warning("closing %s when it was collected failed: %r", handle, exc)
 
 
 @atexit.register
