@@ -1,6 +1,7 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
 ``python -m bench arena``; ``python -m bench samples``; ``python -m bench storage`` (needs the s3 extra); each takes
-``--plot DIR`` (PNG charts of the run)"""
+``--plot DIR`` (PNG charts of the run); ``python -m bench pq`` (persist-queue's API: persist-queue 1.1.0 beside
+persisting.compat.persistqueue, ``--format console|rst|json``)"""
 
 from __future__ import annotations
 
@@ -306,6 +307,10 @@ def _installed(name: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
+    if args_list[:1] == ["pq"]:
+        from .pq_bench import main as pq_main
+
+        return pq_main(args_list[1:])
     args = _parser().parse_args(args_list)
     revision = _git_revision()  # before the run: the code measured is the code imported now
     if args.bench == "broker":

@@ -47,6 +47,7 @@ log = logging.getLogger("persisting.broker")
 
 SAMPLE_OPS = frozenset(
     {"take", "describe", "get_data", "mark_consumed", "reset_consumption", "clear", "partitions", "set_tags"}
+    | {"give_back"}
 )
 OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS
 REAP_INTERVAL_SECONDS = 1.0
@@ -212,6 +213,10 @@ class TensorPlane:
         if req.op == "mark_consumed":
             indexes = _int_list(req.args.get("indexes"), "indexes")
             await topic.mark_consumed(arg(req, "partition", str), arg(req, "task", str), indexes)
+            return Reply(req.id, True, None)
+        if req.op == "give_back":
+            indexes = _int_list(req.args.get("indexes"), "indexes")
+            topic.give_back(arg(req, "partition", str), arg(req, "task", str), indexes)
             return Reply(req.id, True, None)
         if req.op == "reset_consumption":
             topic.reset_consumption(arg(req, "partition", str), arg(req, "task", str))

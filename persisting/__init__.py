@@ -3,7 +3,14 @@
 from .client.kv import KVInterface
 from .client.queue import Queue
 from .client.sync import SyncQueue, SyncReservation
-from .engine.samplers import GRPOGroupNSampler, LengthBalancedSampler, RankAwareSampler, Sampler, SequentialSampler
+from .engine.samplers import (
+    GRPOGroupNSampler,
+    LengthBalancedSampler,
+    PickSampler,
+    RankAwareSampler,
+    Sampler,
+    SequentialSampler,
+)
 from .errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -38,6 +45,7 @@ __all__ = [
     "KVInterface",
     "LengthBalancedSampler",
     "PersistingError",
+    "PickSampler",
     "ProtocolError",
     "ProtocolVersionError",
     "Queue",

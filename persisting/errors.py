@@ -51,6 +51,10 @@ class ConfigError(PersistingError, ValueError):
     """A constructor argument is invalid or contradicts what is stored on disk."""
 
 
+class InvalidSerializerError(ConfigError, AttributeError):
+    """A serializer lacks the methods it needs (an ``AttributeError`` too, as persist-queue raises)."""
+
+
 class QueueClosedError(PersistingError):
     """The queue was closed; open a new one."""
 

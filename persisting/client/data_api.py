@@ -116,6 +116,21 @@ class DataAPI:
         else:
             await _loop.call(topic.mark_consumed(partition_id, task_name, indexes))
 
+    async def give_back(
+        self, task_name: str, global_indexes: Sequence[int] | BatchMeta, partition_id: str = "default"
+    ) -> None:
+        """Negative acknowledgement of samples taken with ``delivery="ack"``: their leases end now and the samples
+        are ready for the task again (a waiting ``get_meta`` is woken). Samples not leased are left as they are."""
+        self._check_take_args(0, task_name, partition_id, None)
+        indexes = global_indexes.global_indexes if isinstance(global_indexes, BatchMeta) else list(global_indexes)
+        if not all(type(i) is int and i >= 0 for i in indexes):
+            raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta)")
+        topic = await self._handle.engine()
+        if isinstance(topic, RemoteTopic):
+            await topic.give_back(partition_id, task_name, indexes)
+        else:
+            await _loop.call(_give_back_local(topic, partition_id, task_name, indexes))
+
     async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
         """Make every sample of ``partition_id`` available to ``task_name`` again (survives a restart)."""
         self._check_take_args(0, task_name, partition_id, None)
@@ -292,6 +307,10 @@ async def _take_local(
 
 async def _reset_local(topic: Topic, partition: str, task: str) -> None:
     topic.reset_consumption(partition, task)
+
+
+async def _give_back_local(topic: Topic, partition: str, task: str, indexes: list[int]) -> None:
+    topic.give_back(partition, task, indexes)
 
 
 def _lease(delivery: Any, lease_seconds: Any) -> float | None:

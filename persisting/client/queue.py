@@ -198,8 +198,9 @@ class Queue(DataAPI):
         reservation._check_owner(self)
         return await reservation.abandon()
 
-    async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> None:
-        """Store records atomically (all or none) and in order; one log frame and one sync for the batch."""
+    async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> range:
+        """Store records atomically (all or none) and in order; one log frame and one sync for the batch.
+        Returns their global indexes (consecutive)."""
         if isinstance(records, Mapping) or not isinstance(records, Sequence) or isinstance(records, str | bytes):
             raise InvalidRecordError(f"put_batch() takes a list of dict records, got {type(records).__qualname__}")
         if not isinstance(partition_id, str) or not partition_id:
@@ -209,7 +210,8 @@ class Queue(DataAPI):
             batch, blob = await asyncio.to_thread(_encode, records, topic.kinds)
         else:
             batch, blob = _encode(records, topic.kinds)
-        await on_topic(topic, topic.append(batch, partition_id, blob))
+        first, n = await on_topic(topic, topic.append(batch, partition_id, blob))
+        return range(first, first + n)
 
     async def flush(self) -> None:
         """Move everything acknowledged so far into Lance (puts are already durable without this)."""

@@ -219,6 +219,9 @@ class RemoteTopic:
     async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
         await self._conn.request("mark_consumed", self._args(partition=partition, task=task, indexes=indexes))
 
+    async def give_back(self, partition: str, task: str, indexes: list[int]) -> None:
+        await self._conn.request("give_back", self._args(partition=partition, task=task, indexes=indexes))
+
     async def reset_consumption(self, partition: str, task: str) -> None:
         await self._conn.request("reset_consumption", self._args(partition=partition, task=task))
 

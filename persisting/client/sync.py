@@ -47,6 +47,7 @@ class SyncQueue:
     set_custom_meta = _blocking("set_custom_meta")
     mark_consumed = _blocking("mark_consumed")
     reset_consumption = _blocking("reset_consumption")
+    give_back = _blocking("give_back")
     stats = _blocking("stats")
     abandon = _blocking("abandon")
     close = _blocking("aclose")

@@ -11,7 +11,8 @@ The interface::
         records     count(); await read(offset, limit); await read_window(offset, limit);
                     await wait_beyond(index, timeout) -> bool
         samples     await take(partition, task, batch_size, timeout, sampler, lease, fields, request_key, **kw)
-                    await mark_consumed(...); reset_consumption(...); await clear(partition, indexes) -> int
+                    await mark_consumed(...); reset_consumption(...); give_back(partition, task, indexes);
+                    await clear(partition, indexes) -> int
                     await set_tags(partition, items); await partitions(); not_cleared(indexes)
                     await describe(indexes, lenient); await sample_rows(indexes, fields);
                     await plain_values(indexes, names); await field_index()

@@ -182,7 +182,42 @@ class LengthBalancedSampler:
         return {"name": self.name, "length_field": self.length_field, "dp_size": self.dp_size, "n": self.groups.n}
 
 
-def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler | LengthBalancedSampler:
+class PickSampler:
+    """One queue discipline for the samples a take may hand out: the oldest ready (``order="oldest"``, FIFO) or
+    the newest (``"newest"``, LIFO); with ``ids``, only those samples (a take by id: nothing if none is ready);
+    with ``after``, the first ready past that global index in the order, wrapping round to the start when none is.
+    Built in so that the broker runs it inside its atomic take (persist-queue's FILO and get-by-id semantics)."""
+
+    name = "pick"
+
+    def __init__(self, order: str = "oldest", ids: Sequence[int] | None = None, after: int | None = None) -> None:
+        if order not in ("oldest", "newest"):
+            raise ConfigError(f"PickSampler order must be 'oldest' or 'newest', got {order!r}")
+        if ids is not None and not all(type(i) is int and i >= 0 for i in ids):
+            raise ConfigError(f"PickSampler ids must be global indexes (ints >= 0), got {ids!r}")
+        if after is not None and (type(after) is not int or after < -1):
+            raise ConfigError(f"PickSampler after must be a global index (an int >= -1), got {after!r}")
+        self.order = order
+        self.ids = None if ids is None else list(ids)
+        self.after = after
+
+    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
+        candidates: Sequence[int] = ready
+        if self.ids is not None:
+            wanted = set(self.ids)
+            candidates = [i for i in ready if i in wanted]
+        if self.after is not None:
+            a = self.after
+            past = [i for i in candidates if (i > a if self.order == "oldest" else i < a)]
+            candidates = past or candidates  # nothing past it: start over from the front of the order
+        picked = list(candidates[:batch_size] if self.order == "oldest" else candidates[::-1][:batch_size])
+        return picked, picked
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "order": self.order, "ids": self.ids, "after": self.after}
+
+
+def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler | LengthBalancedSampler | PickSampler:
     """A built-in sampler from its ``to_wire()`` form (what the broker accepts)."""
     if raw is None:
         return SequentialSampler()
@@ -197,4 +232,8 @@ def from_wire(raw: Any) -> SequentialSampler | GRPOGroupNSampler | LengthBalance
         return GRPOGroupNSampler(raw.get("n"))  # type: ignore[arg-type]
     if name == "length_balanced":
         return LengthBalancedSampler(raw.get("length_field"), raw.get("dp_size"), raw.get("n", 1))  # type: ignore[arg-type]
-    raise ConfigError(f"unknown sampler {name!r}; the broker knows sequential, rank_aware, grpo and length_balanced")
+    if name == "pick":
+        return PickSampler(raw.get("order", "oldest"), raw.get("ids"), raw.get("after"))
+    raise ConfigError(
+        f"unknown sampler {name!r}; the broker knows sequential, rank_aware, grpo, length_balanced and pick"
+    )

@@ -290,6 +290,16 @@ class Takes:
         if state.leased:
             state.leased.release(indexes)
 
+    def give_back(self, partition: str, task: str, indexes: list[int]) -> None:
+        """End the task's leases on these samples without consuming them: they are ready for the task again (a
+        negative acknowledgement; like any lease, not logged). Samples not leased are left as they are. Wakes
+        waiting takes."""
+        state = self._consumption.get((partition, task))
+        if state is None or not state.leased:
+            return
+        state.leased.release(indexes)
+        self._tail.wake()
+
     def reset_consumption(self, partition: str, task: str) -> None:
         """Every sample of ``partition`` becomes available to ``task`` again (logged: it survives a restart)."""
         self._log.append(["reset", partition, task])

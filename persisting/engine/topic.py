@@ -295,6 +295,11 @@ class Topic:
         self._check_open()
         self._takes.reset_consumption(partition, task)
 
+    def give_back(self, partition: str, task: str, indexes: list[int]) -> None:
+        """The task's leases on these samples end unconsumed (a nack): see ``takes.Takes.give_back``."""
+        self._check_open()
+        self._takes.give_back(partition, task, indexes)
+
     def not_cleared(self, indexes: list[int]) -> list[int]:
         """``indexes`` without the cleared samples (a take's answer: one cleared since it was taken is gone)."""
         return self._clears.not_cleared(indexes)

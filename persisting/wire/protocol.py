@@ -46,6 +46,7 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
     release      {hold, peer}                            -> bool
     mark_consumed      {topic, config, partition, task, indexes}   -> None
     reset_consumption  {topic, config, partition, task}   -> None
+    give_back    {topic, config, partition, task, indexes}   -> None (leases end unconsumed, samples ready again)
     clear        {topic, config, partition, indexes}     -> int (newly cleared; indexes nil: the whole partition)
     partitions   {topic, config}                         -> {partition: {"samples", "cleared", "tasks"}}
     set_tags     {topic, config, partition, items: [[index, {key: value}], ...]}   -> None (merged, durable)
@@ -69,7 +70,7 @@ WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take
 OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
     | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
-    | {"clear", "partitions", "set_tags", "status"}
+    | {"clear", "partitions", "set_tags", "status", "give_back"}
 )
 
 

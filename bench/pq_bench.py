@@ -1,0 +1,175 @@
+"""``python -m bench pq``: persist-queue's own benchmark workload (``benchmark/run_benchmark.py``: N items put,
+then N got, per class) for persist-queue 1.1.0 and for ``persisting.compat.persistqueue`` in the same run, plus
+2 producer + 2 consumer processes on one SQLiteAckQueue path (persist-queue directly on the path; the compat
+layer through a broker). Per-item microseconds are the median of ``--repeat`` runs; ratio = persist-queue / ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.broker_fixture import make_broker
+
+ITEM = "x" * 100
+CLASSES = ("Queue", "SQLiteQueue", "FILOSQLiteQueue", "UniqueQ", "SQLiteAckQueue")
+GET_TIMEOUT_S = 1.0
+
+
+def _one(module: Any, cls: str, path: str, n: int, extra: dict[str, Any]) -> tuple[float, float]:
+    q = getattr(module, cls)(path, **extra)
+    t0 = time.perf_counter()
+    for i in range(n):
+        q.put(f"{ITEM}{i}")
+    t1 = time.perf_counter()
+    for _ in range(n):
+        v = q.get()
+        if cls == "Queue":
+            q.task_done()
+        elif cls == "SQLiteAckQueue":
+            q.ack(v)
+    t2 = time.perf_counter()
+    if hasattr(q, "close"):
+        q.close()
+    return (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6
+
+
+def _mp_worker(lib: str, role: str, path: str, broker: str | None, first: int, n: int, out: Any) -> None:
+    module: Any
+    extra: dict[str, Any]
+    if lib == "persist-queue":
+        import persistqueue
+
+        module, extra = persistqueue, {"multithreading": True}
+    else:
+        import persisting.compat.persistqueue as compat
+
+        module, extra = compat, {"broker": broker, "durability": "process"}
+    q = module.SQLiteAckQueue(path, **extra)
+    got = []
+    if role == "put":
+        for i in range(first, first + n):
+            q.put(i)
+    else:
+        idle = time.monotonic()
+        while time.monotonic() - idle < 3.0:
+            try:
+                v = q.get(timeout=GET_TIMEOUT_S)
+            except Exception:
+                continue
+            q.ack(v)
+            got.append(v)
+            idle = time.monotonic()
+    out.put(got)
+
+
+def _multiprocess(lib: str, base: Path, n: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    broker = None
+    proc = None
+    if lib != "persist-queue":
+        proc = make_broker(base)
+        proc.start()
+        broker = proc.address
+    path = str(base / f"mp-{lib}")
+    out = ctx.Queue()
+    t0 = time.perf_counter()
+    workers = [ctx.Process(target=_mp_worker, args=(lib, "put", path, broker, k * n, n, out)) for k in range(2)]
+    workers += [ctx.Process(target=_mp_worker, args=(lib, "get", path, broker, 0, 0, out)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    results = [out.get() for _ in workers]
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    if proc is not None:
+        proc.stop()
+        proc.ensure_dead()
+    got = [v for r in results for v in r]
+    distinct = set(got)
+    return {
+        "records": 2 * n,
+        "delivered": len(got),
+        "twice": len(got) - len(distinct),
+        "lost": 2 * n - len(distinct & set(range(2 * n))),
+        "wall_s": round(wall, 2),
+    }
+
+
+def run(n: int, repeat: int, mp_n: int) -> dict[str, Any]:
+    import persistqueue
+
+    import persisting.compat.persistqueue as compat
+
+    base = Path(tempfile.mkdtemp(prefix="pqb-"))
+    rows = []
+    try:
+        for cls in CLASSES:
+            series: dict[str, list[tuple[float, float]]] = {"persist-queue": [], "process": [], "sync": []}
+            for r in range(repeat):
+                series["persist-queue"].append(_one(persistqueue, cls, str(base / f"pq-{cls}-{r}"), n, {}))
+                for durability in ("process", "sync"):
+                    path = str(base / f"ours-{durability}-{cls}-{r}")
+                    series[durability].append(_one(compat, cls, path, n, {"durability": durability}))
+            med = {
+                k: (statistics.median(p for p, _ in v), statistics.median(g for _, g in v)) for k, v in series.items()
+            }
+            ref = sum(med["persist-queue"])
+            for name, (put_us, get_us) in med.items():
+                rows.append(
+                    {
+                        "class": cls,
+                        "library": name if name == "persist-queue" else f"persisting durability={name}",
+                        "put_us": round(put_us, 1),
+                        "get_us": round(get_us, 1),
+                        "item_us": round(put_us + get_us, 1),
+                        "vs_persist_queue": round(ref / (put_us + get_us), 2),
+                    }
+                )
+        multi = {lib: _multiprocess(lib, base, mp_n) for lib in ("persist-queue", "persisting")}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return {"n": n, "repeat": repeat, "rows": rows, "multiprocess": multi}
+
+
+def render(result: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(result, indent=2)
+    head = ["class", "library", "put us", "get us", "per item us", "persist-queue / this"]
+    lines = [
+        [r["class"], r["library"], r["put_us"], r["get_us"], r["item_us"], f"{r['vs_persist_queue']}x"]
+        for r in result["rows"]
+    ]
+    mhead = ["2 producers + 2 consumers, SQLiteAckQueue", "records", "delivered", "twice", "lost", "wall s"]
+    mlines = [
+        [k, v["records"], v["delivered"], v["twice"], v["lost"], v["wall_s"]] for k, v in result["multiprocess"].items()
+    ]
+    out = [f"N={result['n']} items per class, median of {result['repeat']} runs"]
+    for h, body in ((head, lines), (mhead, mlines)):
+        if fmt == "rst":
+            out.append("| " + " | ".join(h) + " |")
+            out.append("|" + "---|" * len(h))
+            out += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+        else:
+            out.append("  ".join(f"{c:>14}" for c in h))
+            out += ["  ".join(f"{c!s:>14}" for c in row) for row in body]
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench pq", description=__doc__)
+    parser.add_argument("--n", type=int, default=1000, help="items put then got per class and run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (the median is reported)")
+    parser.add_argument("--mp-n", type=int, default=2000, help="records per producer in the multi-process case")
+    parser.add_argument("--format", choices=("console", "rst", "json"), default="console")
+    args = parser.parse_args(argv)
+    print(render(run(args.n, args.repeat, args.mp_n), args.format))
+    return 0

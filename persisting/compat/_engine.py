@@ -1,0 +1,81 @@
+"""Every use of persisting internals by the compat layers, in one place (the rest imports public names only).
+
+- ``run``: runs a coroutine on the engine's loop and blocks for it, as ``SyncQueue`` does: a compat queue's
+  blocking twin then costs one thread hop per call, and the ``Queue`` calls inside it run without one.
+- ``close_soon``: a close from ``close()``, ``__del__`` or exit, on the engine loop without blocking it.
+- ``stop_engine_loop``: at exit, for queues left open (see ``persistqueue._twin``).
+- ``take_records``: embedded mode's take of one record and its bytes in one step (``Queue.get_meta`` +
+  ``get_data`` cost ~2.5x as much for one small record).
+- ``read_window``: records from a global index on, with where the window ended (``Queue.get`` does not say,
+  and a window holding cleared samples' rows returns fewer rows than it spans).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from persisting import Queue, Sampler
+from persisting.client import _loop
+from persisting.engine import Topic
+
+T = TypeVar("T")
+_closing: set[asyncio.Future[None]] = set()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return _loop.run(coro)
+
+
+async def read_window(queue: Queue, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    return await queue._read(limit, offset)
+
+
+def close_soon(coro: Coroutine[Any, Any, None], timeout_s: float | None = None) -> None:
+    """Run a close on the engine loop from anywhere: blocks for it from another thread (up to ``timeout_s``),
+    schedules it from the loop's own thread (a ``__del__`` run by the garbage collector there), and drops it while
+    the interpreter finalizes (the loop's daemon thread is frozen then: waiting for it would hang the exit)."""
+    if sys.is_finalizing():
+        coro.close()
+        return
+    if _loop.on_engine_loop():
+        task = asyncio.ensure_future(coro)
+        _closing.add(task)  # the loop keeps only a weak reference to its tasks
+        task.add_done_callback(_closing.discard)
+        return
+    asyncio.run_coroutine_threadsafe(coro, _loop.engine_loop()).result(timeout_s)
+
+
+def stop_engine_loop() -> None:
+    """At interpreter exit: stop the engine loop (its thread is a daemon; what it holds is in the logs already)."""
+    loop = _loop.engine_loop()
+    loop.call_soon_threadsafe(loop.stop)
+
+
+async def take_records(
+    queue: Queue,
+    partition: str,
+    task: str,
+    timeout: float | None,
+    sampler: Sampler | None,
+    lease_s: float | None,
+    fields: list[str],
+) -> list[tuple[int, dict[str, Any]]] | None:
+    """Embedded mode: one take of one sample and its ``fields`` as stored now (a later write of a field, an update,
+    wins), in one step on the engine loop; without get_meta's and get_data's field descriptions and batch building,
+    which cost more than the take itself for one small record. None in broker mode (use get_meta and get_data)."""
+    topic = await queue._handle.engine()
+    if not isinstance(topic, Topic):
+        return None
+
+    async def on_loop() -> list[tuple[int, dict[str, Any]]]:
+        held = None if lease_s is None else (lease_s, None)
+        indexes = await topic.take(partition, task, 1, timeout, sampler, held)
+        if not indexes:
+            return []
+        rows, _kinds = await topic.sample_rows(indexes, fields)
+        return list(zip(indexes, rows, strict=True))
+
+    return await _loop.call(on_loop())
