@@ -15,6 +15,7 @@ Deletes (``purge``) move positions: the caller holds reads off meanwhile (gate.R
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,10 @@ class Buckets:
         self._factory = factory
         self._backends: list[StorageBackend] = []
         self._columns: list[IndexColumn] = []
+        # Buckets whose write failed and whose reopen failed too: their backend object may still hold the rows it
+        # could not write (a retry through it would store them twice), so they are reopened before any use.
+        self._stale: set[int] = set()
+        self._refreshing = asyncio.Lock()
 
     def __len__(self) -> int:
         return len(self._backends)
@@ -82,12 +87,24 @@ class Buckets:
         """The largest global index any bucket holds (-1: none)."""
         return max([-1, *(c.last() for c in self._columns)])
 
+    async def _refresh(self) -> None:
+        if not self._stale:
+            return
+        # One refresh at a time: the writes of one flush run concurrently, and a second reopen of the same bucket
+        # finishing last would put back a backend and an index column from before the first one's write.
+        async with self._refreshing:
+            for b in sorted(self._stale):
+                await self._reopen(b)
+                self._stale.discard(b)
+
     async def columns(self, *keys: str) -> list[list[list[Any]]]:
         """Per bucket, the values of each of ``keys`` in position order."""
+        await self._refresh()
         return [[await read_column(backend, key) for key in keys] for backend in self._backends]
 
     async def read(self, lo: int, hi: int) -> list[dict[str, Any]]:
         """The stored rows with global index in ``[lo, hi)``, in index order (``hi`` at most what is flushed)."""
+        await self._refresh()
         plans = []
         for b, col in enumerate(self._columns):
             view = col.view()
@@ -111,6 +128,7 @@ class Buckets:
         kinds: dict[str, str],
     ) -> None:
         """Store one flush's ``rows`` of bucket ``b`` (``arena``: the arena batches among them, see tail.py)."""
+        await self._refresh()
         try:
             backend = self._backends[b]
             tensors = tensor_parts(rows, arena, kinds) if hasattr(backend, "put_columns") else {}
@@ -124,7 +142,10 @@ class Buckets:
             # The rows may or may not have landed (a Lance commit can land and still raise). Start the bucket
             # afresh from what is on disk, so the retry stores exactly what is missing.
             if self.durable:
-                await self._reopen(b)
+                self._stale.add(b)
+                with contextlib.suppress(Exception):  # the write's own error is the one to report
+                    await self._reopen(b)
+                    self._stale.discard(b)
             raise
         # Reads never look at indexes at or above flushed_upto, so growing the column early is safe; it makes a
         # retry after another bucket's failure skip the rows this bucket already holds.
@@ -137,6 +158,7 @@ class Buckets:
 
     async def maintain(self) -> None:
         """Each backend's housekeeping (compaction, version cleanup), where it has some."""
+        await self._refresh()
         for backend in self._backends:
             maintain = getattr(backend, "maintain", None)
             if maintain is not None:
@@ -146,6 +168,7 @@ class Buckets:
         """Delete the rows of ``cleared`` samples and the patch rows that wrote their fields, from the backends
         that can (``delete_rows``); then reload each changed bucket's index column. Positions move: no read may
         be in flight."""
+        await self._refresh()
         doomed_ids = np.fromiter(cleared, dtype=np.int64, count=len(cleared))
         for b, backend in enumerate(self._backends):
             delete = getattr(backend, "delete_rows", None)
