@@ -69,9 +69,6 @@ class Reader:
             self._metrics.records_read += len(stored) + len(tail_rows)
             return stored + tail_rows, kinds, hi
 
-    def arena_chunk(self, index: int) -> Chunk | None:
-        return self._tail.arena_chunk(index)
-
     async def field_values(self, indexes: list[int], name: str) -> dict[int, Any]:
         """One plain field's values for samples (arena batches: from memory; others: their rows)."""
         out: dict[int, Any] = {}
