@@ -226,25 +226,18 @@ def from_runs(
     hold = _Hold(release)
     out = Batch()
     out._hold = hold
-    zero = copied = 0
+    # Jagged fields (values + offsets, engine/reader.py jagged_entry) first, the dense ones below.
+    ragged = [entry for run in runs for entry in run if len(entry) == jagged.RUN_ENTRY_LEN]
+    runs = [[entry for entry in run if len(entry) != jagged.RUN_ENTRY_LEN] for run in runs]
+    zero, copied = jagged.from_runs(out, ragged, arena.view, hold.track, mode, device)
     per_field: dict[str, list[tuple[list[Any], np.ndarray]]] = {name: [] for name in fields}
-    ragged: dict[str, list[jagged.JaggedColumn]] = {}
     for run in runs:
         for entry in run:
-            if len(entry) == 8:  # a jagged field: values + offsets (engine/reader.py jagged_entry)
-                col = jagged.from_views(entry, arena.view, hold.track)
-                ragged.setdefault(entry[0], []).append(col)
-                continue
             name, kind, dtype_name, shape, offset, count, per = entry
             owner = arena.view(offset, count * per)
             hold.track(owner)
             arr = owner.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
             per_field[name].append(([kind, dtype_name], arr))
-    for name, cols in ragged.items():
-        value, was_copied = jagged.joined(name, cols, mode, device)
-        out[name] = value
-        nbytes = sum(c.values.nbytes for c in cols)
-        copied, zero = (copied + nbytes, zero) if was_copied else (copied, zero + nbytes)
     for name, parts in per_field.items():
         if not parts:
             continue

@@ -244,3 +244,22 @@ def joined(name: str, cols: list[JaggedColumn], mode: str, device: Any) -> tuple
 
     each = [(c.dtype_name, c.sample(i)) for c in cols for i in range(c.count)]
     return [tensor_to_user(np.ascontiguousarray(s), "tensor", d, device) for d, s in each], True
+
+
+RUN_ENTRY_LEN = 8  # a jagged field's entry in a get_data reply's runs (dense fields: 7)
+
+
+def from_runs(
+    out: dict[str, Any], entries: list[Any], view: Any, track: Any, mode: str, device: Any
+) -> tuple[int, int]:
+    """The jagged fields of a ``get_data`` reply into ``out``: one nested tensor per field over arena views
+    (``view``, ``track``: see ``from_views``). Returns (bytes handed over without a copy, bytes copied)."""
+    by_field: dict[str, list[JaggedColumn]] = {}
+    for entry in entries:
+        by_field.setdefault(entry[0], []).append(from_views(entry, view, track))
+    zero = copied = 0
+    for name, cols in by_field.items():
+        out[name], was_copied = joined(name, cols, mode, device)
+        nbytes = sum(c.values.nbytes for c in cols)
+        copied, zero = (copied + nbytes, zero) if was_copied else (copied, zero + nbytes)
+    return zero, copied
