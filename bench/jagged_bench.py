@@ -14,7 +14,8 @@ barrier (start-up is never timed), ``batches`` batches each, the same batches in
   tensor with ``nested_tensor_from_jagged`` (no copy).
 - ``torch.mp padded``: the padded batch through the same queue.
 
-Time of a run: from the barrier to the consumer holding the last batch. Figures: median of ``reps`` runs per case;
+Time of a run: from the barrier to the consumer holding the last batch. Figures: median of ``reps`` runs per case
+(the cases interleaved, their order rotated from one rep to the next);
 useful throughput counts the token bytes only (8 bytes per real token), so padding shows as lost throughput.
 """
 
@@ -179,8 +180,8 @@ def run_jagged_bench(base: Path, args: Any) -> list[dict[str, Any]]:
     lengths = lengths_of(args.samples, args.min_len, args.max_len, args.seed)
     tokens = int(lengths.sum())
     times: dict[str, list[float]] = {name: [] for name, _, _ in CASES}
-    for rep in range(args.reps):  # cases interleaved per rep: drift of a shared machine hits them alike
-        for name, path, padded in CASES:
+    for rep in range(args.reps):  # cases interleaved, the order rotated per rep: drift hits them alike
+        for name, path, padded in CASES[rep % len(CASES) :] + CASES[: rep % len(CASES)]:
             times[name].append(_run_case(path, padded, base, args, lengths, rep))
     ref = statistics.median(times[CASES[0][0]])
     rows = []
