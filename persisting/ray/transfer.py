@@ -49,8 +49,11 @@ def unpack(data: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
         if kind.startswith(_JAGGED):
             import torch
 
+            from ..tensors.jagged import seqlen_bounds
+
             values, offsets = _as_torch(value[0], kind[len(_JAGGED) :]), _as_torch(value[1], _TORCH)
-            out[name] = torch.nested.nested_tensor_from_jagged(values, offsets, jagged_dim=int(value[2]))
+            bounds = seqlen_bounds(value[1])
+            out[name] = torch.nested.nested_tensor_from_jagged(values, offsets, jagged_dim=int(value[2]), **bounds)
             continue
         out[name] = [_as_torch(v, kind) for v in value] if isinstance(value, list) else _as_torch(value, kind)
     return out

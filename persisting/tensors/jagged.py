@@ -156,7 +156,14 @@ def to_user(values: np.ndarray, offsets: np.ndarray, dtype_name: str, ragged_dim
         v = v.contiguous()  # a selection of samples along a ragged dimension > 0 (a copy of those samples)
     if device is not None:
         v, o = v.to(device), o.to(device)
-    return torch.nested.nested_tensor_from_jagged(v, o, jagged_dim=ragged_dim + 1)
+    return torch.nested.nested_tensor_from_jagged(v, o, jagged_dim=ragged_dim + 1, **seqlen_bounds(offsets))
+
+
+def seqlen_bounds(offsets: np.ndarray) -> dict[str, Any]:
+    """``min_seqlen``/``max_seqlen`` for ``nested_tensor_from_jagged``: without them torch pads
+    ``to_padded_tensor()`` to the length of all the values together instead of the longest sample."""
+    lengths = np.diff(np.asarray(offsets))
+    return {"min_seqlen": int(lengths.min()), "max_seqlen": int(lengths.max())} if len(lengths) else {}
 
 
 def column_to_user(col: JaggedColumn, device: Any = None) -> Any:
