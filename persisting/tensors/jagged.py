@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidRecordError
+from ..errors import ConfigError, InvalidRecordError, ProtocolError
+from .arena import FIELD_ALIGN_BYTES
 
 KIND = "jagged"
 RAGGED = -1  # the ragged dimension in a described sample shape
@@ -177,9 +178,7 @@ def from_arena(entry: Any, count: int, view: Any, limit: int | None, base: int =
     checks).
     The offsets are copied (and checked: from 0, ascending, ending at the values' length) so that nothing the
     producer writes later changes which bytes a sample is."""
-    from ..errors import ProtocolError
-    from .arena import FIELD_ALIGN_BYTES
-    from .column import storage_dtype
+    from .column import storage_dtype  # column imports this module
 
     _name, kind, dtype_name, shape, offset, nbytes, at, total = entry
     if kind != KIND or not isinstance(shape, list) or not all(type(d) is int and d >= RAGGED for d in shape):
@@ -206,8 +205,7 @@ def from_views(entry: Any, view: Any, track: Any) -> JaggedColumn:
     """A jagged run of a ``get_data`` reply (``engine/reader.py`` ``jagged_entry``) as a column over the arena
     (``view(offset, nbytes)``: a checked uint8 view; ``track(owner)``: keeps the hold while it lives). The
     offsets come from the broker and are checked against the values before a view is made."""
-    from ..errors import ProtocolError
-    from .column import storage_dtype
+    from .column import storage_dtype  # column imports this module
 
     name, kind, dtype_name, shape, offset, count, total, raw = entry
     dtype = storage_dtype(kind, dtype_name)
