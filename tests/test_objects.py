@@ -162,3 +162,11 @@ def test_an_unpicklable_value_is_refused_naming_the_field(store: Path) -> None:
             q.put({"x": torch.zeros(1), "fn": [lambda: 1]}, partition_id="p")
         assert len(q) == 0
     assert pickle.loads(pickle.dumps(Extra(1, {"a"}))) == Extra(1, {"a"})
+
+
+def test_a_reservation_s_extra_values_are_pickled_like_a_put_s(store: Path) -> None:
+    with SyncQueue("reserved", storage_path=store, objects="pickle") as q:
+        with q.reserve({"x": ((2,), torch.float32)}, batch_size=2, partition_id="p") as r:
+            r["x"].fill_(1.0)
+            meta = q.put(r, extra={"obj": [Extra(1, {"a"}), Extra(2, set())]})
+        assert q.get_data(meta)["obj"] == [Extra(1, {"a"}), Extra(2, set())]

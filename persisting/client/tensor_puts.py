@@ -148,6 +148,7 @@ class TensorPuts:
                 raise ConfigError(f"the reservation holds {r.batch_size} samples but batch_meta names {patch.size}")
         other = reservation.check_extra(extra, r._fields, r.batch_size)
         topic = await self._handle.engine()
+        other = objects.prepare(other, set(), self._handle.objects, topic.kinds, _storable)
         plain = batches.other_rows(other, r.batch_size, topic.kinds)  # refuses bad values now, not in the store
         r._begin_put(self._owner)
         try:

@@ -83,10 +83,6 @@ class JaggedColumn:
             self.dtype_name, self.values[tuple(cut)], self.offsets[start : stop + 1] - lo, self.ragged_dim
         )
 
-    def ragged_first(self) -> np.ndarray:
-        """Values with the ragged dimension first (a view; not contiguous when ``ragged_dim`` > 0)."""
-        return np.moveaxis(self.values, self.ragged_dim, 0) if self.ragged_dim else self.values
-
 
 def from_torch(name: str, value: Any, to_host: Any) -> JaggedColumn:
     """A jagged torch nested tensor as a host column; other nested tensors are refused with the fix."""
@@ -116,13 +112,6 @@ def from_torch(name: str, value: Any, to_host: Any) -> JaggedColumn:
     if len(offs) < 1 or np.any(np.diff(offs) < 0):
         raise InvalidRecordError(f"field {name!r}: the jagged tensor's offsets are not ascending")
     return JaggedColumn(dtype_name, host, np.ascontiguousarray(offs, dtype=np.int64), ragged)
-
-
-def check_ragged(value: Any) -> int:
-    """A ragged dimension a peer sent."""
-    if type(value) is not int or not 0 <= value < 64:
-        raise InvalidRecordError(f"invalid ragged dimension {value!r}")
-    return value
 
 
 def assemble(samples: Sequence[np.ndarray], dtype_name: str, ragged_dim: int) -> JaggedColumn | None:
