@@ -246,3 +246,29 @@ def test_jagged_fields_cross_nodes_as_values_and_offsets(seed: int) -> None:
     got = transfer.unpack(packed, kinds)
     for name, value in data.items():
         _assert_same(got[name], value)
+
+
+def test_the_broker_refuses_a_jagged_layout_that_lies_and_keeps_serving(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    from persisting.tensors import batches
+
+    good = batches.wire_field
+    data = _batch(seed)
+    with SyncQueue("lies", broker=broker.address) as q:
+        for lie in (
+            lambda e: [*e[:7], e[7] + 1],  # more values than were written
+            lambda e: [*e[:6], e[4], e[7]],  # offsets said to lie on the values
+            lambda e: [*e[:3], [-1, -1], *e[4:]],  # two ragged dimensions
+        ):
+            monkeypatch.setattr(batches, "wire_field", lambda name, col, off, lie=lie: _lied(good(name, col, off), lie))
+            with pytest.raises(ProtocolError):
+                q.put({"input_ids": data["input_ids"]}, partition_id="p")
+        monkeypatch.setattr(batches, "wire_field", good)
+        meta = q.put({"input_ids": data["input_ids"]}, partition_id="p")
+        _assert_same(q.get_data(meta)["input_ids"], data["input_ids"])
+        assert len(q) == meta.size  # nothing of the refused puts was stored
+
+
+def _lied(entry: list[Any], lie: Any) -> list[Any]:
+    return lie(entry) if entry[1] == "jagged" else entry
