@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from ..engine import Topic, samplers
 from ..errors import ConfigError
-from ..tensors import batches, tensordicts
+from ..tensors import batches, objects, tensordicts
 from ..tensors.meta import BatchMeta
 from . import _loop
 from .handle import TopicHandle
@@ -214,6 +214,7 @@ class DataAPI:
         return self._shaped(data, batch_meta.size, as_tensordict)
 
     def _shaped(self, data: batches.Batch, n: int, as_tensordict: bool | None) -> Any:
+        objects.load_all(data, self._handle.objects == "pickle")
         wanted = self._handle.as_tensordict if as_tensordict is None else as_tensordict
         return tensordicts.to_tensordict(data, n) if wanted else data
 

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,8 @@ import numpy as np
 from .. import errors
 from ..tensors import batches
 from ..tensors.arena import Arena, attach_cached, peer_id
-from ..tensors.column import Column
+from ..tensors.column import AnyColumn
+from ..tensors.jagged import JaggedColumn
 from ..wire.codec import EncodedBatch
 from .connection import Connection, connection
 
@@ -99,7 +100,7 @@ class ArenaClient:
 
     async def put_tensors(
         self,
-        columns: dict[str, Column],
+        columns: Mapping[str, AnyColumn],
         other: EncodedBatch,
         other_blob: bytes,
         n: int,
@@ -109,7 +110,7 @@ class ArenaClient:
     ) -> tuple[int, int, dict[str, str]]:
         places, total = batches.layout(columns)
         need = max(total, 1)
-        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
+        fields = [batches.wire_field(name, col, off) for name, col, off, _nb in places]
 
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
@@ -204,13 +205,21 @@ class ArenaClient:
                 raise errors.ConfigError("the broker runs without an arena")
         return int(extent), int(base), arena
 
-    async def _write(self, places: list[tuple[str, Column, int, int]], need: int, timeout: float) -> tuple[int, bytes]:
+    async def _write(
+        self, places: list[tuple[str, AnyColumn, int, int]], need: int, timeout: float
+    ) -> tuple[int, bytes]:
         """Lease an extent of ``need`` bytes (or use the one leased ahead) and copy the tensors into it; returns
         its id and arena generation."""
         extent, base, arena = await self._lease(need, timeout)
         for _name, col, offset, nbytes in places:
             # The one copy a tensor gets: straight into the broker's shared memory.
-            arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
+            if isinstance(col, JaggedColumn):
+                values = col.values.nbytes
+                arena.view(base + offset, values, writable=True)[:] = col.values.reshape(-1).view(np.uint8)
+                at = batches.jagged_offsets_at(offset, values)
+                arena.view(base + at, col.offsets.nbytes, writable=True)[:] = col.offsets.view(np.uint8)
+            else:
+                arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
         return extent, arena.generation
 
     async def reserve_extent(self, need: int, timeout: float) -> ReservedExtent:

@@ -101,7 +101,7 @@ def whole_batch(chunk: Chunk, bucket_column: str) -> bool:
     )
 
 
-TYPED_KINDS = frozenset({"ndarray", "tensor", "nested"})  # fields a columnar backend stores typed
+TYPED_KINDS = frozenset({"ndarray", "tensor", "jagged", "nested"})  # fields a columnar backend stores typed
 
 
 def tensor_parts(

@@ -27,19 +27,20 @@ from .column import is_torch
 SEPARATOR = "."
 
 
-def flatten(td: Any) -> dict[str, Any]:
-    """The TensorDict's leaves as one flat mapping: tensors, and lists of per-sample values for non-tensors."""
+def flatten(td: Any, non_tensor: set[str] | None = None) -> dict[str, Any]:
+    """The TensorDict's leaves as one flat mapping: tensors, and lists of per-sample values for non-tensors
+    (whose names are added to ``non_tensor``)."""
     if len(td.batch_size) < 1:
         raise InvalidRecordError(
             "a TensorDict put as a tensor batch needs a batch dimension (batch_size=[n]): its samples are the "
             f"indexes of the first one; this one has batch_size={list(td.batch_size)}"
         )
     out: dict[str, Any] = {}
-    _walk(td, (), out)
+    _walk(td, (), out, set() if non_tensor is None else non_tensor)
     return out
 
 
-def _walk(td: Any, path: tuple[str, ...], out: dict[str, Any]) -> None:
+def _walk(td: Any, path: tuple[str, ...], out: dict[str, Any], non_tensor: set[str]) -> None:
     from tensordict import is_non_tensor  # the caller holds a TensorDict: the package is there
 
     for key, value in td.items():
@@ -52,11 +53,22 @@ def _walk(td: Any, path: tuple[str, ...], out: dict[str, Any]) -> None:
         if is_torch(value):
             out[name] = value
         elif is_non_tensor(value):
-            out[name] = list(value.tolist())  # NonTensorStack / NonTensorData: one value per sample
+            out[name] = _per_sample(value, int(td.batch_size[0]))  # NonTensorStack / NonTensorData
+            non_tensor.add(name)
         elif hasattr(value, "batch_size") and callable(getattr(value, "items", None)):
-            _walk(value, (*path, key), out)
+            _walk(value, (*path, key), out, non_tensor)
         else:
             raise InvalidRecordError(f"TensorDict entry {name!r} holds a {type(value).__qualname__}")
+
+
+def _per_sample(value: Any, n: int) -> list[Any]:
+    """One value per sample of a NonTensorStack/NonTensorData along the batch's first dimension."""
+    values = value.tolist()
+    if len(value.batch_size) > 1:  # a stack over several batch dimensions: each sample holds the inner lists
+        return list(values)
+    if not isinstance(values, list) or len(values) != n:
+        raise InvalidRecordError(f"a non-tensor entry gave {type(values).__qualname__} for {n} samples")
+    return values
 
 
 def to_tensordict(data: Mapping[str, Any], n: int) -> Any:
@@ -78,8 +90,20 @@ def to_tensordict(data: Mapping[str, Any], n: int) -> Any:
         elif isinstance(value, list) and value and any(isinstance(v, np.ndarray) or is_torch(v) for v in value):
             raise ConfigError(
                 f"field {name!r}: its samples have different shapes, which a TensorDict cannot hold in one entry; "
-                "read it with as_tensordict=False (a list of samples)"
+                "put such a field as a jagged nested tensor (layout=torch.jagged), or read it with "
+                "as_tensordict=False (a list of samples)"
             )
+        elif isinstance(value, list):
+            value = _stack(value)
         flat[name] = value
     td = TensorDict(flat, batch_size=[n])
     return td.unflatten_keys(SEPARATOR) if any(SEPARATOR in name for name in flat) else td
+
+
+def _stack(values: list[Any]) -> Any:
+    """Per-sample values as a NonTensorStack (each value kept as it is: a dict is not read as a TensorDict)."""
+    from tensordict import NonTensorData, NonTensorStack
+
+    if not values:
+        return values
+    return NonTensorStack(*(NonTensorData(v) for v in values))

@@ -1,0 +1,163 @@
+"""Jagged ``torch.nested`` tensors (``layout=torch.jagged``) as a field of a tensor batch: values + offsets.
+
+A jagged tensor of ``n`` samples is one values tensor and ``n + 1`` offsets: sample ``i`` is the slice
+``offsets[i]:offsets[i+1]`` of values along its ragged dimension (``_ragged_idx - 1`` of values; 0 for the usual
+``(batch, j, ...)`` shape). It is stored and handed over as exactly that, never as a padded copy:
+
+- put: ``split`` makes a ``JaggedColumn`` (values contiguous in the storage dtype, offsets rebased to start at 0);
+  in broker mode the producer writes values and offsets into its arena extent (the one copy), embedded mode and
+  the copy path encode one row value per sample (kind ``jagged``: the sample with its shape and ragged dimension).
+- get: ``to_user`` builds ``torch.nested.nested_tensor_from_jagged(values, offsets, jagged_dim=...)`` over the
+  values it is given (arena views in broker mode: no copy); ``assemble`` joins samples read back as rows.
+- Lance: the ``variable_shape_tensor`` layout (``struct<data: large_list<value>, shape: list<int32>>``), one row
+  per sample in row-major order, readable by any Arrow reader; for the usual ragged dimension 0 its data buffer
+  is the values themselves (see ``persisting/queue/tensor_columns.py``).
+
+A sample's shape is described with ``-1`` at the ragged dimension (``(-1,)`` for token ids, ``(-1, 4096)``,
+``(8, -1)`` for ``_ragged_idx`` 2): that is the field's ``FieldMeta.shape``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, InvalidRecordError
+
+KIND = "jagged"
+RAGGED = -1  # the ragged dimension in a described sample shape
+
+
+def is_nested(value: Any) -> bool:
+    """A torch nested tensor (jagged or strided layout)."""
+    return bool(getattr(value, "is_nested", False))
+
+
+@dataclass(slots=True)
+class JaggedColumn:
+    """One jagged field of a batch on the host. ``values``: storage dtype, C-contiguous, the ragged dimension at
+    ``ragged_dim`` holding every sample one after the other; ``offsets``: int64 ``[n + 1]`` from 0, ascending."""
+
+    dtype_name: str  # the torch dtype name
+    values: np.ndarray
+    offsets: np.ndarray
+    ragged_dim: int
+
+    kind = KIND
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes + self.offsets.nbytes)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        shape = list(self.values.shape)
+        shape[self.ragged_dim] = RAGGED
+        return tuple(shape)
+
+    @property
+    def total(self) -> int:
+        return int(self.values.shape[self.ragged_dim])
+
+    def sample(self, i: int) -> np.ndarray:
+        """Sample ``i`` (a view on values)."""
+        cut = [slice(None)] * self.values.ndim
+        cut[self.ragged_dim] = slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+        return self.values[tuple(cut)]
+
+    def rows(self, start: int, stop: int | None = None) -> JaggedColumn:
+        """Samples ``start .. stop`` (values a view, offsets rebased: a small copy)."""
+        stop = self.count if stop is None else stop
+        lo, hi = int(self.offsets[start]), int(self.offsets[stop])
+        cut = [slice(None)] * self.values.ndim
+        cut[self.ragged_dim] = slice(lo, hi)
+        return JaggedColumn(
+            self.dtype_name, self.values[tuple(cut)], self.offsets[start : stop + 1] - lo, self.ragged_dim
+        )
+
+    def ragged_first(self) -> np.ndarray:
+        """Values with the ragged dimension first (a view; not contiguous when ``ragged_dim`` > 0)."""
+        return np.moveaxis(self.values, self.ragged_dim, 0) if self.ragged_dim else self.values
+
+
+def from_torch(name: str, value: Any, to_host: Any) -> JaggedColumn:
+    """A jagged torch nested tensor as a host column; other nested tensors are refused with the fix."""
+    import torch
+
+    if value.layout != torch.jagged:
+        raise InvalidRecordError(
+            f"field {name!r} is a nested tensor with layout {value.layout}; only layout=torch.jagged is stored "
+            "(values + offsets): build it with torch.nested.nested_tensor(..., layout=torch.jagged) or "
+            "torch.nested.nested_tensor_from_jagged(values, offsets)"
+        )
+    if getattr(value, "_lengths", None) is not None:
+        raise InvalidRecordError(
+            f"field {name!r} is a jagged nested tensor with holes (made with lengths=): its samples are not "
+            "contiguous in values; store nt.clone() or build it from offsets only"
+        )
+    ragged = int(value._ragged_idx) - 1
+    offsets = value.offsets().detach().to("cpu", torch.int64)
+    values = value.values()
+    dtype_name, host = to_host(values)
+    start = int(offsets[0])
+    offs = (offsets - start).numpy()
+    if start or int(offs[-1]) != host.shape[ragged]:
+        cut = [slice(None)] * host.ndim
+        cut[ragged] = slice(start, start + int(offs[-1]))
+        host = np.ascontiguousarray(host[tuple(cut)])
+    if len(offs) < 1 or np.any(np.diff(offs) < 0):
+        raise InvalidRecordError(f"field {name!r}: the jagged tensor's offsets are not ascending")
+    return JaggedColumn(dtype_name, host, np.ascontiguousarray(offs, dtype=np.int64), ragged)
+
+
+def check_ragged(value: Any) -> int:
+    """A ragged dimension a peer sent."""
+    if type(value) is not int or not 0 <= value < 64:
+        raise InvalidRecordError(f"invalid ragged dimension {value!r}")
+    return value
+
+
+def assemble(samples: Sequence[np.ndarray], dtype_name: str, ragged_dim: int) -> JaggedColumn | None:
+    """Samples read back one by one as one column (a copy), or None when they cannot be joined (the other
+    dimensions differ)."""
+    if not samples:
+        return None
+    inner = [s.shape[:ragged_dim] + s.shape[ragged_dim + 1 :] for s in samples]
+    if any(s.ndim != samples[0].ndim for s in samples) or any(i != inner[0] for i in inner):
+        return None
+    lengths = np.array([s.shape[ragged_dim] for s in samples], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    values = np.concatenate(samples, axis=ragged_dim)
+    return JaggedColumn(dtype_name, values, offsets, ragged_dim)
+
+
+def to_user(values: np.ndarray, offsets: np.ndarray, dtype_name: str, ragged_dim: int, device: Any = None) -> Any:
+    """A jagged nested tensor over ``values`` (its memory: ``torch.from_numpy``, no copy)."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ConfigError("this field was put as a torch nested tensor; install torch to read it back") from exc
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only arena views: torch warns, we hand them read-only
+        v = torch.from_numpy(values)
+    if dtype_name == "bfloat16":
+        v = v.view(torch.bfloat16)
+    o = torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64))
+    if not v.is_contiguous():
+        v = v.contiguous()  # a selection of samples along a ragged dimension > 0 (a copy of those samples)
+    if device is not None:
+        v, o = v.to(device), o.to(device)
+    return torch.nested.nested_tensor_from_jagged(v, o, jagged_dim=ragged_dim + 1)
+
+
+def column_to_user(col: JaggedColumn, device: Any = None) -> Any:
+    return to_user(col.values, col.offsets, col.dtype_name, col.ragged_dim, device)
