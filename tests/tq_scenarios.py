@@ -212,7 +212,9 @@ def batchmeta(tq: Any) -> Any:
     import pickle
 
     r: dict[str, Any] = {}
-    empty = tq.BatchMeta()
+    # verl's bridge returns BatchMeta() for ranks that collect nothing; TransferQueue 0.1.11's needs two arguments
+    r["no_arg"] = attempt(lambda: [tq.BatchMeta().size, tq.BatchMeta().field_names, tq.BatchMeta().is_ready])
+    empty = tq.BatchMeta.empty()
     r["empty"] = [empty.size, empty.field_names, empty.is_ready, empty.extra_info]
     empty.extra_info = {"k": 1}
     r["extra_assign"] = empty.extra_info

@@ -31,7 +31,7 @@ COPY_CHUNK = 1024  # keys per get/put while copying
 
 
 def _embedded(root: Path) -> KVStore:
-    data = Queue("transfer_queue", storage_path=str(root), num_buckets=1, durability="process")
+    data = Queue("transfer_queue", storage_path=str(root), num_buckets=1, durability="process", objects="pickle")
     log = Queue("transfer_queue.keys", storage_path=str(root), num_buckets=1, durability="process")
     return KVStore(data, log)
 

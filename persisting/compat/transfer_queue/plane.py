@@ -144,7 +144,10 @@ class Plane:
         # "process" durability: a put is acknowledged once written to the broker's log (survives kill -9 of any
         # process, not a power loss); TransferQueue keeps everything in RAM, so this is already far more.
         durability = str(section.get("durability") or "process")
-        data = Queue(topic, broker=address, durability=durability, num_buckets=1)
+        # Python objects (NonTensorStack entries) are pickled and unpickled in the clients, never in the broker
+        # (TransferQueue pickles everything); "codec" stores only what the record codec types exactly.
+        objects = None if section.get("objects") == "codec" else "pickle"
+        data = Queue(topic, broker=address, durability=durability, num_buckets=1, objects=objects)
         log = Queue(f"{topic}.keys", broker=address, durability=durability, num_buckets=1)
         self.store = KVStore(data, log)
 

@@ -108,9 +108,10 @@ class KVStore:
         written to the winner's)."""
         if not keys:
             return []
-        payload = columns.to_store(fields) if fields is not None else {}
-        payload[KEY_FIELD] = list(keys)
-        made = await self._put_new(payload, partition)
+        from tensordict import TensorDict
+
+        base = fields if fields is not None else TensorDict({}, batch_size=[len(keys)])
+        made = await self._put_new(columns.to_store(base, list(keys)), partition)
         now = await self.index.add(partition, keys, made)
         lost = [n for n, (mine, won) in enumerate(zip(made, now, strict=True)) if mine != won]
         if lost:
@@ -119,7 +120,7 @@ class KVStore:
                 await self._write(partition, [now[n] for n in lost], _select_rows(fields, lost))
         return now
 
-    async def _put_new(self, payload: dict[str, Any], partition: str) -> list[int]:
+    async def _put_new(self, payload: Any, partition: str) -> list[int]:
         meta = await self.data.put(payload, partition_id=partition)
         if meta is None:  # a tensor batch put always returns its meta; a record put (not this) returns None
             raise RuntimeError("persisting returned no BatchMeta for a tensor batch put")
@@ -167,13 +168,15 @@ class KVStore:
         meta = await self.retrieve_meta(keys, partition, create=False)
         if meta.size == 0:
             raise ValueError("keys or partition were not found!")
-        if select_fields is not None:
-            meta = meta.select_fields(select_fields)
-            names = [f for f in select_fields if f in meta.field_schema]
-        else:
-            names = list(meta.field_schema)
-        if not names or not meta.is_ready:
+        if not meta.is_ready:
             raise ValueError("Some fields are not ready in all the requested keys!")
+        names = list(meta.field_schema)
+        if select_fields is not None:
+            names = [f for f in select_fields if f in meta.field_schema]
+            if not names:  # TransferQueue 0.1.11 then reads no field at all: an empty TensorDict
+                from tensordict import TensorDict
+
+                return TensorDict({}, batch_size=(0,))
         return await self.get_data(partition, meta.global_indexes, names)
 
     async def get_data(self, partition: str, indexes: list[int], names: list[str]) -> Any:
