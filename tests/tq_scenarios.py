@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ import torch
 SCENARIOS: dict[str, Callable[[Any], Any]] = {}
 RAY_CPUS = 6  # logical: TransferQueue's controller and storage unit take one each, the worker group two
 ARENA_BYTES = 64 << 20
+SCENARIO_TIMEOUT_S = 120
 
 
 def scenario(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -265,7 +267,7 @@ def checkpoint(tq: Any) -> Any:
         tq.load_checkpoint(ck)
         r["restored_list"] = tq.kv_list()
         r["restored_data"] = attempt(lambda: tq.kv_batch_get(keys=["c1_0_0", "c2_1_0"], partition_id="train"))
-        r["err_missing_dir"] = attempt(lambda: tq.load_checkpoint(root / "missing"))
+        r["err_missing_dir"] = attempt(lambda: tq.load_checkpoint(root / "missing")).get("error")
         # verl's resume path: re-issue the in-flight prompts the checkpoint holds (PPOTrainer's own method).
         from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
@@ -441,7 +443,12 @@ def main(argv: list[str] | None = None) -> None:
     out: dict[str, Any] = {}
     with backend(args.backend, args.workdir, "worker_group" in args.scenarios) as tq:
         for name in args.scenarios:
+            for partition, keys in tq.kv_list().items():  # each scenario starts with no key
+                if keys:
+                    tq.kv_clear(keys=list(keys), partition_id=partition)
+            signal.alarm(SCENARIO_TIMEOUT_S)  # verl's samplers poll for ever when a scenario goes wrong
             out[name] = SCENARIOS[name](tq)
+            signal.alarm(0)
     json.dump(out, sys.stdout, sort_keys=True)
 
 
