@@ -160,13 +160,13 @@ def semantics(tq: Any) -> Any:
     r["key_order"] = attempt(
         lambda: tq.kv_batch_get(keys=keys[::-1], partition_id="train", select_fields=["responses", "extra_fields"])
     )
-    one = TensorDict({"values": torch.ones(1, 3)}, batch_size=[1])
+    one = TensorDict({"vpred": torch.ones(1, 3)}, batch_size=[1])
     tq.kv_batch_put(keys=keys[:1], partition_id="train", fields=one)
     r["common_columns_only"] = attempt(lambda: sorted(tq.kv_batch_get(keys=keys[:2], partition_id="train").keys()))
     r["select_dropped"] = attempt(
-        lambda: tq.kv_batch_get(keys=keys[:2], partition_id="train", select_fields=["values", "rm_scores"])
+        lambda: tq.kv_batch_get(keys=keys[:2], partition_id="train", select_fields=["vpred", "rm_scores"])
     )
-    r["select_str"] = attempt(lambda: tq.kv_batch_get(keys=keys[0], partition_id="train", select_fields="values"))
+    r["select_str"] = attempt(lambda: tq.kv_batch_get(keys=keys[0], partition_id="train", select_fields="vpred"))
     r["missing_key_left_out"] = attempt(lambda: tq.kv_batch_get(keys=[keys[1], "nope"], partition_id="train"))
     r["err_no_key"] = attempt(lambda: tq.kv_batch_get(keys=["nope"], partition_id="train"))
     r["err_no_partition"] = attempt(lambda: tq.kv_batch_get(keys=keys, partition_id="nowhere"))
