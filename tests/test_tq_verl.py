@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.test_tq_crash import stop_broker
+
 pytest.importorskip("verl")
 pytest.importorskip("tensordict")
 
@@ -44,7 +46,10 @@ def run_scenarios(backend: str, workdir: Path) -> dict[str, Any]:
     # verl sorts a set of uids by step, so ties follow string hashing: fix it for both runs
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, "-m", "tests.tq_scenarios", "--backend", backend, "--workdir", str(workdir), *SCENARIOS]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:  # the broker runs in its own session: stop it if the run could not (killed, timed out)
+        stop_broker(workdir / "run")
     if proc.returncode != 0:
         raise AssertionError(f"{backend} scenarios failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
     return json.loads(proc.stdout)

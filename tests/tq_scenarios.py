@@ -97,7 +97,9 @@ def trajectories(uids: list[str], n: int, seed: int, reward: Callable[[int, int]
             rm = torch.zeros(rlen)
             rm[-1] = r
             scores.append(rm)
-            extra.append({"reward_extra_info": {"acc": r}, "min_global_steps": 1, "max_global_steps": 1, "turns": [1, 2]})
+            extra.append(
+                {"reward_extra_info": {"acc": r}, "min_global_steps": 1, "max_global_steps": 1, "turns": [1, 2]}
+            )
             msgs.append([{"role": "user", "content": f"q{u}"}, {"role": "assistant", "content": f"a{u}.{s}"}])
             tags.append(
                 {"status": "success", "prompt_len": plen, "response_len": rlen, "seq_len": plen + rlen,
@@ -152,8 +154,14 @@ def semantics(tq: Any) -> Any:
     put = tq.kv_batch_put(keys=keys, partition_id="train", fields=td, tags=tags)
     put.extra_info["mine"] = 1  # verl assigns into it
     r["batch_put"] = canon(put)
-    lp = TensorDict({"old_log_probs": torch.nested.as_nested_tensor(
-        [torch.full((len(t),), -0.5) for t in td["responses"].unbind()], layout=torch.jagged)}, batch_size=[4])
+    lp = TensorDict(
+        {
+            "old_log_probs": torch.nested.as_nested_tensor(
+                [torch.full((len(t),), -0.5) for t in td["responses"].unbind()], layout=torch.jagged
+            )
+        },
+        batch_size=[4],
+    )
     r["fields_no_tags"] = attempt(lambda: tq.kv_batch_put(keys=keys, partition_id="train", fields=lp))
     r["tag_kept"] = attempt(lambda: tq.kv_list("train")["train"][keys[0]])
     r["partial_write_keeps_columns"] = attempt(lambda: tq.kv_batch_get(keys=keys, partition_id="train"))
@@ -203,7 +211,12 @@ def semantics(tq: Any) -> Any:
     r["async"] = attempt(lambda: asyncio.run(run_async()))
     client = tq.get_client()
     meta = client.kv_retrieve_meta(keys=["d1", "d0", "nope"], partition_id="val", create=False)
-    r["retrieve_meta"] = {"size": meta.size, "fields": meta.field_names, "tags": meta.custom_meta, "ready": meta.is_ready}
+    r["retrieve_meta"] = {
+        "size": meta.size,
+        "fields": meta.field_names,
+        "tags": meta.custom_meta,
+        "ready": meta.is_ready,
+    }
     r["retrieve_keys"] = client.kv_retrieve_keys(global_indexes=meta.global_indexes, partition_id="val")
     r["client_get_data"] = canon(client.get_data(meta.select_fields(["score", "ids"])))
     return r
@@ -287,7 +300,6 @@ def checkpoint(tq: Any) -> Any:
 
 def _replay_buffer(mode: str, **kw: Any) -> Any:
     from omegaconf import OmegaConf
-
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
     cls = ReplayBuffer if mode == "sync" else ReplayBufferAsync
@@ -351,7 +363,6 @@ def replay_async(tq: Any) -> Any:
 @scenario
 def worker_group(tq: Any) -> Any:
     import ray
-
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
     keys = rollout(tq, ["w1", "w2"], 2, seed=11)
@@ -370,7 +381,6 @@ def worker_group(tq: Any) -> Any:
 
 def _score_worker() -> type:
     from tensordict import TensorDict
-
     from verl.single_controller.base import Worker
     from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
 
