@@ -127,7 +127,8 @@ class GRPOGroupNSampler:
                 f"batch_size {batch_size} is not a multiple of n_samples_per_prompt={self.n}: a batch holds whole "
                 "groups only"
             )
-        positions: Sequence[int] = kw["positions"]
+        # the engine passes each ready sample's position; a direct call (TransferQueue's way) groups by index
+        positions: Sequence[int] = kw.get("positions", ready)
         picked: list[int] = []
         k = 0
         while k < len(ready) and len(picked) < batch_size:
