@@ -33,13 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tq(backend: str) -> Any:
-    if backend == "persisting":
-        import persisting.compat.transfer_queue as tq
+    import importlib
 
-        return tq
-    import transfer_queue as tq
-
-    return tq
+    return importlib.import_module("persisting.compat.transfer_queue" if backend == "persisting" else "transfer_queue")
 
 
 def _trajectories(worker: int, step: int, prompts: int, n: int, seed: int) -> tuple[list[str], Any, list[Any]]:
@@ -47,8 +43,10 @@ def _trajectories(worker: int, step: int, prompts: int, n: int, seed: int) -> tu
     from tensordict import NonTensorStack, TensorDict
 
     g = torch.Generator().manual_seed(seed * 1_000_003 + step * 101 + worker)
-    keys, cols, tags = [], {c: [] for c in ("prompts", "responses", "input_ids", "response_mask", "rm_scores")}, []
-    extra = []
+    keys: list[str] = []
+    tags: list[Any] = []
+    extra: list[Any] = []
+    cols: dict[str, list[Any]] = {c: [] for c in ("prompts", "responses", "input_ids", "response_mask", "rm_scores")}
     for p in range(prompts):
         plen = int(torch.randint(128, 512, (1,), generator=g))
         prompt = torch.randint(0, 150_000, (plen,), generator=g)

@@ -37,6 +37,7 @@ from persisting.errors import ConfigError, InvalidRecordError, PersistingError, 
 from persisting.queue.lance_backend import LanceBackend
 from persisting.tensors import arena as arena_mod
 from persisting.tensors import column as tensors
+from persisting.tensors import jagged
 from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
@@ -331,15 +332,21 @@ class TensorPlane:
             except Exception as exc:
                 raise ProtocolError(f"put_tensors rows are not valid msgpack: {exc}") from exc
             rows = codec.check_rows(other, kinds, count)
-            columns: dict[str, tensors.Column] = {}
+            columns: dict[str, tensors.AnyColumn] = {}
             ref_fields = []
             for entry in fields:
-                if not (isinstance(entry, list) and len(entry) == 6):
-                    raise ProtocolError("each put_tensors field is [name, kind, dtype, shape, offset, nbytes]")
-                name, kind, dtype_name, shape, offset, nbytes = entry
+                ragged = isinstance(entry, list) and len(entry) == 8 and entry[1] == jagged.KIND
+                if not (isinstance(entry, list) and (len(entry) == 6 or ragged)):
+                    raise ProtocolError("each put_tensors field is [name, kind, dtype, shape, offset, nbytes, ...]")
+                name = entry[0]
                 bad = not isinstance(name, str) or not name or name.startswith(codec.RESERVED_PREFIX)
                 if bad or name in kinds or name in columns:
                     raise InvalidRecordError(f"invalid or repeated tensor field name {name!r}")
+                if ragged:  # values + offsets (tensors/jagged.py)
+                    columns[name] = jagged.from_arena(entry, count, arena.view, ext.nbytes, ext.offset)
+                    ref_fields.append(list(entry))
+                    continue
+                name, kind, dtype_name, shape, offset, nbytes = entry
                 dtype = tensors.storage_dtype(kind, dtype_name)
                 shape = _int_list(shape, f"shape of field {name!r}")
                 want = count * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -387,7 +394,7 @@ class TensorPlane:
             raise ProtocolError("get_data fields must be a list of str")
         await topic.field_index()  # before arena_runs, which follows fields written by patches
         if arena is not None and extents is not None and req.args.get("zerocopy", True) and indexes:
-            tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor")]
+            tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor", "jagged")]
             runs = topic.arena_runs(indexes, tensor_fields)
             if runs is not None and not tensor_fields:
                 runs = None  # nothing to map: no hold (the plain fields come as rows below)

@@ -58,8 +58,7 @@ class TensorPuts:
         if n == 0:
             return patch if patch is not None else BatchMeta()
         payload = sum(col.nbytes for col in columns.values())
-        dense = all(isinstance(col, tensors.Column) for col in columns.values())
-        remote = await self._through_arena(topic) if columns and dense else None  # TODO(verltypes): jagged in arena
+        remote = await self._through_arena(topic) if columns else None
         if remote is not None:
             plain = batches.other_rows(other, n, remote.kinds)
             try:

@@ -226,10 +226,14 @@ def from_runs(
     hold = _Hold(release)
     out = Batch()
     out._hold = hold
-    zero = copied = 0
+    # Jagged fields (values + offsets, engine/reader.py jagged_entry) first, the dense ones below.
+    ragged = [entry for run in runs for entry in run if len(entry) == jagged.RUN_ENTRY_LEN]
+    runs = [[entry for entry in run if len(entry) != jagged.RUN_ENTRY_LEN] for run in runs]
+    zero, copied = jagged.from_runs(out, ragged, arena.view, hold.track, mode, device)
     per_field: dict[str, list[tuple[list[Any], np.ndarray]]] = {name: [] for name in fields}
     for run in runs:
-        for name, kind, dtype_name, shape, offset, count, per in run:
+        for entry in run:
+            name, kind, dtype_name, shape, offset, count, per = entry
             owner = arena.view(offset, count * per)
             hold.track(owner)
             arr = owner.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidRecordError
+from ..errors import ConfigError, InvalidRecordError, ProtocolError
+from .arena import FIELD_ALIGN_BYTES
 
 KIND = "jagged"
 RAGGED = -1  # the ragged dimension in a described sample shape
@@ -156,8 +157,114 @@ def to_user(values: np.ndarray, offsets: np.ndarray, dtype_name: str, ragged_dim
         v = v.contiguous()  # a selection of samples along a ragged dimension > 0 (a copy of those samples)
     if device is not None:
         v, o = v.to(device), o.to(device)
-    return torch.nested.nested_tensor_from_jagged(v, o, jagged_dim=ragged_dim + 1)
+    return torch.nested.nested_tensor_from_jagged(v, o, jagged_dim=ragged_dim + 1, **seqlen_bounds(offsets))
+
+
+def seqlen_bounds(offsets: np.ndarray) -> dict[str, Any]:
+    """``min_seqlen``/``max_seqlen`` for ``nested_tensor_from_jagged``: without them torch pads
+    ``to_padded_tensor()`` to the length of all the values together instead of the longest sample."""
+    lengths = np.diff(np.asarray(offsets))
+    return {"min_seqlen": int(lengths.min()), "max_seqlen": int(lengths.max())} if len(lengths) else {}
 
 
 def column_to_user(col: JaggedColumn, device: Any = None) -> Any:
     return to_user(col.values, col.offsets, col.dtype_name, col.ragged_dim, device)
+
+
+def from_arena(entry: Any, count: int, view: Any, limit: int | None, base: int = 0) -> JaggedColumn:
+    """A jagged field of an arena batch from its layout entry (``batches.wire_field``: ``[name, "jagged", dtype,
+    sample shape with one -1, offset, values nbytes, offsets offset, values along the ragged dimension]``),
+    checked: ``view(base + offset, nbytes)`` gives the extent's bytes (``limit``: its size, None when ``view``
+    checks).
+    The offsets are copied (and checked: from 0, ascending, ending at the values' length) so that nothing the
+    producer writes later changes which bytes a sample is."""
+    from .column import storage_dtype  # column imports this module
+
+    _name, kind, dtype_name, shape, offset, nbytes, at, total = entry
+    if kind != KIND or not isinstance(shape, list) or not all(type(d) is int and d >= RAGGED for d in shape):
+        raise ProtocolError(f"jagged field {_name!r}: bad kind or sample shape {shape!r}")
+    if shape.count(RAGGED) != 1 or type(total) is not int or total < 0:
+        raise ProtocolError(f"jagged field {_name!r}: the sample shape needs one -1 and a length >= 0")
+    dtype = storage_dtype(kind, dtype_name)
+    ragged = shape.index(RAGGED)
+    full = [total if d == RAGGED else d for d in shape]
+    want = int(np.prod(full, dtype=np.int64)) * dtype.itemsize
+    ints = all(type(x) is int and x >= 0 for x in (offset, nbytes, at))
+    if not ints or nbytes != want or offset % FIELD_ALIGN_BYTES or at % FIELD_ALIGN_BYTES or at < offset + nbytes:
+        raise ProtocolError(f"jagged field {_name!r}: {nbytes!r} bytes at {offset!r} do not fit {full}")
+    if limit is not None and at + (count + 1) * 8 > limit:
+        raise ProtocolError(f"jagged field {_name!r} lies outside its extent ({limit} bytes)")
+    offsets = np.array(view(base + at, (count + 1) * 8).view("<i8"), dtype=np.int64)
+    if offsets[0] != 0 or offsets[-1] != total or (count and np.any(np.diff(offsets) < 0)):
+        raise ProtocolError(f"jagged field {_name!r}: its offsets do not run from 0 up to {total}")
+    values = view(base + offset, nbytes).view(dtype).reshape(full)
+    return JaggedColumn(str(dtype_name), values, offsets, ragged)
+
+
+def from_views(entry: Any, view: Any, track: Any) -> JaggedColumn:
+    """A jagged run of a ``get_data`` reply (``engine/reader.py`` ``jagged_entry``) as a column over the arena
+    (``view(offset, nbytes)``: a checked uint8 view; ``track(owner)``: keeps the hold while it lives). The
+    offsets come from the broker and are checked against the values before a view is made."""
+    from .column import storage_dtype  # column imports this module
+
+    name, kind, dtype_name, shape, offset, count, total, raw = entry
+    dtype = storage_dtype(kind, dtype_name)
+    if not isinstance(shape, list) or shape.count(RAGGED) != 1 or not isinstance(raw, bytes):
+        raise ProtocolError(f"jagged field {name!r}: a malformed run")
+    if type(count) is not int or type(total) is not int or total < 0 or len(raw) != (count + 1) * 8:
+        raise ProtocolError(f"jagged field {name!r}: {len(raw)} offset bytes for {count!r} samples")
+    offsets = np.frombuffer(raw, dtype="<i8").astype(np.int64)
+    if offsets[0] < 0 or offsets[-1] > total or np.any(np.diff(offsets) < 0):
+        raise ProtocolError(f"jagged field {name!r}: offsets outside the values ({total})")
+    ragged = shape.index(RAGGED)
+    full = [total if d == RAGGED else int(d) for d in shape]
+    owner = view(offset, int(np.prod(full, dtype=np.int64)) * dtype.itemsize)
+    track(owner)
+    col = JaggedColumn(str(dtype_name), owner.view(dtype).reshape(full), offsets, ragged)
+    if offsets[0] or offsets[-1] != total:  # some samples of the block: those, offsets rebased
+        cut: list[slice] = [slice(None)] * len(full)
+        cut[ragged] = slice(int(offsets[0]), int(offsets[-1]))
+        col = JaggedColumn(col.dtype_name, col.values[tuple(cut)], offsets - offsets[0], ragged)
+    return col
+
+
+def joined(name: str, cols: list[JaggedColumn], mode: str, device: Any) -> tuple[Any, bool]:
+    """One field's runs (from one or several puts) as what ``get_data`` returns, and whether that copied: one
+    run is a nested tensor over its views; several are joined (a copy; ``"force"`` refuses), or a list of
+    samples when they differ in dtype, ragged dimension or other dimensions."""
+    if len(cols) == 1:
+        return column_to_user(cols[0], device), not cols[0].values.flags.c_contiguous
+    if mode == "force":
+        raise ConfigError(
+            f"field {name!r}: the samples lie in {len(cols)} separate arena extents (several puts), so one "
+            "nested tensor needs a copy; zerocopy_mode='force' refuses it (ask per put, or use 'auto')"
+        )
+    first = cols[0]
+    if all(c.dtype_name == first.dtype_name and c.ragged_dim == first.ragged_dim for c in cols):
+        samples = [c.sample(i) for c in cols for i in range(c.count)]
+        col = assemble(samples, first.dtype_name, first.ragged_dim)
+        if col is not None:
+            return column_to_user(col, device), True
+    from .column import to_user as tensor_to_user
+
+    each = [(c.dtype_name, c.sample(i)) for c in cols for i in range(c.count)]
+    return [tensor_to_user(np.ascontiguousarray(s), "tensor", d, device) for d, s in each], True
+
+
+RUN_ENTRY_LEN = 8  # a jagged field's entry in a get_data reply's runs (dense fields: 7)
+
+
+def from_runs(
+    out: dict[str, Any], entries: list[Any], view: Any, track: Any, mode: str, device: Any
+) -> tuple[int, int]:
+    """The jagged fields of a ``get_data`` reply into ``out``: one nested tensor per field over arena views
+    (``view``, ``track``: see ``from_views``). Returns (bytes handed over without a copy, bytes copied)."""
+    by_field: dict[str, list[JaggedColumn]] = {}
+    for entry in entries:
+        by_field.setdefault(entry[0], []).append(from_views(entry, view, track))
+    zero = copied = 0
+    for name, cols in by_field.items():
+        out[name], was_copied = joined(name, cols, mode, device)
+        nbytes = sum(c.values.nbytes for c in cols)
+        copied, zero = (copied + nbytes, zero) if was_copied else (copied, zero + nbytes)
+    return zero, copied
