@@ -1,10 +1,11 @@
 """``python -m bench verl``: one verl-shaped training step through persisting's TransferQueue layer and through
 TransferQueue 0.1.11 (the ``transferqueue`` extra), in the same run.
 
-A step, as verl 0.9.1's v1 trainer and agent loop make it: ``--workers`` rollout processes each
-``kv_batch_put`` their trajectories (``--prompts`` prompts x ``--n`` responses in all: jagged int64 prompts,
+A step, as verl 0.9.1's v1 trainer and agent loop make it: the trainer puts the step's prompts (``kv_batch_put``,
+tag ``pending``); ``--workers`` rollout processes set each prompt ``running`` (``kv_put``), ``kv_batch_put`` their
+trajectories (``--prompts`` prompts x ``--n`` responses in all: jagged int64 prompts,
 responses, input_ids, response_mask and float32 rm_scores, a NonTensorStack of dicts, verl's tags) and set each
-prompt's status tag; the trainer lists the partition (``kv_list``), then per data-parallel rank (``--dp``)
+prompt ``finished``; the trainer lists the partition (``kv_list``), then per data-parallel rank (``--dp``)
 ``kv_batch_get``s its share of the token columns, writes ``old_log_probs``, ``ref_log_prob`` and ``values`` back
 column by column (``kv_batch_put``), reads what the update needs, and ``kv_clear``s the step's keys. Time per step
 is from the rollouts' first put to the clear; each backend runs ``--steps`` steps after one warm-up, ``--repeat``
@@ -87,13 +88,30 @@ def _rollout_worker(backend: str, worker: int, attach: str, prompts: int, n: int
         if inbox.get() != "go":
             break
         uids = sorted({k.split("_")[0] for k in keys})
+        for uid in uids:  # the agent loop: running, the sessions' trajectories, then the terminal status
+            tq.kv_put(key=uid, partition_id="train", tag={"status": "running"})
         tq.kv_batch_put(keys=keys, partition_id="train", fields=td, tags=tags)
         for uid in uids:
-            tq.kv_put(key=uid, partition_id="train", tag={"is_prompt": True, "status": "finished",
-                                                           "global_steps": step})  # fmt: skip
+            tq.kv_put(key=uid, partition_id="train", tag={"status": "finished"})
         outbox.put(("done", worker, None))
     if backend == "persisting":
         tq.close()
+
+
+def _dispatch(tq: Any, step: int, workers: int, prompts: int) -> None:
+    import torch
+    from tensordict import NonTensorStack, TensorDict
+
+    uids = [f"w{w}s{step}p{p}" for w in range(workers) for p in range(prompts)]
+    fields = TensorDict(
+        {
+            "raw_prompt": NonTensorStack(*[[{"role": "user", "content": u}] for u in uids]),
+            "index": torch.arange(len(uids)),
+        },
+        batch_size=[len(uids)],
+    )
+    tags = [{"is_prompt": True, "status": "pending", "global_steps": step} for _ in uids]
+    tq.kv_batch_put(keys=uids, partition_id="train", fields=fields, tags=tags)
 
 
 def _train_step(tq: Any, dp: int) -> int:
@@ -197,6 +215,7 @@ def run_one(backend: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             for _ in procs:
                 assert outbox.get(timeout=300)[0] == "made"
             t0 = time.perf_counter()
+            _dispatch(tq, step, args.workers, per_worker)  # the trainer puts the step's prompts (pending)
             for box in inboxes:
                 box.put("go")
             for _ in procs:

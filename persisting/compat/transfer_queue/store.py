@@ -160,11 +160,14 @@ class KVStore:
             await self._write(partition, [indexes[n] for n in old], _select_rows(fields, old))
         if tags is not None:
             await self.data.set_custom_meta(_pmeta(partition, indexes, tags))
+        if not old:  # every key new: what is stored is what was given (no round trip to describe it)
+            names = sorted(fields.keys()) if fields is not None else []  # noqa: SIM118 (a TensorDict's keys)
+            given = [dict(t) for t in tags] if tags is not None else [{} for _ in keys]
+            return KVBatchMeta(list(keys), given, partition, names, {})
         meta = await self._tq_meta(partition, indexes)
         return KVBatchMeta(list(keys), meta.custom_meta, partition, meta.field_names, {})
 
     async def kv_batch_get(self, keys: list[str], partition: str, select_fields: list[str] | None) -> Any:
-        await self.index.catch_up()
         meta = await self.retrieve_meta(keys, partition, create=False)
         if meta.size == 0:
             raise ValueError("keys or partition were not found!")
