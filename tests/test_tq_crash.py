@@ -68,26 +68,28 @@ class Proc:
         return begun[-1] if len(begun) > len(self.acked()) else None
 
 
-def broker_pid(run_dir: Path) -> int | None:
+def broker_pid(run_dir: Path, name: str = "transfer_queue.json") -> int | None:
     try:
-        return int(json.loads((run_dir / "persisting" / "transfer_queue.json").read_text())["pid"])
+        return int(json.loads((run_dir / "persisting" / name).read_text())["pid"])
     except (OSError, ValueError, KeyError):
         return None
 
 
 def stop_broker(run_dir: Path) -> None:
-    pid = broker_pid(run_dir)
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 60
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if Path(f"/proc/{pid}").exists():
-        os.kill(pid, signal.SIGKILL)
+    """Stop every broker a discovery file under ``run_dir`` names (one per Ray cluster scope)."""
+    for found in (run_dir / "persisting").glob("transfer_queue*.json"):
+        pid = broker_pid(run_dir, found.name)
+        if pid is None:
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("victim", ["broker", "rollout", "trainer"])

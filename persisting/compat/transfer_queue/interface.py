@@ -33,6 +33,15 @@ def init(conf: Any = None) -> Any:
             plane = connect(conf)
             if plane.owner and plane.section.get("fresh"):
                 _engine.run(_clear_everything(plane))
+            elif plane.owner:
+                found = _engine.run(plane.store.kv_list(None))
+                if any(found.values()):
+                    logger.warning(
+                        "persisting: this run resumes %s keys of partitions %s left on its storage by an earlier run "
+                        "(a new experiment: conf persisting.fresh=true, or another persisting.storage_path)",
+                        sum(len(v) for v in found.values()),
+                        sorted(p for p, v in found.items() if v),
+                    )
             _plane, _client = plane, TransferQueueClient(plane.store)
     return conf
 

@@ -2,9 +2,10 @@
 
 ``init(conf)`` in the first process starts a broker (a subprocess in its own session, so that it outlives a
 kill -9 of the process that started it: what it acknowledged is on disk and the next ``init`` attaches to it),
-unless ``PERSISTING_BROKER`` names one. Where it listens is written to ``transfer_queue.json`` in the runtime
-folder (``$XDG_RUNTIME_DIR/persisting``, else ``<tmp>/persisting-<uid>``), so ``init()`` in any other process of
-the node (Ray workers included, whatever their working directory) attaches to the same broker. Only the process
+unless ``PERSISTING_BROKER`` names one. Where it listens is written to ``transfer_queue[-<ray cluster>].json`` in
+the runtime folder (``$XDG_RUNTIME_DIR/persisting``, else ``<tmp>/persisting-<uid>``), so ``init()`` in any other
+process of the node (Ray workers included, whatever their working directory) attaches to the same broker, and two
+runs with their own Ray clusters get a data plane each. Only the process
 that started the broker stops it in ``close()``; ``close()`` elsewhere only lets go of it.
 
 Configuration (``conf`` is TransferQueue's config; persisting reads only its optional ``persisting`` section)::
@@ -15,12 +16,16 @@ Configuration (``conf`` is TransferQueue's config; persisting reads only its opt
     persisting.arena_bytes    the broker's shared-memory arena (default 1 GiB)
     persisting.topic          the topic name (default "transfer_queue")
     persisting.fresh          true: clear every partition at init (a new run on old storage)
+    persisting.metrics        the broker's Prometheus endpoint, "HOST:PORT" (default off)
+    persisting.objects        "pickle" (default: NonTensorStack entries pickled in the clients) or "codec"
+    persisting.durability     "process" (default: survives kill -9 of any process) or "sync" (power loss too)
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -49,8 +54,19 @@ def runtime_dir() -> Path:
     return path
 
 
+def scope() -> str:
+    """What tells this run's data plane apart from another's on the node: the Ray cluster when Ray is up (verl
+    calls ``init`` in Ray actors; each run has its own cluster, as TransferQueue has its own controller), else
+    nothing (one data plane per user and node)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ""
+    address = str(ray.get_runtime_context().gcs_address)
+    return "-" + hashlib.sha256(address.encode()).hexdigest()[:12]
+
+
 def discovery_file() -> Path:
-    return runtime_dir() / "transfer_queue.json"
+    return runtime_dir() / f"transfer_queue{scope()}.json"
 
 
 def _section(conf: Any) -> dict[str, Any]:
@@ -96,7 +112,7 @@ def _read_discovery() -> dict[str, Any] | None:
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     """One process at a time finds or starts the broker (two first inits must not start two)."""
-    with open(runtime_dir() / "transfer_queue.lock", "a+") as lock:
+    with open(runtime_dir() / f"transfer_queue{scope()}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -109,11 +125,13 @@ def _start_broker(section: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes]
     if not storage:
         state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         storage = str(Path(state) / "persisting" / "transfer_queue")
-    address = section.get("socket") or f"ipc://{runtime_dir() / 'tq-broker.sock'}"
+    address = section.get("socket") or f"ipc://{runtime_dir() / f'tq-broker{scope()}.sock'}"
     arena = int(section.get("arena_bytes") or DEFAULT_ARENA_BYTES)
-    log_path = runtime_dir() / "tq-broker.log"
+    log_path = runtime_dir() / f"tq-broker{scope()}.log"
     cmd = [sys.executable, "-m", "broker", "--storage-path", str(storage), "--socket", address]
     cmd += ["--arena-bytes", str(arena)]
+    if section.get("metrics"):  # Prometheus, "HOST:PORT" or a port: get_metrics_endpoint() gives it back
+        cmd += ["--metrics", str(section["metrics"])]
     with open(log_path, "ab") as log:
         start = log.tell()
         # Its own session: a signal to the starting process's group (Ctrl-C, a kill of the job) does not stop it.
@@ -139,7 +157,10 @@ class Plane:
         self.address = address
         self.proc = proc
         self.section = section
-        self.metrics_endpoint: str | None = section.get("metrics_endpoint")
+        metrics = section.get("metrics")
+        self.metrics_endpoint: str | None = None
+        if metrics:
+            self.metrics_endpoint = f"127.0.0.1:{metrics}" if str(metrics).isdigit() else str(metrics)
         topic = str(section.get("topic") or "transfer_queue")
         # "process" durability: a put is acknowledged once written to the broker's log (survives kill -9 of any
         # process, not a power loss); TransferQueue keeps everything in RAM, so this is already far more.
@@ -191,4 +212,4 @@ def connect(conf: Any) -> Plane:
 
 def _public(section: dict[str, Any]) -> dict[str, Any]:
     """What attaching processes need to open the same topics."""
-    return {k: section[k] for k in ("topic", "durability") if k in section}
+    return {k: section[k] for k in ("topic", "durability", "objects", "metrics") if k in section}

@@ -161,7 +161,7 @@ class KVStore:
         if tags is not None:
             await self.data.set_custom_meta(_pmeta(partition, indexes, tags))
         if not old:  # every key new: what is stored is what was given (no round trip to describe it)
-            names = sorted(fields.keys()) if fields is not None else []  # noqa: SIM118 (a TensorDict's keys)
+            names = sorted(fields.keys()) if fields is not None else []
             given = [dict(t) for t in tags] if tags is not None else [{} for _ in keys]
             return KVBatchMeta(list(keys), given, partition, names, {})
         meta = await self._tq_meta(partition, indexes)
