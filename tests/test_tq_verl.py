@@ -115,6 +115,7 @@ def test_kv_semantics_verl_relies_on(ours: dict) -> None:
     assert "train" in s["kv_list_all"]["ok"] and "val" in s["kv_list_after"]["ok"]
     assert s["kv_list_unknown"] == {"ok": {}}
     dense = s["dense_comes_back_jagged"]["td"]
+    assert dense["mm"]["nts"][1]["pixel"]["dense"] == [[0.0, 0.0]]  # tensors inside objects
     assert dense["ids"]["offsets"] == [0, 4, 8] and dense["score"] == {"dense": [0.5, 1.5], "dtype": "torch.float32"}
     assert s["padded"] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # to_padded_tensor pads to the longest sample
     assert cols["extra_fields"]["nts"][0]["reward_extra_info"] == {"acc": 0.0}  # dicts come back as dicts
@@ -148,7 +149,9 @@ def test_verls_replay_buffers(ours: dict) -> None:
     assert set(sync["step"]["out"]["td"]) == {"old_log_probs", "values", "rm_scores"}
     dapo = ours["replay_dapo"]
     assert dapo["refills"] == [2]  # g1 (no reward signal) evicted, 2 prompts refilled (sync DAPO: 2k)
+    assert dapo["metrics"]["training/filter_groups/evicted_samples"] == 1
     assert not any(k.startswith("g1") for k in dapo["left"]["train"])
+    assert len({k.split("_")[0] for k in dapo["batch"]["keys"]}) == 3
     asynchronous = ours["replay_async"]
     assert asynchronous["refills"] == [2]  # o1 stale (threshold 2) and o4 failed: evicted, 2 refilled
     assert {k.split("_")[0] for k in asynchronous["batch"]["keys"]} == {"o2", "o3"}

@@ -74,7 +74,8 @@ def train(tq: Any, rng: random.Random) -> None:
 
 def verify(tq: Any) -> None:
     listed = tq.kv_list("train").get("train", {})
-    traj = [k for k, t in listed.items() if not t.get("is_prompt")]
+    # trajectories by their key ({uid}_{session}_0): a prompt whose tag was in flight at the kill has none yet
+    traj = [k for k in listed if k.endswith("_0") and k.count("_") == 2]
     responses: dict[str, int] = {}
     lps: dict[str, float] = {}
     if traj:

@@ -41,12 +41,12 @@ def scenario(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
 def canon(x: Any) -> Any:
     from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
-    if isinstance(x, TensorDictBase):
-        return {"td": {k: canon(x.get(k)) for k in sorted(x.keys())}, "batch": list(x.batch_size)}
-    if isinstance(x, NonTensorStack):
+    if isinstance(x, NonTensorStack):  # before TensorDictBase: a NonTensorStack is one
         return {"nts": [canon(v) for v in x.tolist()]}
     if isinstance(x, NonTensorData):
         return {"ntd": canon(x.data)}
+    if isinstance(x, TensorDictBase):
+        return {"td": {k: canon(x.get(k)) for k in sorted(x.keys())}, "batch": list(x.batch_size)}
     if isinstance(x, torch.Tensor):
         if x.is_nested:
             if x.layout == torch.jagged:
@@ -336,15 +336,15 @@ def replay_sync(tq: Any) -> Any:
 def replay_dapo(tq: Any) -> Any:
     refills: list[int] = []
 
-    def refill(k: int) -> None:
+    def refill(k: int) -> None:  # the trainer's refill: k fresh prompts, rolled out at once here
         refills.append(k)
-        rollout(tq, [f"f{len(refills)}"], 2, seed=10 + len(refills), reward=lambda u, s: float(s))
+        rollout(tq, [f"f{len(refills)}x{i}" for i in range(k)], 2, seed=10 + len(refills), reward=lambda u, s: float(s))
 
-    # g1: identical rewards (no signal) -> evicted and refilled; g2, g3: rewards differ -> sampleable
+    # g1: identical rewards (no signal) -> evicted, 2 prompts refilled (sync DAPO: 2k); g2, g3: rewards differ
     rollout(tq, ["g1"], 2, seed=5, reward=lambda u, s: 1.0)
     rollout(tq, ["g2", "g3"], 2, seed=6, reward=lambda u, s: float(s))
-    rb = _replay_buffer("sync", filter_groups_metric="reward", refill_fn=refill, train_batch_size=2, gen_batch_size=1)
-    batch, metrics = rb.sample(global_steps=1, partition_id="train", batch_size=2)
+    rb = _replay_buffer("sync", filter_groups_metric="reward", refill_fn=refill, train_batch_size=3, gen_batch_size=1)
+    batch, metrics = rb.sample(global_steps=1, partition_id="train", batch_size=3)
     return {"batch": canon(batch), "metrics": canon(metrics), "refills": refills, "left": tq.kv_list()}
 
 
