@@ -28,7 +28,7 @@ def conf(storage: str) -> dict[str, Any]:
 
 
 def rollout(tq: Any, name: str, rng: random.Random) -> None:
-    from .tq_scenarios import trajectories
+    from .tq_shapes import trajectories
 
     for i in range(100_000):
         uid = f"{name}x{i}"
