@@ -13,6 +13,7 @@ process loses nothing a call returned for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -51,11 +52,13 @@ class KVStore:
         await self.index.log.aclose()
 
     # -- what is stored ------------------------------------------------------------------------------
-    async def describe(self, partition: str, indexes: list[int]) -> PBatchMeta:
-        """Every field written for each sample, with its stored tags."""
+    async def describe(
+        self, partition: str, indexes: list[int], tags: Sequence[dict[str, Any]] | None = None
+    ) -> PBatchMeta:
+        """Every field written for each sample, with its stored tags (updated by ``tags`` in the answer only)."""
         if not indexes:
             return PBatchMeta()
-        return await self.data.check_ready(_pmeta(partition, indexes))
+        return await self.data.check_ready(_pmeta(partition, indexes, tags))
 
     @staticmethod
     def common_fields(described: PBatchMeta) -> list[str]:
@@ -79,8 +82,12 @@ class KVStore:
             logger.warning("Keys %s were not found in partition %s; they are left out", missing[:10], partition)
         return await self._tq_meta(partition, [i for _, i in found])
 
-    async def _tq_meta(self, partition: str, indexes: list[int]) -> BatchMeta:
-        described = await self.describe(partition, indexes)
+    async def _tq_meta(
+        self, partition: str, indexes: list[int], tags: Sequence[dict[str, Any]] | None = None
+    ) -> BatchMeta:
+        """The keys' samples as TransferQueue's BatchMeta: the fields all of them have, their stored tags (merged
+        with ``tags``, not stored by this)."""
+        described = await self.describe(partition, indexes, tags)
         common = self.common_fields(described)
         schema: dict[str, dict[str, Any]] = {}
         if described.samples:
@@ -156,16 +163,21 @@ class KVStore:
                 known[n] = i
         indexes = [int(i) for i in known if i is not None]
         old = [n for n in range(len(keys)) if n not in set(new)]
+        written = sorted(fields.keys()) if fields is not None else []
+        writes = []
         if fields is not None and old:
-            await self._write(partition, [indexes[n] for n in old], _select_rows(fields, old))
+            writes.append(self._write(partition, [indexes[n] for n in old], _select_rows(fields, old)))
         if tags is not None:
-            await self.data.set_custom_meta(_pmeta(partition, indexes, tags))
+            writes.append(self.data.set_custom_meta(_pmeta(partition, indexes, tags)))
         if not old:  # every key new: what is stored is what was given (no round trip to describe it)
-            names = sorted(fields.keys()) if fields is not None else []
+            await asyncio.gather(*writes)
             given = [dict(t) for t in tags] if tags is not None else [{} for _ in keys]
-            return KVBatchMeta(list(keys), given, partition, names, {})
-        meta = await self._tq_meta(partition, indexes)
-        return KVBatchMeta(list(keys), meta.custom_meta, partition, meta.field_names, {})
+            return KVBatchMeta(list(keys), given, partition, written, {})
+        # The answer (stored tags merged with these, the fields every key has) is described while the writes run:
+        # check_ready merges the given tags into the stored ones, and the written fields are every key's now.
+        _, meta = await asyncio.gather(asyncio.gather(*writes), self._tq_meta(partition, indexes, tags))
+        names = sorted(set(meta.field_names) | set(written))
+        return KVBatchMeta(list(keys), meta.custom_meta, partition, names, {})
 
     async def kv_batch_get(self, keys: list[str], partition: str, select_fields: list[str] | None) -> Any:
         meta = await self.retrieve_meta(keys, partition, create=False)
