@@ -1,7 +1,8 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
 ``python -m bench arena``; ``python -m bench samples``; ``python -m bench jagged``; ``python -m bench storage``
 (needs the s3 extra); each takes ``--plot DIR`` (PNG charts of the run); ``python -m bench pq`` (persist-queue's
-API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format console|rst|json``)"""
+API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format console|rst|json``); ``python -m bench
+verl`` (a verl-shaped step through persisting's TransferQueue layer and TransferQueue 0.1.11)"""
 
 from __future__ import annotations
 
@@ -321,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         from .pq_bench import main as pq_main
 
         return pq_main(args_list[1:])
+    if args_list[:1] == ["verl"]:
+        from .verl_bench import main as verl_main
+
+        return verl_main(args_list[1:])
     args = _parser().parse_args(args_list)
     revision = _git_revision()  # before the run: the code measured is the code imported now
     if args.bench == "broker":

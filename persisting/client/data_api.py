@@ -81,12 +81,15 @@ class DataAPI:
     async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
         """The same samples with each field's current production status (``FieldMeta.production_status``,
         ``SampleMeta.is_ready``, ``BatchMeta.is_ready``): for ``fields``, or the fields the meta names. Takes
-        nothing; partitions stay as they are, tags are the stored ones updated by the meta's own."""
+        nothing; partitions stay as they are, tags are the stored ones updated by the meta's own. A meta naming no
+        field (built from global indexes) is described with every field written for its samples."""
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"check_ready takes a BatchMeta, got {type(batch_meta).__qualname__}")
         if isinstance(fields, str):
             raise ConfigError("fields must be a list of field names, not one str")
-        wanted = [str(f) for f in fields] if fields is not None else batches.wanted_fields(batch_meta)
+        wanted: list[str] | None = [str(f) for f in fields] if fields is not None else batches.wanted_fields(batch_meta)
+        if not wanted and fields is None:
+            wanted = None  # a meta naming no field: describe every field written for its samples
         indexes = batch_meta.global_indexes
         if not indexes:
             return batch_meta
