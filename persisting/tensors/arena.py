@@ -34,11 +34,13 @@ log frame that points into an arena can tell whether the file it finds at start-
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import mmap
 import os
 import struct
 import uuid
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +55,16 @@ FIELD_ALIGN_BYTES = 64
 _HEADER = struct.Struct("<8sII Q 16s")
 SHM_DIR = Path("/dev/shm")
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
+PAGE_BYTES = mmap.PAGESIZE
+
+# mmap(2) and munmap(2) themselves: Python's mmap object (before 3.13's trackfd=False) dups the file descriptor for
+# each mapping, and a consumer may keep thousands of get_data results alive; a raw mapping costs no descriptor.
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def align_up(n: int, to: int) -> int:
@@ -136,7 +148,38 @@ class Arena:
         return cls(path, fd, mm, size_bytes, generation, owner=False)
 
     def view(self, offset: int, nbytes: int, *, writable: bool = False) -> np.ndarray:
-        """A uint8 view of ``[offset, offset + nbytes)``, checked against the mapping (offsets come from a peer)."""
+        """A uint8 view of ``[offset, offset + nbytes)`` in the shared mapping, checked against the mapping (offsets
+        come from a peer). Writable only for producers (puts, reservations); consumers get ``private`` arrays."""
+        self._check(offset, nbytes)
+        # Straight from the mapping, not a slice of _bytes: each view then owns its base, so a finalizer on it
+        # tells when every array made from it is gone (consumers' holds are released that way).
+        out = np.frombuffer(self._mm, dtype=np.uint8, count=nbytes, offset=offset)
+        if not writable:
+            out.flags.writeable = False
+        return out
+
+    def private(self, offset: int, nbytes: int) -> np.ndarray:
+        """A writable uint8 array over ``[offset, offset + nbytes)`` in a mapping of its own, copy-on-write
+        (MAP_PRIVATE): it reads the shared pages without a copy, and a page the caller writes becomes the caller's
+        own copy, which nobody else sees and which goes with the mapping. The mapping is unmapped when the array
+        (and every array made from it) is garbage-collected."""
+        self._check(offset, nbytes)
+        lo = offset - offset % PAGE_BYTES
+        length = max(align_up(offset + nbytes, PAGE_BYTES) - lo, PAGE_BYTES)
+        prot = mmap.PROT_READ | mmap.PROT_WRITE
+        addr = _libc.mmap(None, length, prot, mmap.MAP_PRIVATE, self._fd, lo)
+        if addr is None or addr == _MAP_FAILED:
+            code = ctypes.get_errno()
+            raise StorageError(f"cannot map {length} bytes of the arena {self.path}: {os.strerror(code)}")
+        buf = (ctypes.c_ubyte * length).from_address(addr)
+        # Every array made from ``out`` has ``out`` as its base (numpy stops collapsing bases at the ctypes
+        # buffer), so its finalizer runs once nothing can reach the mapping any more.
+        out = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=offset - lo)
+        unmap = weakref.finalize(out, _libc.munmap, addr, length)
+        unmap.atexit = False  # exit unmaps everything; at exit an array may still be reachable
+        return out
+
+    def _check(self, offset: int, nbytes: int) -> None:
         if (
             type(offset) is not int
             or type(nbytes) is not int
@@ -147,12 +190,6 @@ class Arena:
             raise ProtocolError(
                 f"arena range [{offset!r}, +{nbytes!r}) lies outside the data area [{HEADER_BYTES}, {self.size_bytes})"
             )
-        # Straight from the mapping, not a slice of _bytes: each view then owns its base, so a finalizer on it
-        # tells when every array made from it is gone (consumers' holds are released that way).
-        out = np.frombuffer(self._mm, dtype=np.uint8, count=nbytes, offset=offset)
-        if not writable:
-            out.flags.writeable = False
-        return out
 
     def offset_of(self, address: int) -> int:
         """The file offset of a memory address inside this process's mapping."""
