@@ -81,8 +81,7 @@ class Extents:
             del self._free[i - 1]
             i -= 1
         self._free.insert(i, (off, nbytes))
-        self._freed.set()
-        self._freed = asyncio.Event()
+        self._wake()
 
     async def lease(self, nbytes: int, owner: Peer, timeout: float) -> Extent:
         """An extent of at least ``nbytes`` for ``owner``; waits for space up to ``timeout``, then ``Full``."""
@@ -155,6 +154,12 @@ class Extents:
             ext.persisted = True
             del self._unpersisted[ext.id]
             self._unpersisted_bytes -= ext.nbytes
+        if done:
+            self._wake()  # a lease waiting for space may evict these now, not at its next poll
+
+    def _wake(self) -> None:
+        self._freed.set()
+        self._freed = asyncio.Event()
 
     def _evict_for(self, size: int) -> bool:
         """Free persisted extents nobody holds, oldest first, until ``size`` bytes fit; False if they never do."""

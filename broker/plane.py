@@ -295,7 +295,25 @@ class TensorPlane:
 
     @staticmethod
     def _release_piggybacked(req: Request, extents: Extents, arena: Arena | None) -> None:
-        """Holds a client released since its last request ride along on the next one (no round trip each)."""
+        """Holds a client released since its last request ride along on the next one (no round trip each).
+
+        ``released``: [[arena generation, hold ids, extent ids to abandon], ...] (persisting/client/releases.py);
+        entries of another generation name ids of a broker before a restart and are ignored."""
+        book = req.args.get("released")
+        if book is not None:
+            if not isinstance(book, list) or not all(isinstance(e, list) and len(e) == 3 for e in book):
+                raise ProtocolError("released must be a list of [generation, hold ids, extent ids]")
+            for generation, holds, abandon in book:
+                holds, abandon = _int_list(holds, "released holds"), _int_list(abandon, "released extents")
+                if arena is None or generation != arena.generation or not (holds or abandon):
+                    continue
+                peer = _peer(req)
+                for hold in holds:
+                    extents.release(hold, peer)
+                for extent_id in abandon:
+                    ext = extents.extents.get(extent_id)
+                    if ext is not None and not ext.sealed and ext.owner == peer:
+                        extents.abandon(ext)
         released, abandoned = req.args.get("release"), req.args.get("abandon")
         if released:
             peer = _peer(req)

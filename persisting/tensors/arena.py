@@ -225,12 +225,16 @@ _peer: tuple[int, tuple[int, int]] | None = None
 
 
 def attach_cached(path: Path, generation: bytes) -> Arena:
-    """Map an arena once per process and keep it: views stay valid as long as they live (a restarted broker
-    has a new generation, hence a new entry)."""
+    """Map an arena once per process and keep it. A restarted broker has a new generation, hence a new entry; the
+    entries of older generations of the same path are closed then: their shared memory (an unlinked file) goes
+    as soon as nothing uses it. Consumers' views have mappings of their own (``private``), and an older arena's
+    reservation arrays keep its mapping until they are gone (``close`` leaves a mapping with live views)."""
     key = (str(path), generation)
     arena = _attached.get(key)
     if arena is None:
         arena = _attached[key] = Arena.attach(path, expect_generation=generation)
+        for old in [k for k in _attached if k[0] == key[0] and k != key]:
+            _attached.pop(old).close()
     return arena
 
 

@@ -1,0 +1,108 @@
+"""Arena space this process is done with and has not told its broker yet: holds whose views died, extents leased
+for reservations that were dropped unput. One book per process, per broker address, per arena generation.
+
+Why per process and not per connection: views die whenever the garbage collector says, in any thread, often
+after the event loop that made them has ended (a program that runs ``asyncio.run()`` per step drops the last
+view as that loop closes). The book outlives every loop and connection, and it is emptied three ways, whichever
+comes first:
+
+- the next tensor request of this process to that broker, from any loop, carries it (``take``: no extra round
+  trip);
+- a short timer on the engine loop (``_loop.engine_loop()``, the background loop every client process may
+  start) sends it on that loop's own connection, so a process that stops making requests still gives back;
+- ``aclose()`` of a broker-mode queue sends it before it returns (``flush``).
+
+Why per generation: hold and extent ids start again at 1 in a restarted broker. Each entry names the arena
+generation its ids came from, and the broker ignores entries of another generation, so a view of the old broker
+that dies late can never release the hold, with the same number, that this process got from the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from typing import Any
+
+from .. import errors
+from ..tensors.arena import peer_id
+from . import _loop
+from .connection import connection
+
+FLUSH_DELAY_SECONDS = 0.02  # releases that come together (a batch's views) go in one request
+SEND_TIMEOUT_SECONDS = 10.0
+
+_lock = threading.Lock()
+# address -> generation -> ([hold ids], [extent ids to abandon])
+_book: dict[str, dict[bytes, tuple[list[int], list[int]]]] = {}
+_armed: set[str] = set()
+
+
+def _reset_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+    _book.clear()  # the parent's holds are the parent's to release
+    _armed.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def release(address: str, generation: bytes, hold: int) -> None:
+    """The views of ``hold`` are gone (from a finalizer: any thread, any time, maybe after every loop ended)."""
+    _add(address, generation, hold, None)
+
+
+def abandon(address: str, generation: bytes, extent: int) -> None:
+    """A reservation's extent will never be put (its arrays were dropped, or its put failed or was cancelled)."""
+    _add(address, generation, None, extent)
+
+
+def _add(address: str, generation: bytes, hold: int | None, extent: int | None) -> None:
+    with _lock:
+        holds, extents = _book.setdefault(address, {}).setdefault(generation, ([], []))
+        if hold is not None:
+            holds.append(hold)
+        if extent is not None:
+            extents.append(extent)
+        arm = address not in _armed
+        _armed.add(address)
+    if arm:
+        # RuntimeError: the interpreter is shutting down (no new thread); the broker reaps this process's
+        # holds and leases once it has exited.
+        with contextlib.suppress(RuntimeError):
+            loop = _loop.engine_loop()
+            loop.call_soon_threadsafe(loop.call_later, FLUSH_DELAY_SECONDS, _send_soon, address)
+
+
+def take(address: str) -> list[list[Any]]:
+    """Everything pending for ``address``, as a request's ``released`` argument: [[generation, holds, extents]]."""
+    with _lock:
+        by_generation = _book.pop(address, {})
+    return [[gen, holds, extents] for gen, (holds, extents) in by_generation.items()]
+
+
+def _send_soon(address: str) -> None:
+    """On the engine loop: send what is still pending (no request of the process carried it meanwhile)."""
+    with _lock:
+        _armed.discard(address)
+    released = take(address)
+    if released:
+        task = asyncio.ensure_future(_send(address, released))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+async def flush(address: str) -> None:
+    """Send what is pending for ``address`` now, from the caller's loop (``aclose``)."""
+    released = take(address)
+    if released:
+        await _send(address, released)
+
+
+async def _send(address: str, released: list[list[Any]]) -> None:
+    # Best effort: a broker that is gone has forgotten these holds and leases already.
+    with contextlib.suppress(errors.PersistingError):
+        await connection(address).request(
+            "release", {"released": released, "peer": peer_id()}, timeout=SEND_TIMEOUT_SECONDS
+        )
