@@ -174,7 +174,7 @@ class Arena:
         buf = (ctypes.c_ubyte * length).from_address(addr)
         # Every array made from ``out`` has ``out`` as its base (numpy stops collapsing bases at the ctypes
         # buffer), so its finalizer runs once nothing can reach the mapping any more.
-        out = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=offset - lo)
+        out = np.frombuffer(memoryview(buf), dtype=np.uint8, count=nbytes, offset=offset - lo)
         unmap = weakref.finalize(out, _libc.munmap, addr, length)
         unmap.atexit = False  # exit unmaps everything; at exit an array may still be reachable
         return out
