@@ -173,6 +173,8 @@ class Extents:
         self._wake()  # a lease of this process waiting on its bound may go now
 
     def _may_pin(self, peer: Peer, nbytes: int) -> bool:
+        if self.max_pinned_bytes >= self.size_bytes - HEADER_BYTES:
+            return True  # no bound (PERSISTING_MAX_PINNED_SHARE=1): only space limits a lease
         have = self._pinned.get(peer, 0)
         return have == 0 or have + nbytes <= self.max_pinned_bytes
 

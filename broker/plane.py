@@ -41,7 +41,9 @@ from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
+from . import givebacks
 from .extents import Extents, Peer
+from .givebacks import int_list
 
 log = logging.getLogger("persisting.broker")
 
@@ -77,23 +79,6 @@ def _peer(req: Request) -> Peer:
     if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
         raise ProtocolError(f"{req.op} needs peer = [pid, start time]")
     return (raw[0], raw[1])
-
-
-def _same_arena(req: Request, arena: Arena | None) -> bool:
-    """Whether the extents a request names come from this broker's arena (``generation``, when the client sends
-    it): ids start again at 1 after a restart, so an old id may name an extent the same client leased anew."""
-    generation = req.args.get("generation")
-    if generation is None:
-        return True
-    if not isinstance(generation, bytes):
-        raise ProtocolError(f"{req.op} generation must be bytes")
-    return arena is not None and generation == arena.generation
-
-
-def _int_list(value: Any, what: str) -> list[int]:
-    if not isinstance(value, list) or not all(type(x) is int and x >= 0 for x in value):
-        raise ProtocolError(f"{what} must be a list of ints >= 0")
-    return value
 
 
 class TensorPlane:
@@ -206,7 +191,7 @@ class TensorPlane:
             return await self._samples(req, topic, peer)
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
-        self._release_piggybacked(req, extents, arena, peer)
+        givebacks.apply(req, extents, arena, peer)
         if req.op == "lease":
             nbytes = arg(req, "nbytes", int)
             timeout = req.args.get("timeout")
@@ -227,13 +212,13 @@ class TensorPlane:
     async def _samples(self, req: Request, topic: Topic, peer: Peer | None) -> Reply:
         """Requests about samples: they work without an arena too (data then comes as copies)."""
         if self.extents is not None:
-            self._release_piggybacked(req, self.extents, self.arena, peer)
+            givebacks.apply(req, self.extents, self.arena, peer)
         if req.op == "mark_consumed":
-            indexes = _int_list(req.args.get("indexes"), "indexes")
+            indexes = int_list(req.args.get("indexes"), "indexes")
             await topic.mark_consumed(arg(req, "partition", str), arg(req, "task", str), indexes)
             return Reply(req.id, True, None)
         if req.op == "give_back":
-            indexes = _int_list(req.args.get("indexes"), "indexes")
+            indexes = int_list(req.args.get("indexes"), "indexes")
             topic.give_back(arg(req, "partition", str), arg(req, "task", str), indexes)
             return Reply(req.id, True, None)
         if req.op == "reset_consumption":
@@ -241,7 +226,7 @@ class TensorPlane:
             return Reply(req.id, True, None)
         if req.op == "clear":
             raw = req.args.get("indexes")
-            chosen = None if raw is None else _int_list(raw, "indexes")
+            chosen = None if raw is None else int_list(raw, "indexes")
             return Reply(req.id, True, await topic.clear(arg(req, "partition", str), chosen))
         if req.op == "partitions":
             return Reply(req.id, True, await topic.partitions())
@@ -300,7 +285,7 @@ class TensorPlane:
                 self._drop_hold(data, peer)
             raise ConfigError(f"the samples taken kept being cleared while their data was read ({indexes[:10]})")
         if req.op == "describe":
-            return Reply(req.id, True, await topic.describe(_int_list(req.args.get("indexes"), "indexes")))
+            return Reply(req.id, True, await topic.describe(int_list(req.args.get("indexes"), "indexes")))
         if req.op == "get_data":
             return await self._get(req, topic, peer)
         raise ProtocolError(f"unknown operation {req.op!r}")
@@ -311,38 +296,6 @@ class TensorPlane:
         if type(hold) is int and self.extents is not None and holder is not None:
             self.extents.release(hold, holder)
 
-    @staticmethod
-    def _release_piggybacked(req: Request, extents: Extents, arena: Arena | None, peer: Peer | None) -> None:
-        """Holds a client released since its last request ride along on the next one (no round trip each).
-
-        ``released``: [[arena generation, hold ids, extent ids to abandon], ...] (persisting/client/releases.py);
-        entries of another generation name ids of a broker before a restart and are ignored."""
-        book = req.args.get("released")
-        if book is not None:
-            if not isinstance(book, list) or not all(isinstance(e, list) and len(e) == 3 for e in book):
-                raise ProtocolError("released must be a list of [generation, hold ids, extent ids]")
-            for generation, holds, abandon in book:
-                holds, abandon = _int_list(holds, "released holds"), _int_list(abandon, "released extents")
-                if peer is None or arena is None or generation != arena.generation:
-                    continue
-                for hold in holds:
-                    extents.release(hold, peer)
-                for extent_id in abandon:
-                    ext = extents.extents.get(extent_id)
-                    if ext is not None and not ext.sealed and ext.owner == peer:
-                        extents.abandon(ext)
-        released, abandoned = req.args.get("release"), req.args.get("abandon")
-        if released and peer is not None:
-            for hold in _int_list(released, "release"):
-                extents.release(hold, peer)
-        if abandoned and (peer is None or not _same_arena(req, arena)):
-            _int_list(abandoned, "abandon")  # extents of an arena before a restart: this broker never leased them
-        elif abandoned:
-            for extent_id in _int_list(abandoned, "abandon"):
-                ext = extents.extents.get(extent_id)
-                if ext is not None and not ext.sealed and ext.owner == peer:
-                    extents.abandon(ext)
-
     async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents, peer: Peer) -> list[Any]:
         key = req.args.get("key")
         if isinstance(key, str):
@@ -350,7 +303,7 @@ class TensorPlane:
             done = await topic.recall(key)
             if done is not None:
                 return list(done)
-        if not _same_arena(req, arena):
+        if not givebacks.same_arena(req, arena):
             raise UnknownExtentError(f"extent {req.args.get('extent')!r} was leased from an arena before a restart")
         ext = extents.leased(arg(req, "extent", int), peer)
         try:
@@ -373,7 +326,7 @@ class TensorPlane:
                 if bad or name in kinds or name in columns:
                     raise InvalidRecordError(f"invalid or repeated tensor field name {name!r}")
                 dtype = tensors.storage_dtype(kind, dtype_name)
-                shape = _int_list(shape, f"shape of field {name!r}")
+                shape = int_list(shape, f"shape of field {name!r}")
                 want = count * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
                 if type(offset) is not int or offset % FIELD_ALIGN_BYTES or nbytes != want:
                     raise ProtocolError(f"field {name!r}: {nbytes!r} bytes at {offset!r} do not fit {count}x{shape}")
@@ -387,7 +340,7 @@ class TensorPlane:
             payload = ArenaPayload(ext.id, ref, columns)
             # Sealed before the await: the reaper must not free it if the producer dies while we log it.
             extents.seal(ext, topic.name, 2**62)
-            of = None if req.args.get("of") is None else _int_list(req.args["of"], "of")
+            of = None if req.args.get("of") is None else int_list(req.args["of"], "of")
             first, n = await topic.append(
                 codec.EncodedBatch(rows, all_kinds), partition, req.buffers[0], key, arena=payload, of=of
             )
@@ -413,7 +366,7 @@ class TensorPlane:
 
     async def _get(self, req: Request, topic: Topic, peer: Peer | None, taken: list[int] | None = None) -> Reply:
         arena, extents = self.arena, self.extents
-        indexes = _int_list(req.args.get("indexes"), "indexes") if taken is None else taken
+        indexes = int_list(req.args.get("indexes"), "indexes") if taken is None else taken
         fields = req.args.get("fields")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ProtocolError("get_data fields must be a list of str")

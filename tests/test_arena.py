@@ -180,12 +180,17 @@ def test_every_dtype_through_the_arena(broker: BrokerProcess, seed: int) -> None
 
 
 def test_full_arena_is_backpressure_then_room_after_release(
-    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+    unstarted: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     chunk = np.zeros((3, 1024 * 1024), np.uint8)  # 3 MiB; the arena holds 8 MiB
     # A put may wait for space longer than the client's request timeout: that is Full after its own timeout,
     # not BrokerUnavailableError when the request timeout runs out first.
     monkeypatch.setattr(connection_mod, "REQUEST_TIMEOUT_SECONDS", 1.0)
+    # One process here pins most of the arena with its own views: lift the bound on what one process may pin
+    # (test_trust.py tests the bound).
+    monkeypatch.setenv("PERSISTING_MAX_PINNED_SHARE", "1")
+    broker = unstarted
+    broker.start()
 
     async def go() -> None:
         async with Queue("bp", broker=broker.address) as q:
@@ -456,7 +461,8 @@ def test_the_unpersisted_count_follows_every_extent_transition() -> None:
 
     async def main() -> None:
         ex = Extents(64 * 1024 * 1024)
-        me = peer_id()
+        pid, started = peer_id()
+        me = (pid, started)
         leased: list[Any] = []
         flushed = {"a": 0, "b": 0}
         index = 0

@@ -107,3 +107,61 @@ def test_a_connection_without_peer_credentials_gets_no_arena(tmp_path: Path) -> 
         assert b.stop() == 0
     finally:
         b.ensure_dead()
+
+
+def test_what_each_process_pins_is_counted_through_every_transition() -> None:
+    """The bound's bookkeeping (broker/extents.py) against a recount from scratch, over random leases, seals,
+    holds, releases, abandons, flushes and evictions by several processes; seed printed."""
+    import random
+
+    from broker.extents import Extents
+
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    peers = [(10**7 + i, i) for i in range(3)]  # not running processes: reap() is not called here
+
+    def recount(ex: Extents, peer: tuple[int, int]) -> int:
+        mine = {e.id: e.nbytes for e in ex.extents.values() if not e.sealed and e.owner == peer}
+        mine.update({e.id: e.nbytes for e in ex.extents.values() if peer in e.holds.values()})
+        return sum(mine.values())
+
+    async def main() -> None:
+        ex = Extents(64 * 1024 * 1024, max_pinned_bytes=16 * 1024 * 1024)
+        leased: list[Any] = []
+        holds: list[tuple[int, tuple[int, int]]] = []
+        index = 0
+        for _ in range(3000):
+            step, peer = rng.random(), rng.choice(peers)
+            if step < 0.3:
+                ext = ex.try_lease(rng.choice([4096, 65536, 1 << 20, 20 << 20]), peer)
+                if ext is not None:
+                    leased.append(ext)
+            elif step < 0.5 and leased:
+                ext = leased.pop(rng.randrange(len(leased)))
+                index += 1
+                ex.seal(ext, "t", index)
+            elif step < 0.55 and leased:
+                ex.abandon(leased.pop(rng.randrange(len(leased))))
+            elif step < 0.75:
+                sealed = [e.id for e in ex.extents.values() if e.sealed]
+                chosen = rng.sample(sealed, min(len(sealed), rng.randint(1, 3)))
+                if chosen and ex.may_hold(peer, chosen):
+                    holds.append((ex.hold(chosen, peer), peer))
+            elif step < 0.9 and holds:
+                hold, holder = holds.pop(rng.randrange(len(holds)))
+                assert ex.release(hold, holder)
+            elif step < 0.97:
+                ex.persisted("t", rng.randint(0, index + 1))
+            else:
+                ex._evict_for(1 << 20)
+            for p in peers:
+                pinned = ex.pinned_bytes(p)
+                assert pinned == recount(ex, p), f"seed {seed}"
+        for hold, holder in holds:
+            ex.release(hold, holder)
+        for ext in leased:
+            ex.abandon(ext)
+        assert all(ex.pinned_bytes(p) == 0 for p in peers), f"seed {seed}"
+
+    asyncio.run(main())
