@@ -141,6 +141,7 @@ def run_arena_bench(
     tq_ref: bool = True,
     progress: bool = True,
     plot: bool = False,
+    consumer_reads: bool = False,
 ) -> ArenaBenchResult:
     t_start = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
@@ -155,6 +156,7 @@ def run_arena_bench(
         "torch": torch_ref,
         "transferqueue": (tq_missing() if tq_ref else "not measured: --no-transferqueue") or "measured",
         "seed": seed,
+        "consumer_reads": consumer_reads,
     }
     plan: list[tuple[Shape, int]] = [(SMALL, small_batches), (LARGE, large_batches)]
     n_paths = 2 if torch_ref else 1
@@ -175,7 +177,18 @@ def run_arena_bench(
                 bar.set_description(f"arena {shape.key} {'paced' if paced else 'stream'}")
                 rows.append(
                     run_arena_case(
-                        ctx, base, shape, count, paced, arena_bytes, seed, first, result, bar.update, watch_flushes=plot
+                        ctx,
+                        base,
+                        shape,
+                        count,
+                        paced,
+                        arena_bytes,
+                        seed,
+                        first,
+                        result,
+                        bar.update,
+                        watch_flushes=plot,
+                        reads=consumer_reads,
                     )
                 )
                 if not paced:
@@ -194,11 +207,12 @@ def run_arena_bench(
                             bar.update,
                             reserve=True,
                             watch_flushes=plot,
+                            reads=consumer_reads,
                         )
                     )
                 if torch_ref:
                     bar.set_description(f"torch.mp {shape.key} {'paced' if paced else 'stream'}")
-                    rows.append(run_torch_case(shape, count, paced, seed, first, result, bar.update))
+                    rows.append(run_torch_case(shape, count, paced, seed, first, result, bar.update, consumer_reads))
             for r in rows:
                 r.memcpy_gbps = mem.gbps
             result.rows += rows
