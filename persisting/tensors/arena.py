@@ -1,4 +1,5 @@
-"""The shared-memory arena: one file in /dev/shm, created once by the broker, mapped once by every client.
+"""The shared-memory arena: one file in /dev/shm, created once by the broker; producers map it once, consumers see
+it through mappings of their own.
 
 Layout of the file (all integers little-endian)::
 
@@ -14,7 +15,9 @@ Layout of the file (all integers little-endian)::
 Extents start on EXTENT_ALIGN_BYTES boundaries; inside an extent each field of a batch starts on a
 FIELD_ALIGN_BYTES boundary (so any dtype's view is aligned). Which byte ranges are extents, and in which state,
 is the broker's memory only (``broker/extents.py``): clients never trust the file for that, and they check every
-offset and length the broker sends against their mapping before they make a view (``Arena.view``).
+offset and length the broker sends against the arena's size before they map or view it (``Arena._check``).
+Extents start on 4 KiB pages; where pages are larger, a consumer's private mapping may cover a neighbour's bytes
+too, which is harmless: it never reads them, and what it writes there is its own copy.
 
 Life of an extent (broker side)::
 
@@ -23,7 +26,31 @@ Life of an extent (broker side)::
      │                       └──owner died / failed put──────┼──────────────────────────┴──▶ no holds: free
      └────────────────────────────────────────────────────────┘
     get_data adds a hold per consumer (sealed or cached); release, or the consumer's death, drops it. A cached
-    extent is still served as views; once evicted its samples are read back from Lance.
+    extent is still served as views; once evicted its samples are read back from Lance. Leases and holds belong
+    to the process the kernel names for the connection (``broker/peers.py``), bounded per process
+    (``broker/extents.py``).
+
+Who maps what (decision: copy-on-write views for consumers; docs/concepts/consumer-isolation.md)::
+
+    arena file (tmpfs pages) ◀─────────── MAP_SHARED, read+write, one per process (``attach``, MAP_POPULATE):
+      │                                   producers write puts and reservations here; the broker reads them
+      │                                   (log replay, flush) through its own shared mapping
+      └──◀ MAP_PRIVATE, read+write, one per get_data call (``private``), over the pages of its extents:
+           reads share the tmpfs pages (no copy); a page the consumer writes becomes its own anonymous copy
+           (copy-on-write), which no other call, process or flush sees; unmapped when the last array made from
+           the call is garbage-collected, then the hold goes back (``client/releases.py``)
+
+    one get_data call:   mapped ──(views alive)──▶ last view collected ──▶ munmap (its written pages freed)
+                                                                          └─▶ hold released to the broker
+
+Why this and not read-only views: numpy's read-only flag does not stop ``torch.from_numpy``, and a PROT_READ
+mapping turns a consumer's in-place ``x += 1`` into SIGSEGV. A private mapping per call (not one per process
+with madvise(MADV_DONTNEED) when a hold ends) also keeps two calls of one process apart: a write through one
+call's views never shows in another's. Its cost is the mmap/munmap per call and page faults on first touch
+(the shared mapping is pre-faulted): measured in ``python -m bench arena --consumer-reads``. The consumer's own
+pages stay valid after ``Batch.release()``, after the broker's death and the file's unlink (they show what was
+there, or the consumer's writes); pages it did not write show the file, so after ``release()`` they may show a
+later batch that reused the space (hence: do not use views after ``release()``).
 
 The file is created, sized with ``posix_fallocate`` (tmpfs allocates and zeroes every page now, so a put never
 takes a first-touch fault and a too-small /dev/shm fails at start with a clear error instead of SIGBUS later),
