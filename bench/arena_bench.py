@@ -16,6 +16,8 @@ batch order (``arena_pair``).
 - ``torch.multiprocessing.Queue`` (``arena_torch``): the same batches copied into shared-memory tensors.
 - ``TransferQueue 0.1.11`` (``arena_transferqueue``, the ``transferqueue`` extra): the same batches through its
   controller and a storage unit on a small local Ray, run after every other case (Ray is up only meanwhile).
+- ``consumer ... view`` (``arena_views``): what a consumer's copy-on-write view costs against the shared mapping
+  consumers used before, in this process, without the pipeline (the view itself, and reading every byte).
 - ``memcpy``: ``np.copyto`` of the same batches into a preallocated, pre-faulted destination ring (larger than any
   cache), one thread, in this process: the bandwidth bound of one copy.
 
@@ -42,6 +44,7 @@ from .arena_pair import ArenaBenchResult, Row
 from .arena_persisting import run_arena_case
 from .arena_torch import run_torch_case
 from .arena_transferqueue import run_tq_case
+from .arena_views import run_view_cost
 from .broker_server import log_lines
 from .measure import Tick
 from .tq_cluster import tq_cluster, tq_missing
@@ -169,7 +172,7 @@ def run_arena_bench(
                 continue
             bar.set_description(f"memcpy {shape.key}")
             mem = run_memcpy(shape, n, seed)
-            rows = [mem]
+            rows = [mem, *run_view_cost(shape, n, seed)]
             for paced, count in ((False, n), (True, paced_batches)):
                 if not count:
                     continue

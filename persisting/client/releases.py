@@ -33,7 +33,8 @@ from .connection import connection
 FLUSH_DELAY_SECONDS = 0.02  # releases that come together (a batch's views) go in one request
 SEND_TIMEOUT_SECONDS = 10.0
 
-_lock = threading.Lock()
+# Reentrant: a finalizer (a view collected by the garbage collector) may run inside a section that holds it.
+_lock = threading.RLock()
 # address -> generation -> ([hold ids], [extent ids to abandon])
 _book: dict[str, dict[bytes, tuple[list[int], list[int]]]] = {}
 _armed: set[str] = set()
@@ -41,7 +42,7 @@ _armed: set[str] = set()
 
 def _reset_after_fork() -> None:
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     _book.clear()  # the parent's holds are the parent's to release
     _armed.clear()
 
