@@ -2,9 +2,10 @@
 
 Two ways a batch travels. The copy path (embedded mode, ``zerocopy_mode="off"``, or no arena): each sample
 becomes a row whose tensor fields hold encoded bytes, exactly like records. The arena path (broker mode): the
-producer writes each field's whole batch once into a leased extent (``layout``), and consumers get views of the
-broker's arena (``from_runs``), kept alive by reference: when the last array made from a ``get_data`` call is
-garbage-collected the broker is told to release it.
+producer writes each field's whole batch once into a leased extent (``layout``), and consumers get copy-on-write
+views of the broker's arena (``from_runs``: a private mapping per call, so what a consumer writes stays its own),
+kept alive by reference: when the last array made from a ``get_data`` call is garbage-collected the mapping goes
+and the broker is told to release the hold.
 """
 
 from __future__ import annotations
