@@ -192,3 +192,47 @@ def test_writes_after_release_and_after_the_broker_is_gone_do_not_crash(arena_br
             _check_original(await _get(q, "b", False), "after the killed broker's restart")
 
     asyncio.run(go())
+
+
+def test_a_producer_writing_its_reservation_after_put_changes_nothing_stored(arena_broker: BrokerProcess) -> None:
+    """A reservation's arrays are the producer's own mapping of the arena; once put, it is remapped copy-on-write
+    in place: a torch tensor of it that the producer still writes (numpy arrays turn read-only) changes its own
+    copy only, not what consumers read nor what is flushed."""
+
+    async def go() -> None:
+        async with Queue("res", broker=arena_broker.address) as q:
+            r = await q.reserve({"t": ((512,), torch.int64), "x": ((1024,), np.float32)}, N, "p")
+            t, x = r["t"], r["x"]
+            t[:] = _originals()["t"]
+            x[:] = _originals()["x"]
+            await q.put(r)
+            t.add_(5)  # after the put: the producer's own copy from now on
+            assert int(t[0, 0]) == 5 and not x.flags.writeable
+            data = await q.get_data(await q.get_meta(["t", "x"], N, "a", "p"))
+            assert torch.equal(data["t"], _originals()["t"])
+            await q.flush()
+            del data
+            await _until_no_holds(arena_broker.address)
+            await q.put({"big": np.zeros((1, ARENA_BYTES - 3 * 4096), np.uint8)}, partition_id="big")
+            stored = await q.get_data(await q.get_meta(["t", "x"], N, "b", "p"))
+            assert torch.equal(stored["t"], _originals()["t"]), "the flush stored the producer's late write"
+            assert int(t[0, 0]) == 5
+
+    asyncio.run(go())
+
+
+def test_a_producer_writing_an_abandoned_reservation_changes_no_later_batch(arena_broker: BrokerProcess) -> None:
+    """An abandoned reservation's space goes to the next lease; a torch tensor of it the producer still writes
+    must not change the batch that is put there next."""
+
+    async def go() -> None:
+        async with Queue("aband", broker=arena_broker.address) as q:
+            r = await q.reserve({"t": ((512,), torch.int64)}, N, "p")
+            t = r["t"]
+            await r.abandon()
+            await q.put({"t": _originals()["t"]}, partition_id="p")  # may lease the same space
+            t.fill_(-1)
+            data = await q.get_data(await q.get_meta(["t"], N, "a", "p"))
+            assert torch.equal(data["t"], _originals()["t"])
+
+    asyncio.run(go())
