@@ -200,7 +200,8 @@ class Arena:
     def shared(self, offset: int, nbytes: int) -> tuple[np.ndarray, Window]:
         """A writable uint8 array over ``[offset, offset + nbytes)`` in a shared mapping of its own (a reservation:
         the producer's writes reach the file), and what ``freeze`` needs to turn it copy-on-write later."""
-        return self._window(offset, nbytes, mmap.MAP_SHARED)
+        # Populated: the producer writes all of it, and a write fault maps one page at a time (no fault-around).
+        return self._window(offset, nbytes, mmap.MAP_SHARED | mmap.MAP_POPULATE)
 
     def freeze(self, window: Window) -> bool:
         """Remap a ``shared`` window copy-on-write in place (same address, same pages): arrays on it keep working,
