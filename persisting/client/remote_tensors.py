@@ -17,6 +17,7 @@ process leased from the new one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import uuid
@@ -52,13 +53,13 @@ class ReservedExtent:
     window: Window | None = None  # the producer's own shared mapping of it (``Arena.shared``), frozen once put
 
 
-def _abandon_soon(lease: ReservedExtent, address: str) -> None:
+def _abandon_soon(lease: ReservedExtent, address: str, loop: asyncio.AbstractEventLoop | None) -> None:
     """Give a reserved extent back without waiting (a failed or cancelled put, or its arrays were garbage-collected
     unput); from any thread. A sealed extent is left alone by the broker, so a late abandon is harmless."""
     if lease.spent:
         return
     lease.spent = True
-    releases.abandon(address, lease.arena.generation, lease.extent)
+    releases.abandon(address, lease.arena.generation, lease.extent, loop)
 
 
 class ArenaClient:
@@ -217,7 +218,7 @@ class ArenaClient:
     def watch_reserved(self, owner: np.ndarray, lease: ReservedExtent) -> None:
         """Give ``lease`` back once ``owner`` (the uint8 view every array of the reservation is made from) is
         garbage-collected, if it was neither put nor abandoned by then: nothing can write into it any more."""
-        done = weakref.finalize(owner, _abandon_soon, lease, self._address)
+        done = weakref.finalize(owner, _abandon_soon, lease, self._address, asyncio.get_running_loop())
         done.atexit = False  # at exit the broker reaps what this process leased
 
     async def abandon_reserved(self, lease: ReservedExtent) -> None:
@@ -231,7 +232,7 @@ class ArenaClient:
 
     def abandon_reserved_soon(self, lease: ReservedExtent) -> None:
         """``abandon_reserved`` without waiting for the reply (from an ``except`` that may be a cancellation)."""
-        _abandon_soon(lease, self._address)
+        _abandon_soon(lease, self._address, asyncio.get_running_loop())
 
     async def _move(self, lease: ReservedExtent, timeout: float) -> None:
         """Copy a reservation into a fresh extent after its own was lost to a broker restart."""
@@ -265,9 +266,10 @@ class ArenaClient:
             data = batches.from_rows(rows, result["kinds"], fields, device)
             return data, 0, len(buffers[0])
         address, hold, generation = self._address, result["hold"], bytes(result["generation"])
+        loop = asyncio.get_running_loop()
 
         def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
-            releases.release(address, generation, hold)
+            releases.release(address, generation, hold, loop)
 
         try:
             arena = await self._arena(generation)
