@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
@@ -32,7 +31,7 @@ import numpy as np
 
 from .. import errors
 from ..tensors import batches
-from ..tensors.arena import Arena, Window, attach_cached, peer_id
+from ..tensors.arena import Arena, attach_cached, peer_id
 from ..tensors.column import Column
 from ..wire.codec import EncodedBatch
 from . import releases
@@ -50,7 +49,6 @@ class ReservedExtent:
     nbytes: int  # the bytes the reservation's layout uses (the extent may be larger)
     arena: Arena
     spent: bool = False  # sealed, or given back: nothing more to tell the broker about it
-    window: Window | None = None  # the producer's own shared mapping of it (``Arena.shared``), frozen once put
 
 
 def _abandon_soon(lease: ReservedExtent, address: str, loop: asyncio.AbstractEventLoop | None) -> None:
@@ -237,13 +235,8 @@ class ArenaClient:
     async def _move(self, lease: ReservedExtent, timeout: float) -> None:
         """Copy a reservation into a fresh extent after its own was lost to a broker restart."""
         extent, base, arena = await self._lease(lease.nbytes, timeout)
-        if lease.window is None:
-            source = lease.arena.view(lease.base, lease.nbytes)
-        else:  # the producer's own mapping of the old file (this process may have closed its arena since)
-            addr, _length, lo = lease.window
-            source = np.ctypeslib.as_array((ctypes.c_ubyte * lease.nbytes).from_address(addr + lease.base - lo))
-        arena.view(base, lease.nbytes, writable=True)[:] = source
-        lease.extent, lease.base, lease.arena, lease.window = extent, base, arena, None
+        arena.view(base, lease.nbytes, writable=True)[:] = lease.arena.view(lease.base, lease.nbytes)
+        lease.extent, lease.base, lease.arena = extent, base, arena
 
     async def _give_back(self, spare: list[Any]) -> None:
         """Return an extent leased ahead and not used (the next batch did not fit in it)."""

@@ -42,9 +42,6 @@ Who maps what (decision: copy-on-write views for consumers; docs/concepts/consum
 
     one get_data call:   mapped ──(views alive)──▶ last view collected ──▶ munmap (its written pages freed)
                                                                           └─▶ hold released to the broker
-    one reservation:     MAP_SHARED of its extent (``shared``) ──put or abandoned──▶ remapped MAP_PRIVATE in
-                         place (``freeze``: same address, so its torch tensors keep working and late writes stay
-                         the producer's) ──last array collected──▶ munmap
 
 Why this and not read-only views: numpy's read-only flag does not stop ``torch.from_numpy``, and a PROT_READ
 mapping turns a consumer's in-place ``x += 1`` into SIGSEGV. A private mapping per call (not one per process
@@ -95,8 +92,6 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.munmap.restype = ctypes.c_int
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
-_MAP_FIXED = 0x10  # asm-generic (x86-64, arm64, riscv, ppc, s390); Python's mmap module does not name it
-Window = tuple[int, int, int]  # a mapping of its own: (address, length, file offset)
 
 
 def align_up(n: int, to: int) -> int:
@@ -195,31 +190,11 @@ class Arena:
         (MAP_PRIVATE): it reads the shared pages without a copy, and a page the caller writes becomes the caller's
         own copy, which nobody else sees and which goes with the mapping. The mapping is unmapped when the array
         (and every array made from it) is garbage-collected."""
-        return self._window(offset, nbytes, mmap.MAP_PRIVATE)[0]
-
-    def shared(self, offset: int, nbytes: int) -> tuple[np.ndarray, Window]:
-        """A writable uint8 array over ``[offset, offset + nbytes)`` in a shared mapping of its own (a reservation:
-        the producer's writes reach the file), and what ``freeze`` needs to turn it copy-on-write later."""
-        # Populated: the producer writes all of it, and a write fault maps one page at a time (no fault-around).
-        return self._window(offset, nbytes, mmap.MAP_SHARED | mmap.MAP_POPULATE)
-
-    def freeze(self, window: Window) -> bool:
-        """Remap a ``shared`` window copy-on-write in place (same address, same pages): arrays on it keep working,
-        and what is written through them from now on stays in this process. False if this arena is closed or the kernel
-        refused (ENOMEM): the window then stays shared."""
-        addr, length, lo = window
-        if self._fd < 0:
-            return False
-        prot = mmap.PROT_READ | mmap.PROT_WRITE
-        got = _libc.mmap(addr, length, prot, mmap.MAP_PRIVATE | _MAP_FIXED, self._fd, lo)
-        return bool(got == addr)
-
-    def _window(self, offset: int, nbytes: int, flags: int) -> tuple[np.ndarray, Window]:
         self._check(offset, nbytes)
         lo = offset - offset % PAGE_BYTES
         length = max(align_up(offset + nbytes, PAGE_BYTES) - lo, PAGE_BYTES)
         prot = mmap.PROT_READ | mmap.PROT_WRITE
-        addr = _libc.mmap(None, length, prot, flags, self._fd, lo)
+        addr = _libc.mmap(None, length, prot, mmap.MAP_PRIVATE, self._fd, lo)
         if addr is None or addr == _MAP_FAILED:
             code = ctypes.get_errno()
             raise StorageError(f"cannot map {length} bytes of the arena {self.path}: {os.strerror(code)}")
@@ -229,7 +204,7 @@ class Arena:
         out = np.frombuffer(memoryview(buf), dtype=np.uint8, count=nbytes, offset=offset - lo)
         unmap = weakref.finalize(out, _libc.munmap, addr, length)
         unmap.atexit = False  # exit unmaps everything; at exit an array may still be reachable
-        return out, (addr, length, lo)
+        return out
 
     def _check(self, offset: int, nbytes: int) -> None:
         if (

@@ -22,10 +22,8 @@ reservation ends once: put, or abandoned (``abandon()``, leaving its ``async wit
 queue's close, or a put that failed after it reached the store). After that its arrays belong to the queue (or,
 abandoned, to the next batch that leases the space): the reservation's numpy arrays are made read-only and
 ``data`` raises ``ConfigError``; views made from them earlier and the torch tensors cannot be locked, so they
-must not be used any more. In the arena they cannot do harm either: the reservation's arrays lie in a shared
-mapping of its own (``Arena.shared``), remapped copy-on-write in place when the reservation ends
-(``Arena.freeze``), so a late write changes the producer's copy only. Reservation arrays garbage-collected
-without a put or an abandon give their extent back once the last of them is gone.
+must not be used any more. Reservation arrays garbage-collected without a put or an abandon give their extent
+back once the last of them is gone.
 """
 
 from __future__ import annotations
@@ -310,12 +308,6 @@ class Reservation:
 
     def _end(self, state: str, why: str) -> None:
         self._state, self._why = state, why
-        lease = self._lease
-        if lease is not None and lease.window is not None:
-            # Put or given back: from here on a write through any array of it (torch tensors too) stays in this
-            # process (copy-on-write), never reaching the stored batch, its consumers, Lance or a later batch.
-            lease.arena.freeze(lease.window)
-            lease.window = None
         for arr in (*self._storage.values(), *self._data.values()):
             if isinstance(arr, np.ndarray):
                 arr.flags.writeable = False  # a write now would change a stored batch, or a later one's space
@@ -336,7 +328,7 @@ async def in_arena(
     offsets, total = layout(fields, batch_size)
     lease = await plane.reserve_extent(max(total, 1), timeout)
     try:
-        owner, lease.window = lease.arena.shared(lease.base, lease.nbytes)
+        owner = lease.arena.view(lease.base, lease.nbytes, writable=True)
         storage = {}
         places = []
         for f, offset in zip(fields, offsets, strict=True):
