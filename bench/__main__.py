@@ -132,6 +132,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--no-torch", action="store_true", help="skip the torch.multiprocessing.Queue reference")
     a.add_argument("--no-transferqueue", action="store_true", help="skip the TransferQueue rows (Ray)")
+    a.add_argument(
+        "--consumer-reads",
+        action="store_true",
+        help="consumers read every byte of each batch before counting it received (the cost of using the data)",
+    )
     _common_args(a)
     s = sub.add_parser(
         "samples",
@@ -260,6 +265,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
             tq_ref=not args.no_transferqueue,
             seed=args.seed,
             progress=not args.no_progress,
+            consumer_reads=args.consumer_reads,
             plot=args.plot is not None,
         )
     result.meta = _meta(
