@@ -1,7 +1,7 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
-``python -m bench arena``; ``python -m bench samples``; ``python -m bench persist``; ``python -m bench storage`` (needs the s3 extra); each takes
-``--plot DIR`` (PNG charts of the run); ``python -m bench pq`` (persist-queue's API: persist-queue 1.1.0 beside
-persisting.compat.persistqueue, ``--format console|rst|json``)"""
+``python -m bench arena``; ``python -m bench samples``; ``python -m bench persist``; ``python -m bench storage``
+(needs the s3 extra); each takes ``--plot DIR`` (PNG charts of the run); ``python -m bench pq`` (persist-queue's
+API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format console|rst|json``)"""
 
 from __future__ import annotations
 

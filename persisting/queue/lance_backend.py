@@ -51,6 +51,7 @@ from .lance_columns import (
     finish_rewrite,
     interrupted_rewrites,
     key_name,
+    payload_field,
     rewrite_column,
     rows_to_table,
     table_to_rows,
@@ -197,7 +198,7 @@ class LanceBackend:
                     continue
                 if stored is not None and tensor_columns.needs_rewrite(stored, layout):
                     await asyncio.to_thread(self._rewrite, key, stored, layout)
-                built[key] = (layout.field(column_name(key)), tensor_columns.build(layout, runs))
+                built[key] = (payload_field(layout, column_name(key)), tensor_columns.build(layout, runs))
             types = {k: t for k, t in self._types.items() if k not in built}
             table = rows_to_table(records, types, built)
             ds = await asyncio.to_thread(self._append, table)
@@ -290,8 +291,8 @@ class LanceBackend:
         return ds
 
     async def maintain(self) -> None:
-        """Compaction and the cleanup of old versions, off the flush's line: both run without the append lock
-        (lance_compaction); only a compaction's commit takes it, between appends."""
+        """Compaction and old versions' cleanup without the append lock; a compaction's commit takes it (see
+        lance_compaction)."""
         ds = self._ds
         if ds is None:
             return
