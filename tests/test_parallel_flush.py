@@ -4,6 +4,7 @@ flushes, not in their way; kill -9 during parallel flushes loses or doubles noth
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from lance.fragment import write_fragments
 
 from persisting import Queue
 from persisting.errors import ConfigError
-from persisting.queue import LanceBackend, lance_parallel
+from persisting.queue import LanceBackend, lance_compaction, lance_parallel
 
 WORKER = Path(__file__).with_name("parallel_flush_worker.py")
 
@@ -173,3 +174,26 @@ def test_parallel_flushes_killed_at_random_moments(tmp_path: Path, seed: int) ->
         print(f"round {round_no}: acked {acked}, stored {len(ids)}")
         acked = len(ids)
     assert acked > 0
+
+
+def test_compaction_leaves_fragments_of_big_rows_alone(tmp_path: Path, monkeypatch: Any) -> None:
+    # Fragments of at least COMPACT_BELOW_BYTES are never rewritten (a tensor stream must not write its payload
+    # twice), however few rows they hold; the small ones are merged as before.
+    monkeypatch.setattr(lance_compaction, "COMPACT_BELOW_BYTES", 256 * 1024)
+
+    async def main() -> None:
+        b = LanceBackend(0, str(tmp_path), compact_min_fragments=2, cleanup_interval_seconds=3600)
+        for i in range(3):  # 3 fragments of 64 rows x 8 KiB = 512 KiB
+            await b.put_batch([{"id": i * 64 + k, "p": os.urandom(8192)} for k in range(64)])
+            await b.flush()
+        for i in range(3):  # 3 fragments of 4 rows x 8 KiB = 32 KiB
+            await b.put_batch([{"id": 192 + i * 4 + k, "p": os.urandom(8192)} for k in range(4)])
+            await b.flush()
+        big = [f.fragment_id for f in lance.dataset(b.uri).get_fragments()][:3]
+        await b.maintain()
+        after = lance.dataset(b.uri).get_fragments()
+        assert [f.fragment_id for f in after][:3] == big  # untouched
+        assert [f.count_rows() for f in after] == [64, 64, 64, 12]  # the small ones merged
+        assert [r["id"] for r in await b.get(1000, 0)] == list(range(204))
+
+    asyncio.run(main())

@@ -296,7 +296,7 @@ class LanceBackend:
         ds = self._ds
         if ds is None:
             return
-        small = sum(1 for f in ds.get_fragments() if f.count_rows() < self.target_rows_per_fragment)
+        small = lance_compaction.small_fragments(ds, self.target_rows_per_fragment)
         now = time.monotonic()
         cleanup = now - self._last_cleanup >= self.cleanup_interval_seconds
         compact = small >= self.compact_min_fragments

@@ -20,11 +20,36 @@ import lance
 from lance.optimize import Compaction
 
 MAX_COMPACTION_DEFERRALS = 3
+# A fragment this big is never rewritten, however few rows it has: reading it costs far more than opening it, and
+# a tensor stream must not write its payload twice (fragments of a flush of arena batches are at least this big
+# wherever it goes through several encoders: lance_parallel.MIN_ENCODER_BYTES).
+COMPACT_BELOW_BYTES = 64 * 1024 * 1024
+
+
+def _bytes(fragment: Any) -> int:
+    return sum(f.file_size_bytes or 0 for f in fragment.data_files())
+
+
+def small_fragments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> int:
+    """How many fragments of ``ds`` a compaction would merge: fewer rows than the target and under
+    ``COMPACT_BELOW_BYTES``."""
+    return sum(
+        1 for f in ds.get_fragments() if f.count_rows() < target_rows_per_fragment and _bytes(f) < COMPACT_BELOW_BYTES
+    )
 
 
 def rewrite(ds: lance.LanceDataset, target_rows_per_fragment: int) -> list[Any]:
-    """The small fragments of ``ds`` rewritten into bigger ones, not committed (``RewriteResult`` per task)."""
-    plan = Compaction.plan(ds, {"target_rows_per_fragment": target_rows_per_fragment})
+    """The small fragments of ``ds`` rewritten into bigger ones, not committed (``RewriteResult`` per task).
+
+    Lance picks the fragments with fewer rows than its target: that target is lowered to the rows that fill
+    ``COMPACT_BELOW_BYTES`` (at the mean row size of the small fragments), so big fragments of big rows are left.
+    """
+    small = [f for f in ds.get_fragments() if _bytes(f) < COMPACT_BELOW_BYTES]
+    rows, size = sum(f.count_rows() for f in small), sum(_bytes(f) for f in small)
+    target = target_rows_per_fragment
+    if rows and size:
+        target = max(2, min(target, COMPACT_BELOW_BYTES * rows // size))
+    plan = Compaction.plan(ds, {"target_rows_per_fragment": target})
     return [task.execute(ds) for task in plan.tasks]
 
 

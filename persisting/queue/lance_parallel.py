@@ -5,7 +5,8 @@ together in ONE ``LanceOperation.Append``, in row order, so positions are those 
 Why: Lance encodes one ``write_dataset`` stream on one core (pylance 14: ~2 s of CPU per GB of a fixed-shape
 float32 tensor column, with or without ``lance-encoding:compression=none``, which stores the same bytes), so a
 sustained tensor stream is bound by one core, not by the disk. Pieces below ``MIN_ENCODER_BYTES`` are not worth a
-fragment of their own (each costs a file and a row in the manifest): a small flush stays one stream.
+fragment of their own (each costs a file, a row in the manifest and, small, a rewrite by compaction): a small
+flush stays one stream.
 
 Crash safety: a fragment is invisible until the commit lands, so a kill between the writes and the commit leaves
 only unreferenced files, which ``remove_orphans`` deletes at the next open (before any write); the commit itself is
@@ -29,8 +30,9 @@ from ..errors import ConfigError, StorageError
 
 ENCODERS_ENV = "PERSISTING_LANCE_ENCODERS"
 MAX_DEFAULT_ENCODERS = 8
-# A piece of at least this much payload gets an encoder (a fragment) of its own (the kill -9 tests lower it).
-MIN_ENCODER_BYTES = int(os.environ.get("PERSISTING_LANCE_MIN_ENCODER_BYTES", str(16 * 1024 * 1024)))
+# A piece of at least this much payload gets an encoder (a fragment) of its own: as big as a fragment compaction
+# leaves alone (lance_compaction.COMPACT_BELOW_BYTES), so no payload is written twice. The kill -9 tests lower it.
+MIN_ENCODER_BYTES = int(os.environ.get("PERSISTING_LANCE_MIN_ENCODER_BYTES", str(64 * 1024 * 1024)))
 
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
