@@ -48,6 +48,8 @@ class PersistResult:
     meta: dict[str, Any] = field(default_factory=dict)
     stream_bytes: int = 0
     stream: dict[str, list[float]] = field(default_factory=dict)  # label -> GB/s per run ("disk": the reference)
+    cores: dict[str, list[float]] = field(default_factory=dict)  # label -> the broker's CPU s / wall s per run
+    pairs: list[int] = field(default_factory=list)  # the encoders of the broker run after each disk reference
     encoding: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # label -> (CPU s/GB, bytes) per run
     flush: list[Any] = field(default_factory=list)  # bench.flush.FlushResult per run
 
@@ -108,7 +110,14 @@ def _encoders_env(n: int) -> Any:
             os.environ["PERSISTING_LANCE_ENCODERS"] = old
 
 
-def _stream_run(base: Path, encoders: int, arena_bytes: int, batch: np.ndarray, batches: int) -> float:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stream_run(base: Path, encoders: int, arena_bytes: int, batch: np.ndarray, batches: int) -> tuple[float, float]:
+    """GB/s of the stream, and the CPU cores the broker used meanwhile (CPU s / wall s)."""
     case = base / f"stream-{encoders}"
     (case / "s").mkdir(parents=True)
     address = f"ipc://{case / 's' / 'b.sock'}"
@@ -117,9 +126,11 @@ def _stream_run(base: Path, encoders: int, arena_bytes: int, batch: np.ndarray, 
             _encoders_env(encoders),
             broker_process(
                 case / "storage", address, base / "broker.log", ["--arena-bytes", str(arena_bytes)], "WARNING"
-            ),
+            ) as broker,
         ):
-            return asyncio.run(_produce(address, batch, batches))
+            cpu0, t0 = _cpu_seconds(broker.pid), time.perf_counter()
+            gbps = asyncio.run(_produce(address, batch, batches))
+            return gbps, (_cpu_seconds(broker.pid) - cpu0) / (time.perf_counter() - t0)
     finally:
         shutil.rmtree(case, ignore_errors=True)
 
@@ -165,11 +176,15 @@ def run_persist_bench(
     for run in range(runs):
         order = encoders if run % 2 == 0 else encoders[::-1]
         for n in order:
+            os.sync()  # the previous case's dirty pages are not this one's
             result.stream.setdefault("disk", []).append(_disk(base, batch, batches))
-            gbps = _stream_run(base, n, arena_bytes, batch, batches)
+            result.pairs.append(n)
+            os.sync()
+            gbps, cores = _stream_run(base, n, arena_bytes, batch, batches)
             result.stream.setdefault(f"encoders={n}", []).append(gbps)
+            result.cores.setdefault(f"encoders={n}", []).append(cores)
             if progress:
-                print(f"run {run + 1}/{runs}: {n} encoders {gbps:.2f} GB/s", flush=True, file=sys.stderr)
+                print(f"run {run + 1}/{runs}: {n} encoders {gbps:.2f} GB/s, broker {cores:.2f} cores", file=sys.stderr)
         for label, figures in _encoding_run(base, table_mib * MiB, seed + run).items():
             result.encoding.setdefault(label, []).append(figures)
         if flush_prefill:
@@ -189,16 +204,18 @@ def render_persist(result: PersistResult) -> str:
         f"Sustained stream through the broker into Lance ({result.stream_bytes / 1e9:.2f} GB per run; the disk "
         "reference runs before every broker run)",
         "",
-        "| encoders | GB/s (median) | runs | vs file write + fdatasync |",
-        "|---|---:|---|---:|",
-        f"| file write + fdatasync (reference) | {disk:.2f} | {_runs(result.stream['disk'])} | 1.00x |",
+        "| encoders | GB/s (median) | runs | vs file write + fdatasync: medians; median of each run's ratio to "
+        "the reference just before it | broker CPU cores used (median) |",
+        "|---|---:|---|---:|---:|",
+        f"| file write + fdatasync (reference) | {disk:.2f} | {_runs(result.stream['disk'])} | 1.00x | |",
     ]
     one = med(result.stream.get("encoders=1", [float("nan")]))
     for label, values in result.stream.items():
         if label != "disk":
             lines.append(
-                f"| {label.removeprefix('encoders=')} | {med(values):.2f} | {_runs(values)} | {med(values) / disk:.2f}x"
-                f" ({med(values) / one:.2f}x of 1 encoder) |"
+                f"| {label.removeprefix('encoders=')} | {med(values):.2f} | {_runs(values)} | {med(values) / disk:.2f}x;"
+                f" {_paired(result, label):.2f}x ({med(values) / one:.2f}x of 1 encoder) |"
+                f" {med(result.cores[label]):.2f} |"
             )
     lines += ["", "Encoding of a fixed-shape float32 tensor column, one write_dataset", ""]
     lines += ["| column metadata | CPU s/GB (median) | bytes on disk |", "|---|---:|---:|"]
@@ -218,6 +235,13 @@ def render_persist(result: PersistResult) -> str:
             f"{med(f.p90_ratio for f in result.flush):.2f}x |"
         )
     return "\n".join(lines)
+
+
+def _paired(result: PersistResult, label: str) -> float:
+    """The median over runs of (GB/s of the run) / (GB/s of the disk reference measured just before it)."""
+    n = int(label.removeprefix("encoders="))
+    disks = [d for d, e in zip(result.stream["disk"], result.pairs, strict=True) if e == n]
+    return statistics.median(v / d for v, d in zip(result.stream[label], disks, strict=True))
 
 
 def _runs(values: list[float]) -> str:
