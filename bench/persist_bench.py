@@ -213,8 +213,8 @@ def render_persist(result: PersistResult) -> str:
     for label, values in result.stream.items():
         if label != "disk":
             lines.append(
-                f"| {label.removeprefix('encoders=')} | {med(values):.2f} | {_runs(values)} | {med(values) / disk:.2f}x;"
-                f" {_paired(result, label):.2f}x ({med(values) / one:.2f}x of 1 encoder) |"
+                f"| {label.removeprefix('encoders=')} | {med(values):.2f} | {_runs(values)} | "
+                f"{med(values) / disk:.2f}x; {_paired(result, label):.2f}x ({med(values) / one:.2f}x of 1 encoder) |"
                 f" {med(result.cores[label]):.2f} |"
             )
     lines += ["", "Encoding of a fixed-shape float32 tensor column, one write_dataset", ""]
