@@ -11,13 +11,13 @@ import os
 
 os.environ["PERSISTING_LANCE_MIN_ENCODER_BYTES"] = str(64 * 1024)  # before persisting is imported
 
-import asyncio  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
+import asyncio
+import random
+import sys
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from persisting import Queue  # noqa: E402
+from persisting import Queue
 
 SAMPLE_FLOATS = 1024
 
