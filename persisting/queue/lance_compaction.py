@@ -23,7 +23,7 @@ MAX_COMPACTION_DEFERRALS = 3
 # A fragment this big is never rewritten, however few rows it has: reading it costs far more than opening it, and
 # a tensor stream must not write its payload twice (fragments of a flush of arena batches are at least this big
 # wherever it goes through several encoders: lance_parallel.MIN_ENCODER_BYTES).
-COMPACT_BELOW_BYTES = 64 * 1024 * 1024
+COMPACT_BELOW_BYTES = 16 * 1024 * 1024
 
 
 def _bytes(fragment: Any) -> int:

@@ -32,7 +32,7 @@ ENCODERS_ENV = "PERSISTING_LANCE_ENCODERS"
 MAX_DEFAULT_ENCODERS = 8
 # A piece of at least this much payload gets an encoder (a fragment) of its own: as big as a fragment compaction
 # leaves alone (lance_compaction.COMPACT_BELOW_BYTES), so no payload is written twice. The kill -9 tests lower it.
-MIN_ENCODER_BYTES = int(os.environ.get("PERSISTING_LANCE_MIN_ENCODER_BYTES", str(64 * 1024 * 1024)))
+MIN_ENCODER_BYTES = int(os.environ.get("PERSISTING_LANCE_MIN_ENCODER_BYTES", str(16 * 1024 * 1024)))
 
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
