@@ -54,7 +54,8 @@ def payload_field(layout: Layout, column: str) -> pa.Field:
     at the same CPU cost, ``python -m bench persist``; this keeps it so if a default changes); others as Lance
     chooses."""
     field = layout.field(column)
-    if "float" not in layout.dtype_name and "complex" not in layout.dtype_name:
+    name = layout.dtype_name  # a numpy dtype string ("<f4") or a torch dtype name ("bfloat16")
+    if layout.layout == tensor_columns.BYTES or not ("float" in name or "complex" in name or name[1:2] in ("f", "c")):
         return field
     return field.with_metadata({**(field.metadata or {}), **UNCOMPRESSED})
 
