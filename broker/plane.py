@@ -42,6 +42,7 @@ from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
 from .extents import Extents, Peer
+from .retries import RetriedPuts
 
 log = logging.getLogger("persisting.broker")
 
@@ -96,6 +97,7 @@ class TensorPlane:
         self.extents: Extents | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._previous: Arena | None = None
+        self._retried = RetriedPuts()  # retried tensor puts give back the extents they brought (retries.py)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -317,6 +319,7 @@ class TensorPlane:
             # A re-sent put (its first attempt sealed the extent, maybe still waiting for its sync): same answer.
             done = await topic.recall(key)
             if done is not None:
+                self._retried.recalled(key, req.args.get("extent"), _same_arena(req, arena), extents, peer)
                 return list(done)
         if not _same_arena(req, arena):
             raise UnknownExtentError(f"extent {req.args.get('extent')!r} was leased from an arena before a restart")
@@ -376,6 +379,7 @@ class TensorPlane:
             # The producer's next extent, if one is free now (never waits): its next put skips the lease request.
             spare = extents.try_lease(nxt, peer)
             if spare is not None:
+                self._retried.leased_ahead(key, spare.id)
                 return [first, n, [spare.id, spare.offset, spare.nbytes, arena.generation]]
         return [first, n]
 

@@ -106,6 +106,7 @@ class ArenaClient:
         partition: str,
         timeout: float,
         of: list[int] | None = None,
+        key: str | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         places, total = batches.layout(columns)
         need = max(total, 1)
@@ -114,7 +115,7 @@ class ArenaClient:
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
 
-        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of)
+        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key)
 
     async def put_reserved(
         self,
@@ -126,6 +127,7 @@ class ArenaClient:
         partition: str,
         timeout: float,
         of: list[int] | None = None,
+        key: str | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         """Seal a reserved extent the producer has filled (``fields``: the put_tensors layout). No tensor byte is
         copied, unless the broker restarted since the reservation: then its bytes (still in this process's
@@ -136,7 +138,7 @@ class ArenaClient:
                 await self._move(lease, timeout)
             return lease.extent, lease.arena.generation
 
-        return await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of)
+        return await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of, key)
 
     async def _seal(
         self,
@@ -148,10 +150,12 @@ class ArenaClient:
         n: int,
         partition: str,
         of: list[int] | None,
+        key: str | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
-        key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
+        if key is None:
+            key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
         result: list[Any] = []
         for attempt in range(RESTART_RETRIES):
             extent, generation = await extent_for(attempt)
