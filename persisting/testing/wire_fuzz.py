@@ -73,7 +73,7 @@ def value(rng: random.Random, depth: int = 0) -> Any:
     if pick == 5:
         return rng.randbytes(rng.randrange(0, 40))
     if pick == 6:
-        return rng.choice(_OPS + list(TOPICS) + ["", "\x00", "_persisting_index", "tensor", "int", "nested"])
+        return rng.choice([*_OPS, *TOPICS, "", "\x00", "_persisting_index", "tensor", "int", "nested"])
     if pick == 7:
         return "x" * (LONG_STR_CHARS if rng.random() < 0.1 else rng.randrange(100, 2000))
     if pick == 8:
@@ -81,7 +81,7 @@ def value(rng: random.Random, depth: int = 0) -> Any:
     if pick == 9:
         return [value(rng, depth + 1) for _ in range(rng.randrange(0, 5))]
     if pick == 10:
-        return {rng.choice(ARG_NAMES + ["a", "b"]): value(rng, depth + 1) for _ in range(rng.randrange(0, 5))}
+        return {rng.choice([*ARG_NAMES, "a", "b"]): value(rng, depth + 1) for _ in range(rng.randrange(0, 5))}
     if rng.random() < 0.2:
         return {rng.randrange(-5, 5): value(rng, depth + 1)}  # int keys: the broker's envelope refuses them
     return {"k": value(rng, depth + 1)}
