@@ -389,6 +389,9 @@ class TensorPlane:
         fields = req.args.get("fields")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ProtocolError("get_data fields must be a list of str")
+        if taken is None and (kept := topic.not_cleared(indexes)) != indexes:  # as embedded get_data says it
+            gone = sorted(set(indexes) - set(kept))[:10]
+            raise ConfigError(f"samples with global indexes {gone} were cleared (clear()); they have no data")
         await topic.field_index()  # before arena_runs, which follows fields written by patches
         if arena is not None and extents is not None and req.args.get("zerocopy", True) and indexes:
             tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor")]

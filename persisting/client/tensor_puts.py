@@ -45,6 +45,12 @@ class TensorPuts:
         if tensors.is_tensor_dict(data):
             data = tensordicts.flatten(data)  # nested keys become "a.b" fields; get_data(as_tensordict=True) nests
         columns, other, n = tensors.split(data)
+        reserved = [name for name in (*columns, *other) if name.startswith(codec.RESERVED_PREFIX)]
+        if reserved:
+            raise InvalidRecordError(
+                f"tensor batch field {reserved[0]!r} starts with {codec.RESERVED_PREFIX!r} (reserved for the queue); "
+                "rename it"
+            )
         of = None
         if patch is not None:
             if n != patch.size:
