@@ -314,7 +314,8 @@ def check_tags(index: int, tags: Any) -> None:
         problem = _untaggable(value)
         if problem is not None:
             raise ConfigError(
-                f"sample {index}: tag {key!r} holds {problem}, which cannot be stored; tags must be msgpack-safe: {TAG_TYPES}"
+                f"sample {index}: tag {key!r} holds {problem}, which cannot be stored; "
+                f"tags must be msgpack-safe: {TAG_TYPES}"
             )
 
 
