@@ -45,7 +45,7 @@ from .broker_server import _await_ready
 ARENA_BYTES = 32 * 1024 * 1024
 KILL_AFTER_S = (0.2, 2.5)  # a client is SIGKILLed this long after it was started
 BROKER_UP_S = (0.05, 0.8)  # the broker runs this long between two SIGKILLs
-CLIENT_REQUEST_TIMEOUT_S = "2"  # shorter than some restarts: puts then raise BrokerUnavailableError and retry
+CLIENT_REQUEST_TIMEOUT_S = "1"  # shorter than most restarts: puts then raise BrokerUnavailableError and retry
 DRAIN_TIMEOUT_S = 60.0
 
 
@@ -146,14 +146,18 @@ def _finish(procs: list[subprocess.Popen[bytes]], stop: Path, tally: Tally) -> i
 
 
 async def _drain(address: str, tally: Tally) -> None:
-    """Take (with acknowledgement) every tensor sample no consumer acknowledged; leases of killed consumers end."""
+    """Take (with acknowledgement) every tensor sample no consumer acknowledged, until the broker counts every
+    sample consumed: leases of killed consumers end at once (their process is gone), a take whose answer a killed
+    broker lost comes back when its lease ends."""
     async with Queue(worker.TENSORS_TOPIC, broker=address) as q:
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        want = {i for i in tally.acked if _is_tensor_id(i)}
-        while time.monotonic() < deadline and not want <= set(tally.done):
+        while time.monotonic() < deadline:
             data, meta = await q.get_batch(["id"], batch_size=256, partition_id="p", task_name="train", delivery="ack")
             if meta.size == 0:
-                await asyncio.sleep(0.2)
+                train = (await q.partitions()).get("p", {}).get("tasks", {}).get("train", {})
+                if train.get("leased", 1) == 0 and train.get("consumed") == (await q.partitions())["p"]["samples"]:
+                    break
+                await asyncio.sleep(0.5)
                 continue
             tally.done.update(int(i) for i in data["id"])
             del data
@@ -174,12 +178,30 @@ async def _stored(address: str) -> collections.Counter[int]:
     return stored
 
 
+async def _train(address: str) -> dict[str, int]:
+    """What the broker says task "train" consumed and holds leased in the tensor topic's partition."""
+    async with Queue(worker.TENSORS_TOPIC, broker=address) as q:
+        part = (await q.partitions()).get("p", {})
+    return {"samples": part.get("samples", 0), **part.get("tasks", {}).get("train", {"consumed": 0, "leased": 0})}
+
+
 async def _status(address: str) -> dict[str, Any]:
     return dict((await connection.connection(address).request("status", {})).result)
 
 
 def _shm() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith("persisting")}
+
+
+def _orphans(names: list[str]) -> list[str]:
+    """Those of ``names`` still in /dev/shm that no live process maps (others on the machine make their own)."""
+    mapped = ""
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped += maps.read_text()
+        except OSError:
+            continue  # the process ended, or is not ours to read
+    return [n for n in names if Path("/dev/shm", n).exists() and n not in mapped]
 
 
 def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
@@ -217,6 +239,7 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
 
     asyncio.run(_drain(broker.address, tally))
     stored = asyncio.run(_stored(broker.address))
+    train = asyncio.run(_train(broker.address))
     time.sleep(3.0)  # the reaper (every second) frees what dead clients held
     status = asyncio.run(_status(broker.address))
     log_before = broker.log.stat().st_size
@@ -241,15 +264,19 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
         "acknowledged lost": len(acked - set(stored)),
         "duplicated": sum(n - 1 for n in stored.values() if n > 1),
         "stored, never acknowledged (put killed before its answer)": len(set(stored) - acked),
-        "tensor samples never acknowledged by a consumer": len(tensor_acked - set(tally.done)),
+        "tensor samples stored": train["samples"],
+        "tensor samples not consumed after the drain (broker's count)": train["samples"] - train["consumed"],
+        "tensor samples still leased after the drain": train["leased"],
+        "acknowledged tensor samples no consumer took": len(tensor_acked - set(tally.got) - set(tally.done)),
+        "tensor samples a killed consumer took, its DONE line lost": len(tensor_acked - set(tally.done)),
         "tensor samples acknowledged twice by consumers": sum(1 for i in tensor_acked if tally.done[i] > 1),
         "corrupt views seen by consumers": tally.corrupt,
         "workers that did not stop when asked": stuck,
         "arena bytes leaked (leased_bytes)": arena.get("leased_bytes"),
         "arena holds left open": arena.get("holds"),
         "arena leases left open": arena.get("leased_extents"),
-        "/dev/shm files left": len(left),
-        "/dev/shm files left (names)": ", ".join(left) or "none",
+        "/dev/shm files left (new since the start, mapped by no live process)": len(_orphans(left)),
+        "/dev/shm files new since the start (any process on the machine)": ", ".join(left) or "none",
         "this broker's arena file left": default_path(broker.storage).exists(),
         "fuzzed frames": fz.frames,
         "frames without a reply": len(fz.missing),
@@ -282,7 +309,8 @@ def main(argv: list[str]) -> int:
     bad = (
         "acknowledged lost",
         "duplicated",
-        "tensor samples never acknowledged by a consumer",
+        "tensor samples not consumed after the drain (broker's count)",
+        "acknowledged tensor samples no consumer took",
         "frames without a reply",
     )
     failed = [k for k in bad if result[k]] + (

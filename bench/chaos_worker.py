@@ -26,6 +26,7 @@ RECORDS_TOPIC = "chaos-records"
 TENSORS_TOPIC = "chaos-tensors"
 SAMPLES_PER_PUT = 4
 OBS_FLOATS = 1024
+LEASE_SECONDS = 10.0  # a take whose answer was lost with a killed broker is handed out again after this
 
 
 def _say(word: str, ids: list[int] | list[str]) -> None:
@@ -57,11 +58,27 @@ async def produce(address: str, worker: int, stop: Path) -> None:
             n += 1
 
 
+async def _again(call, *args, **kw):  # type: ignore[no-untyped-def]
+    """A take or an acknowledgement, again while the broker is away (a lost take's lease ends and its samples
+    come back: acknowledged delivery is at-least-once)."""
+    while True:
+        try:
+            return await call(*args, **kw)
+        except BrokerUnavailableError:
+            os.write(1, b"RETRY\n")
+
+
 async def consume(address: str, worker: int, stop: Path) -> None:
     async with Queue(TENSORS_TOPIC, broker=address) as q:
         while not stop.exists():
-            data, meta = await q.get_batch(
-                ["obs", "id"], batch_size=8, partition_id="p", task_name="train", delivery="ack", lease_seconds=30
+            data, meta = await _again(
+                q.get_batch,
+                ["obs", "id"],
+                batch_size=8,
+                partition_id="p",
+                task_name="train",
+                delivery="ack",
+                lease_seconds=LEASE_SECONDS,
             )
             if meta.size == 0:
                 await asyncio.sleep(0.05)
@@ -73,7 +90,7 @@ async def consume(address: str, worker: int, stop: Path) -> None:
                 _say("CORRUPT", ids)
             _say("GOT", ids)
             del data, obs
-            await q.mark_consumed("train", meta, partition_id="p")
+            await _again(q.mark_consumed, "train", meta, partition_id="p")
             _say("DONE", ids)
 
 
