@@ -56,6 +56,7 @@ class Tally:
     done: collections.Counter[int] = field(default_factory=collections.Counter)  # consumer acknowledged
     corrupt: int = 0
     retried: int = 0  # puts that raised BrokerUnavailableError and were sent again with its key
+    failed: list[str] = field(default_factory=list)  # workers asked to stop that exited with an error
     killed: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def read(self, out: bytes) -> None:
@@ -104,11 +105,11 @@ class Broker:
 
 
 def _spawn(address: str, role: str, wid: int, stop: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A worker; its stderr goes to ``worker-<wid>.err`` beside ``stop`` (read when it fails)."""
     cmd = [sys.executable, "-m", "bench.chaos_worker", address, role, str(wid), str(stop)]
     root = Path(__file__).resolve().parent.parent
-    return subprocess.Popen(
-        cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
-    )
+    with (stop.parent / f"worker-{wid}.err").open("wb") as err:
+        return subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **(env or {})})
 
 
 def _kill_clients(address: str, role: str, trials: int, rng: random.Random, tally: Tally, base: Path) -> None:
@@ -142,6 +143,10 @@ def _finish(procs: list[subprocess.Popen[bytes]], stop: Path, tally: Tally) -> i
             out, _ = proc.communicate()
             stuck += 1
         tally.read(out)
+        if proc.returncode:  # a worker asked to stop exits 0; anything else is a finding
+            role, wid = str(proc.args[4]), str(proc.args[5])  # type: ignore[index]
+            err = (stop.parent / f"worker-{wid}.err").read_text(errors="replace")
+            tally.failed.append(f"{role} worker {wid} exited {proc.returncode}: {err[-1500:]}")
     return stuck
 
 
@@ -272,6 +277,7 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
         "tensor samples acknowledged twice by consumers": sum(1 for i in tensor_acked if tally.done[i] > 1),
         "corrupt views seen by consumers": tally.corrupt,
         "workers that did not stop when asked": stuck,
+        "workers that failed (exit code not 0)": len(tally.failed),
         "arena bytes leaked (leased_bytes)": arena.get("leased_bytes"),
         "arena holds left open": arena.get("holds"),
         "arena leases left open": arena.get("leased_extents"),
@@ -285,6 +291,7 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
         "broker clean stop exit code": exit_code,
         "log bytes per bad frame": round(log_bytes / max(fz.error_replies, 1), 2),
         "tracebacks in the broker log": tracebacks,
+        "_details": [*tally.failed, *(f"no reply to fuzz frame: {f}" for f in fz.missing_frames)],
     }
 
 
@@ -303,6 +310,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="pch-", dir=args.dir) as tmp:  # short: the ipc path limit is 107 bytes
         result = run(Path(tmp), args.trials, args.frames, seed)
     print(f"\npython -m bench.chaos {' '.join(argv)}\n")
+    details = result.pop("_details")
     print("| figure | value |\n|---|---|")
     for key, value in result.items():
         print(f"| {key} | {value} |")
@@ -311,11 +319,16 @@ def main(argv: list[str]) -> int:
         "duplicated",
         "tensor samples not consumed after the drain (broker's count)",
         "acknowledged tensor samples no consumer took",
+        "corrupt views seen by consumers",
+        "arena bytes leaked (leased_bytes)",
+        "arena leases left open",
         "frames without a reply",
+        "workers that failed (exit code not 0)",
+        "tracebacks in the broker log",
     )
-    failed = [k for k in bad if result[k]] + (
-        ["tracebacks in the broker log"] if result["tracebacks in the broker log"] else []
-    )
+    failed = [k for k in bad if result[k]]
+    for line in details:
+        print(line)
     if failed:
         print(f"\nFAILED: {', '.join(failed)} (replay the schedule with --seed {seed})")
     return 1 if failed else 0

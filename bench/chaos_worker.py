@@ -43,8 +43,18 @@ async def _retrying(put, *args, **kw):  # type: ignore[no-untyped-def]
             os.write(1, b"RETRY\n")
 
 
+async def _opened(q: Queue) -> Queue:
+    """Open ``q``, again while the broker is away (it may be restarting as this process starts)."""
+    while True:
+        try:
+            return await q.open()
+        except BrokerUnavailableError:
+            os.write(1, b"REOPEN\n")
+
+
 async def produce(address: str, worker: int, stop: Path) -> None:
-    async with Queue(RECORDS_TOPIC, broker=address) as records, Queue(TENSORS_TOPIC, broker=address) as tensors:
+    records, tensors = Queue(RECORDS_TOPIC, broker=address), Queue(TENSORS_TOPIC, broker=address)
+    async with await _opened(records), await _opened(tensors):
         n = 0
         while not stop.exists():
             base = (worker * 1_000_000 + n) * SAMPLES_PER_PUT
@@ -69,7 +79,7 @@ async def _again(call, *args, **kw):  # type: ignore[no-untyped-def]
 
 
 async def consume(address: str, worker: int, stop: Path) -> None:
-    async with Queue(TENSORS_TOPIC, broker=address) as q:
+    async with await _opened(Queue(TENSORS_TOPIC, broker=address)) as q:
         while not stop.exists():
             data, meta = await _again(
                 q.get_batch,

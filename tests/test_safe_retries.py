@@ -175,3 +175,19 @@ def test_bad_keys_are_refused_in_both_modes(mode: dict[str, Any]) -> None:
 async def _status(address: str) -> dict[str, Any]:
     reply = await connection.connection(address).request("status", {})
     return dict(reply.result)
+
+
+def test_a_first_tensor_put_after_a_broker_restart_maps_the_new_arena(broker: BrokerProcess) -> None:
+    """Found by the chaos run: a client that learned the arena from a broker's hello but had not mapped it yet,
+    and whose broker then restarted (a new arena generation at the same path), failed its next tensor put with
+    StorageError ("its generation differs") instead of asking the new broker."""
+
+    async def main() -> None:
+        async with Queue("fresh", broker=broker.address) as q:  # hello: the arena's path and generation
+            broker.kill()
+            broker.start()
+            meta = await q.put(_batch(3), partition_id="p")
+            assert meta is not None and meta.size == 3
+            assert await _copies(q, "tensors", 3) == 1
+
+    asyncio.run(main())

@@ -36,6 +36,8 @@ from ..wire.codec import EncodedBatch
 from .connection import Connection, connection
 
 RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
+ATTACH_TRIES = 5  # mappings of the arena tried while the broker keeps restarting under us
+ATTACH_RETRY_S = 0.2
 
 
 @dataclass(slots=True, eq=False)
@@ -90,9 +92,20 @@ class ArenaClient:
         if info is None or (generation is not None and info.get("generation") != generation):
             hello = await self._conn.request("hello", {})
             info = self._arena_info = dict(hello.result.get("arena") or {})
-        if not info:
-            return None
-        return attach_cached(Path(info["path"]), bytes(info["generation"]))
+        for attempt in range(ATTACH_TRIES):
+            if not info:
+                return None
+            try:
+                return attach_cached(Path(info["path"]), bytes(info["generation"]))
+            except errors.StorageError:
+                # The broker restarted between its hello and our mapping (the file is gone or of a newer
+                # generation): ask again. A broker that is down makes the hello raise BrokerUnavailableError.
+                if attempt == ATTACH_TRIES - 1:
+                    raise
+                await asyncio.sleep(ATTACH_RETRY_S * (attempt + 1))
+                hello = await self._conn.request("hello", {})
+                info = self._arena_info = dict(hello.result.get("arena") or {})
+        return None
 
     async def has_arena(self) -> bool:
         return await self._arena() is not None

@@ -155,6 +155,8 @@ def frames(rng: random.Random, request_id: int) -> list[bytes]:
     if kind == 1:  # msgpack, not a map
         return [msgpack.packb(value(rng), use_bin_type=True)]
     env: dict[Any, Any] = {"v": PROTOCOL_VERSION, "id": request_id, "op": rng.choice(_OPS), "args": _args(rng)}
+    if env["op"] == "wait" and isinstance(env["args"], dict) and env["args"].get("timeout") is None:
+        env["args"]["timeout"] = MAX_WAIT_S  # a wait without one is a legitimate 30 s long-poll
     if kind == 2:  # a bad envelope field
         env[rng.choice(["v", "id", "op", "args"])] = value(rng)
     elif kind == 3:
@@ -176,6 +178,7 @@ class FuzzResult:
     replies: int = 0
     error_replies: int = 0
     missing: list[int] = field(default_factory=list)  # indexes of frames that got no reply in time
+    missing_frames: list[str] = field(default_factory=list)  # what they were (cut), to replay and report
 
 
 def send(address: str, seed: int, count: int) -> FuzzResult:
@@ -189,10 +192,12 @@ def send(address: str, seed: int, count: int) -> FuzzResult:
     try:
         for n in range(count):
             request_id = 1_000_000 + n
-            sock.send_multipart(frames(rng, request_id))
+            message = frames(rng, request_id)
+            sock.send_multipart(message)
             out.frames += 1
             if not sock.poll(int(REPLY_TIMEOUT_S * 1000)):
                 out.missing.append(n)
+                out.missing_frames.append(_describe(message))
                 continue
             reply = sock.recv_multipart()
             env = msgpack.unpackb(reply[0], raw=False)
@@ -205,3 +210,11 @@ def send(address: str, seed: int, count: int) -> FuzzResult:
         sock.close()
         ctx.term()
     return out
+
+
+def _describe(message: list[bytes]) -> str:
+    try:
+        head = repr(msgpack.unpackb(message[0], raw=False, strict_map_key=False))
+    except Exception:
+        head = repr(message[0][:200])
+    return f"{head[:600]} + {len(message) - 1} more frame(s)"
