@@ -25,7 +25,10 @@ def test_kill_9_everywhere_loses_duplicates_and_leaks_nothing(seed: int) -> None
     for figure in (
         "acknowledged lost",
         "duplicated",
-        "tensor samples never acknowledged by a consumer",
+        "tensor samples not consumed after the drain (broker's count)",
+        "tensor samples still leased after the drain",
+        "acknowledged tensor samples no consumer took",
+        "workers that failed (exit code not 0)",
         "corrupt views seen by consumers",
         "arena bytes leaked (leased_bytes)",
         "arena leases left open",
@@ -34,6 +37,6 @@ def test_kill_9_everywhere_loses_duplicates_and_leaks_nothing(seed: int) -> None
         "workers that did not stop when asked",
     ):
         assert result[figure] == 0, f"seed {seed}: {figure} = {result[figure]} ({result})"
-    assert result["this broker's arena file left"] is False
+    assert result["this broker's arena file left"] is False  # (others' files in /dev/shm are not ours to count)
     assert result["broker alive after fuzz"] is True and result["broker clean stop exit code"] == 0
     assert result["samples acknowledged to producers"] > 0
