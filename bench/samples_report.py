@@ -128,7 +128,7 @@ def _notes(result: SamplesBenchResult) -> list[str]:
         f"interleaved in {LATENCY_ROUNDS} rounds, in the bench's process, before the workload (broker otherwise "
         "idle); get_meta there is on its own topic kept at 64-128 untaken samples by untimed puts, wait=False, "
         f"every call returned {TAKE} samples. Then {BACKLOG_CALLS} get_meta calls on a topic prefilled with "
-        f"{BACKLOG:,} untaken samples (each call pays for the backlog: see the README).",
+        f"{BACKLOG:,} untaken samples (the take sees only its sampler's window of them).",
         "samples taken per s = unique samples taken / (first worker start after the barrier -> last sample taken).",
         f"Correctness: the union of all consumers' global indexes must be 0..N-1 (N = {result.total:,}) with no "
         f"index twice; every returned batch must be runs of {GROUP_N} consecutive indexes starting at a multiple of "

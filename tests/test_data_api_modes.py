@@ -183,8 +183,13 @@ def test_a_reserved_field_name_in_a_tensor_batch_is_refused(mode: dict[str, Any]
     run(main())
 
 
-def test_readme_names_the_production_states_the_code_has() -> None:
-    readme = (ROOT / "README.md").read_text()
-    named = set(re.findall(r"\b(?:NOT_)?PRODUCED\b|\bREADY_FOR_CONSUME\b", readme))
-    assert named, "the README names the production states"
-    assert named <= set(ProductionStatus.__members__), named
+def test_the_docs_name_the_production_states_the_code_has() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    named = {
+        (page.name, name)
+        for page in pages
+        if page.exists()
+        for name in re.findall(r"\b(?:NOT_)?PRODUCED\b|\bREADY_FOR_CONSUME\b", page.read_text())
+    }
+    assert named, "the docs name the production states"
+    assert {name for _page, name in named} <= set(ProductionStatus.__members__), sorted(named)

@@ -31,7 +31,9 @@ OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a work
 
 
 class Queue(DataAPI):
-    """A durable, ordered, Lance-backed queue of records. See the README for the full contract."""
+    """A durable, ordered, Lance-backed queue of records and tensor batches: embedded, or through a broker.
+
+    The same API either way; the docs' Concepts and Guides pages give the full contract."""
 
     def __init__(
         self,

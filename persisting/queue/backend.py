@@ -3,7 +3,8 @@
 The ``Queue`` engine owns everything global (indexes, the write-ahead log, schema, ordering across buckets)
 and hands each bucket's rows to one backend object. Any class with this shape can be passed as
 ``Queue(..., backend=MyBackend)`` (a class or any factory with the constructor's signature); check a backend
-with the conformance suite, ``persisting.testing.backend_contract`` (see the README).
+with the conformance suite, ``persisting.testing.backend_contract`` (docs: Guides, "Custom backends and the
+contract suite").
 
 The contract
 ------------

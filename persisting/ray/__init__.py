@@ -11,7 +11,8 @@
 
 Same-node calls go to the node's broker over ipc (arena views, as on one node); calls on a partition another
 node owns run on that node's actor, and arrays come back through Ray's object store. Ownership, transfer and
-failure semantics: README "More than one node". Needs the ``ray`` extra; this package imports Ray only when used.
+failure semantics: the docs' "More than one node (Ray)" guide. Needs the ``ray`` extra; this package imports Ray
+only when used.
 """
 
 from .cluster import node_actor, node_key, registry, start, stop

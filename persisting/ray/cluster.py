@@ -71,7 +71,7 @@ def start(
       its node (``local_root``: else ``PERSISTING_LOCAL_PATH``, else the URI's default local folder). A live
       node adopts a lost node's broker on the same prefix with a fresh local folder: after the dead writer's
       lease (``PERSISTING_OWNER_LEASE_S``) it serves every flushed record; the lost node's unflushed records
-      and its consumption state are gone (README "More than one node").
+      and its consumption state are gone (docs: Guides, "More than one node").
 
     ``detached=False``: the brokers live as long as this driver (Ray ends them with it); ``True``: until
     ``stop()``, whoever calls it."""

@@ -2,8 +2,8 @@
 
 Same classes, constructor arguments, methods, exceptions and serializers; one queue may be opened from several
 processes through a broker (``broker=`` or ``PERSISTING_BROKER``). Embedded (no broker) a queue belongs to one
-process: a second process gets ``TopicLockedError`` instead of corrupting it. See the README section
-"persist-queue compatibility".
+process: a second process gets ``TopicLockedError`` instead of corrupting it. See the docs page
+"persist-queue compatibility" (Guides).
 """
 
 from persisting.errors import Empty, Full

@@ -1,5 +1,5 @@
 """Pickle, protocol 4 (persist-queue's default serializer). Only unpickle data written by parties you trust:
-see "Trust model" in the README."""
+see "Trust model" in the docs (Guides, "persist-queue compatibility")."""
 
 from __future__ import annotations
 
