@@ -1,8 +1,9 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
-``python -m bench arena``; ``python -m bench samples``; ``python -m bench storage`` (needs the s3 extra); each takes
-``--plot DIR`` (PNG charts of the run); ``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py);
-``python -m bench pq`` (persist-queue's API: persist-queue 1.1.0 beside
-persisting.compat.persistqueue, ``--format console|rst|json``)"""
+``python -m bench arena``; ``python -m bench samples``; ``python -m bench jagged``; ``python -m bench storage``
+(needs the s3 extra); each takes ``--plot DIR`` (PNG charts of the run); ``python -m bench pq`` (persist-queue's
+API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format console|rst|json``); ``python -m bench
+verl`` (a verl-shaped step through persisting's TransferQueue layer and TransferQueue 0.1.11);
+``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py)"""
 
 from __future__ import annotations
 
@@ -132,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--no-torch", action="store_true", help="skip the torch.multiprocessing.Queue reference")
     a.add_argument("--no-transferqueue", action="store_true", help="skip the TransferQueue rows (Ray)")
+    a.add_argument(
+        "--consumer-reads",
+        action="store_true",
+        help="consumers read every byte of each batch before counting it received (the cost of using the data)",
+    )
     _common_args(a)
     s = sub.add_parser(
         "samples",
@@ -153,6 +159,16 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--reps", type=int, default=3, help="runs per store and workload, medians reported (default 3)")
     o.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
     o.add_argument("--seed", type=int, default=0)
+    j = sub.add_parser(
+        "jagged", help="jagged int64 token batches through the broker vs padded and vs torch.multiprocessing.Queue"
+    )
+    j.add_argument("--samples", type=int, default=256, help="sequences per batch (default 256)")
+    j.add_argument("--min-len", type=int, default=100, help="shortest sequence (default 100)")
+    j.add_argument("--max-len", type=int, default=4000, help="longest sequence, the padded width (default 4000)")
+    j.add_argument("--batches", type=int, default=32, help="batches per run (default 32)")
+    j.add_argument("--reps", type=int, default=3, help="runs per case, medians reported (default 3)")
+    j.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    j.add_argument("--seed", type=int, default=0)
     r = sub.add_parser("ray", help="cross-node tensor hand-over on a local Ray cluster vs ray.put/ray.get (ray extra)")
     r.add_argument("--small-batches", type=int, default=32, help="6 MiB batches per run (default 32)")
     r.add_argument("--large-batches", type=int, default=6, help="64 MiB batches per run (default 6)")
@@ -250,6 +266,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
             tq_ref=not args.no_transferqueue,
             seed=args.seed,
             progress=not args.no_progress,
+            consumer_reads=args.consumer_reads,
             plot=args.plot is not None,
         )
     result.meta = _meta(
@@ -316,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         from .pq_bench import main as pq_main
 
         return pq_main(args_list[1:])
+    if args_list[:1] == ["verl"]:
+        from .verl_bench import main as verl_main
+
+        return verl_main(args_list[1:])
     args = _parser().parse_args(args_list)
     revision = _git_revision()  # before the run: the code measured is the code imported now
     if args.bench == "broker":
@@ -338,6 +359,15 @@ def main(argv: list[str] | None = None) -> int:
             )
         print(f"python -m bench {shlex.join(args_list)}  (persisting {revision}; {_versions()})")
         print(render_storage(rows))
+        return 0
+    if args.bench == "jagged":
+        from .jagged_bench import lengths_of, render_jagged, run_jagged_bench
+
+        with _work_dir(args.dir, "psj-") as base:
+            rows = run_jagged_bench(base, args)
+        tokens = int(lengths_of(args.samples, args.min_len, args.max_len, args.seed).sum())
+        print(f"python -m bench {shlex.join(args_list)}  (persisting {revision}; {_versions()})")
+        print(render_jagged(rows, args, tokens))
         return 0
     if args.bench == "ray":
         from .ray_bench import render_ray, run_ray_bench

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from ..engine import Topic, samplers
 from ..errors import ConfigError
-from ..tensors import batches, tensordicts
+from ..tensors import batches, objects, tensordicts
 from ..tensors.meta import BatchMeta
 from . import _loop
 from .handle import TopicHandle
@@ -81,11 +81,14 @@ class DataAPI:
     async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
         """The same samples with each field's current production status (``FieldMeta.production_status``,
         ``SampleMeta.is_ready``, ``BatchMeta.is_ready``): for ``fields``, or the fields the meta names. Takes
-        nothing; partitions stay as they are, tags are the stored ones updated by the meta's own."""
+        nothing; partitions stay as they are, tags are the stored ones updated by the meta's own. A meta naming no
+        field (built from global indexes) is described with every field written for its samples."""
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"check_ready takes a BatchMeta, got {type(batch_meta).__qualname__}")
         given = field_list(fields, "check_ready")
-        wanted = given if given is not None else batches.wanted_fields(batch_meta)
+        wanted: list[str] | None = given if given is not None else batches.wanted_fields(batch_meta)
+        if not wanted and fields is None:
+            wanted = None  # a meta naming no field: describe every field written for its samples
         indexes = batch_meta.global_indexes
         if not indexes:
             return batch_meta
@@ -212,6 +215,7 @@ class DataAPI:
         return self._shaped(data, batch_meta.size, as_tensordict)
 
     def _shaped(self, data: batches.Batch, n: int, as_tensordict: bool | None) -> Any:
+        objects.load_all(data, self._handle.objects == "pickle")
         wanted = self._handle.as_tensordict if as_tensordict is None else as_tensordict
         return tensordicts.to_tensordict(data, n) if wanted else data
 

@@ -18,6 +18,7 @@ from ..engine import BackendFactory, Location, Topic, TopicConfig, object_store_
 from ..errors import ConfigError, QueueClosedError
 from ..queue.lance_backend import LanceBackend
 from ..queue.persisting_backend import PersistingBackend
+from ..tensors.objects import check_mode as check_objects_mode
 from . import _loop
 from .remote import RemoteTopic
 
@@ -95,6 +96,7 @@ class TopicHandle:
         as_tensordict: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         local_path: str | os.PathLike[str] | None = None,
+        objects: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
@@ -108,6 +110,8 @@ class TopicHandle:
         self.zerocopy_mode = zerocopy_mode
         self.enable_metrics = bool(enable_metrics)
         self.as_tensordict = bool(as_tensordict)  # what get_data/get_batch return by default
+        # "pickle": this process pickles values the codec cannot store and unpickles them (tensors/objects.py)
+        self.objects = check_objects_mode(objects)
         self.config = config
         self._factory = _resolve_backend(backend, self.enable_metrics)
         # Broker mode: an explicit address, else PERSISTING_BROKER; the broker owns storage_path then.

@@ -18,6 +18,7 @@ from ..engine import Topic, TopicConfig
 from ..engine.puts import check_key
 from ..errors import BrokerUnavailableError, ConfigError, InvalidRecordError, QueueClosedError
 from ..tensors import column as tensors
+from ..tensors import objects
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation, Reserving
 from ..wire import codec
@@ -53,6 +54,7 @@ class Queue(DataAPI):
         as_tensordict: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         local_path: str | os.PathLike[str] | None = None,
+        objects: str | None = None,
     ) -> None:
         config = TopicConfig(
             num_buckets=num_buckets,
@@ -73,6 +75,7 @@ class Queue(DataAPI):
             as_tensordict=as_tensordict,
             storage_options=storage_options,
             local_path=local_path,
+            objects=objects,
         )
         super().__init__(handle)
         self.name = handle.name
@@ -80,6 +83,7 @@ class Queue(DataAPI):
         self.location = handle.location
         self.zerocopy_mode = handle.zerocopy_mode
         self.as_tensordict = handle.as_tensordict  # get_data/get_batch default (tensordict extra)
+        self.objects = handle.objects  # "pickle": Python objects pickled by this process (tensors/objects.py)
         self.enable_metrics = handle.enable_metrics
         self.broker = handle.broker
         self.batch_size = batch_size
@@ -290,6 +294,9 @@ class Queue(DataAPI):
             records = await asyncio.to_thread(_decode, rows, kinds)
         else:
             records = _decode(rows, kinds)
+        if any(kind == objects.KIND for kind in kinds.values()):
+            for record in records:
+                objects.load_all(record, self.objects == "pickle")
         return records, end
 
     async def stream(

@@ -2,8 +2,9 @@
 
 A put leases an extent of the broker's arena (or uses the one leased ahead in the previous put's reply), copies
 the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
-makes read-only views on this process's one mapping of it, checked against the mapping; the views' finalizers
-tell the broker when they are gone (``Connection.defer_release``).
+makes copy-on-write views of it (``Arena.private``: one mapping per get, so what the consumer writes stays its
+own), checked against the arena's size; the views' finalizers put the hold in this process's book of releases
+(``releases.py``), which the next request, a timer on the engine loop or ``aclose()`` sends to the broker.
 
 A reservation (``Queue.reserve``, ``reservation.py``) leases its extent the same way (``reserve_extent``: by
 this process, so the broker's reaper frees it if the process dies), hands the producer writable arrays on it,
@@ -20,7 +21,7 @@ import asyncio
 import contextlib
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ import numpy as np
 from .. import errors
 from ..tensors import batches
 from ..tensors.arena import Arena, attach_cached, peer_id
-from ..tensors.column import Column
+from ..tensors.column import AnyColumn
+from ..tensors.jagged import JaggedColumn
 from ..wire.codec import EncodedBatch
+from . import releases
 from .connection import Connection, connection
 
 RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
@@ -51,20 +54,13 @@ class ReservedExtent:
     spent: bool = False  # sealed, or given back: nothing more to tell the broker about it
 
 
-def _abandon_soon(lease: ReservedExtent, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+def _abandon_soon(lease: ReservedExtent, address: str, loop: asyncio.AbstractEventLoop | None) -> None:
     """Give a reserved extent back without waiting (a failed or cancelled put, or its arrays were garbage-collected
     unput); from any thread. A sealed extent is left alone by the broker, so a late abandon is harmless."""
     if lease.spent:
         return
     lease.spent = True
-    args = {"abandon": [lease.extent], "generation": lease.arena.generation, "peer": peer_id()}
-
-    def send() -> None:
-        task = asyncio.ensure_future(conn.request("release", args, timeout=5))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-    with contextlib.suppress(RuntimeError):  # the loop is closed: the broker reaps the lease when we exit
-        loop.call_soon_threadsafe(send)
+    releases.abandon(address, lease.arena.generation, lease.extent, loop)
 
 
 class ArenaClient:
@@ -112,7 +108,7 @@ class ArenaClient:
 
     async def put_tensors(
         self,
-        columns: dict[str, Column],
+        columns: Mapping[str, AnyColumn],
         other: EncodedBatch,
         other_blob: bytes,
         n: int,
@@ -123,7 +119,7 @@ class ArenaClient:
     ) -> tuple[int, int, dict[str, str]]:
         places, total = batches.layout(columns)
         need = max(total, 1)
-        fields = [[name, col.kind, col.dtype_name, list(col.sample_shape), off, nb] for name, col, off, nb in places]
+        fields = [batches.wire_field(name, col, off) for name, col, off, _nb in places]
 
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
@@ -211,7 +207,7 @@ class ArenaClient:
             await self._give_back(spare)
             spare = None
         if spare is None:
-            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
+            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "released": releases.take(self._address)}
             extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
         else:
             extent, base, _size, generation = spare
@@ -221,13 +217,21 @@ class ArenaClient:
                 raise errors.ConfigError("the broker runs without an arena")
         return int(extent), int(base), arena
 
-    async def _write(self, places: list[tuple[str, Column, int, int]], need: int, timeout: float) -> tuple[int, bytes]:
+    async def _write(
+        self, places: list[tuple[str, AnyColumn, int, int]], need: int, timeout: float
+    ) -> tuple[int, bytes]:
         """Lease an extent of ``need`` bytes (or use the one leased ahead) and copy the tensors into it; returns
         its id and arena generation."""
         extent, base, arena = await self._lease(need, timeout)
         for _name, col, offset, nbytes in places:
             # The one copy a tensor gets: straight into the broker's shared memory.
-            arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
+            if isinstance(col, JaggedColumn):
+                values = col.values.nbytes
+                arena.view(base + offset, values, writable=True)[:] = col.values.reshape(-1).view(np.uint8)
+                at = batches.jagged_offsets_at(offset, values)
+                arena.view(base + at, col.offsets.nbytes, writable=True)[:] = col.offsets.view(np.uint8)
+            else:
+                arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
         return extent, arena.generation
 
     async def reserve_extent(self, need: int, timeout: float) -> ReservedExtent:
@@ -238,7 +242,7 @@ class ArenaClient:
     def watch_reserved(self, owner: np.ndarray, lease: ReservedExtent) -> None:
         """Give ``lease`` back once ``owner`` (the uint8 view every array of the reservation is made from) is
         garbage-collected, if it was neither put nor abandoned by then: nothing can write into it any more."""
-        done = weakref.finalize(owner, _abandon_soon, lease, self._conn, asyncio.get_running_loop())
+        done = weakref.finalize(owner, _abandon_soon, lease, self._address, asyncio.get_running_loop())
         done.atexit = False  # at exit the broker reaps what this process leased
 
     async def abandon_reserved(self, lease: ReservedExtent) -> None:
@@ -252,7 +256,7 @@ class ArenaClient:
 
     def abandon_reserved_soon(self, lease: ReservedExtent) -> None:
         """``abandon_reserved`` without waiting for the reply (from an ``except`` that may be a cancellation)."""
-        _abandon_soon(lease, self._conn, asyncio.get_running_loop())
+        _abandon_soon(lease, self._address, asyncio.get_running_loop())
 
     async def _move(self, lease: ReservedExtent, timeout: float) -> None:
         """Copy a reservation into a fresh extent after its own was lost to a broker restart."""
@@ -280,14 +284,14 @@ class ArenaClient:
         if "hold" not in result:
             data = batches.from_rows(rows, result["kinds"], fields, device)
             return data, 0, len(buffers[0])
+        address, hold, generation = self._address, result["hold"], bytes(result["generation"])
         loop = asyncio.get_running_loop()
-        conn, hold = self._conn, result["hold"]
 
         def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
-            conn.defer_release(hold, loop)
+            releases.release(address, generation, hold, loop)
 
         try:
-            arena = await self._arena(bytes(result["generation"]))
+            arena = await self._arena(generation)
             if arena is None:
                 raise errors.ConfigError("the broker runs without an arena")
             tensor_fields = [f for f in fields if f not in result["kinds"]]

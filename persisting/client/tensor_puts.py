@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from ..engine import Topic
 from ..errors import ConfigError, InvalidRecordError
-from ..tensors import batches, reservation, tensordicts
+from ..tensors import batches, objects, reservation, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
@@ -42,8 +43,10 @@ class TensorPuts:
     ) -> BatchMeta:
         if not isinstance(partition, str) or not partition:
             raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
+        non_tensor: set[str] = set()
         if tensors.is_tensor_dict(data):
-            data = tensordicts.flatten(data)  # nested keys become "a.b" fields; get_data(as_tensordict=True) nests
+            # nested keys become "a.b" fields; get_data(as_tensordict=True) nests them again
+            data = tensordicts.flatten(data, non_tensor)
         columns, other, n = tensors.split(data)
         reserved = [name for name in (*columns, *other) if name.startswith(codec.RESERVED_PREFIX)]
         if reserved:
@@ -57,9 +60,10 @@ class TensorPuts:
                 raise ConfigError(f"data holds {n} samples but batch_meta names {patch.size}; give one row per sample")
             of = patch.global_indexes
         topic = await self._handle.engine()
+        other = objects.prepare(other, non_tensor, self._handle.objects, topic.kinds, _storable)
         if n == 0:
             return patch if patch is not None else BatchMeta()
-        payload = sum(col.array.nbytes for col in columns.values())
+        payload = sum(col.nbytes for col in columns.values())
         remote = await self._through_arena(topic) if columns else None
         if remote is not None:
             plain = batches.other_rows(other, n, remote.kinds)
@@ -96,7 +100,7 @@ class TensorPuts:
     async def _put_copied(
         self,
         topic: Topic | RemoteTopic,
-        columns: dict[str, tensors.Column],
+        columns: Mapping[str, tensors.AnyColumn],
         other: dict[str, list[Any]],
         n: int,
         partition: str,
@@ -108,7 +112,7 @@ class TensorPuts:
         blob = await asyncio.to_thread(codec.pack, batch.rows)
         of = None if patch is None else patch.global_indexes
         first, n = await on_topic(topic, topic.append(batch, partition, blob, key, of=of))
-        self._handle.moved("put_copied_bytes", sum(col.array.nbytes for col in columns.values()))
+        self._handle.moved("put_copied_bytes", sum(col.nbytes for col in columns.values()))
         return batches.batch_meta(first, n, partition, columns, other, patch)
 
     async def reserve(self, spec: Any, batch_size: Any, partition_id: Any, timeout: Any) -> Reservation:
@@ -153,6 +157,7 @@ class TensorPuts:
                 raise ConfigError(f"the reservation holds {r.batch_size} samples but batch_meta names {patch.size}")
         other = reservation.check_extra(extra, r._fields, r.batch_size)
         topic = await self._handle.engine()
+        other = objects.prepare(other, set(), self._handle.objects, topic.kinds, _storable)
         plain = batches.other_rows(other, r.batch_size, topic.kinds)  # refuses bad values now, not in the store
         r._begin_put(self._owner)
         try:
@@ -180,3 +185,12 @@ def check_patch(meta: Any, partition: str) -> None:
         raise ConfigError(f"batch_meta must be the BatchMeta of the samples, got {type(meta).__qualname__}")
     if any(s.partition_id != partition for s in meta.samples):
         raise ConfigError(f"batch_meta holds samples of {meta.partition_ids}, not of {partition!r}")
+
+
+def _storable(name: str, value: Any) -> bool:
+    """Whether the record codec stores ``value`` (else, with objects="pickle", the field is pickled)."""
+    try:
+        codec.encode_value(value, codec.kind_of(value, name), name)
+    except InvalidRecordError:
+        return False
+    return True

@@ -2,6 +2,7 @@
 
 - ``run``: runs a coroutine on the engine's loop and blocks for it, as ``SyncQueue`` does: a compat queue's
   blocking twin then costs one thread hop per call, and the ``Queue`` calls inside it run without one.
+- ``call``: awaits a coroutine on the engine's loop from any other loop (the TransferQueue layer's async calls).
 - ``close_soon``: a close from ``close()``, ``__del__`` or exit, on the engine loop without blocking it.
 - ``stop_engine_loop``: at exit, for queues left open (see ``persistqueue._twin``).
 - ``take_records``: embedded mode's take of one record and its bytes in one step (``Queue.get_meta`` +
@@ -27,6 +28,11 @@ _closing: set[asyncio.Future[None]] = set()
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return _loop.run(coro)
+
+
+async def call(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on the engine loop from any event loop."""
+    return await _loop.call(coro)
 
 
 async def read_window(queue: Queue, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:

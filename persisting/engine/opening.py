@@ -17,6 +17,7 @@ Functions that ``topic.Topic.open`` calls in this order, on the engine's loop (`
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -26,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, CorruptionError, StorageError, TopicLockedError
-from ..tensors.column import Column, storage_dtype
+from ..errors import ConfigError, CorruptionError, ProtocolError, StorageError, TopicLockedError
+from ..tensors import jagged
+from ..tensors.column import AnyColumn, Column, storage_dtype
 from .buckets import Buckets
 from .config import TopicConfig
 from .consumption import ConsumptionLog, Taken
@@ -155,8 +157,9 @@ def readopt(
     try:
         generation, base, fields = bytes(ref["gen"]), int(ref["offset"]), ref["fields"]
         n = len(rows)
-        columns: dict[str, Column] = {}
-        for field_name, kind, dtype_name, shape, offset, nbytes in fields:
+        columns: dict[str, AnyColumn] = {}
+        for entry in fields:
+            field_name, kind, dtype_name, shape, offset, nbytes = entry[:6]
             view = None if resolver is None else resolver(generation, base + offset, nbytes)
             if view is None:
                 log.error(
@@ -168,11 +171,22 @@ def readopt(
                     field_name,
                 )
                 continue
+            if kind == jagged.KIND and resolver is not None:
+                at = functools.partial(_resolved, resolver, generation)
+                columns[field_name] = jagged.from_arena(entry, n, at, None, base)
+                continue
             arr = view.view(storage_dtype(kind, dtype_name)).reshape((n, *shape))
             columns[field_name] = Column(kind, dtype_name, arr)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ProtocolError) as exc:
         raise CorruptionError(f"topic {name!r}: a log frame's arena reference is malformed: {exc}") from exc
     return materialize(rows, ArenaPayload(0, ref, columns))
+
+
+def _resolved(resolver: ArenaResolver, generation: bytes, offset: int, nbytes: int) -> Any:
+    view = resolver(generation, offset, nbytes)
+    if view is None:
+        raise ValueError("a jagged field's offsets are outside the arena left behind")
+    return view
 
 
 def stored_topics(storage_path: Path, backend_kwargs: dict[str, Any]) -> list[tuple[str, TopicConfig]]:

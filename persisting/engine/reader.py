@@ -15,13 +15,26 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from ..wire.codec import INDEX_KEY, RESERVED_PREFIX, decode_sample
+from ..tensors.jagged import JaggedColumn
+from ..wire.codec import INDEX_KEY, RESERVED_PREFIX, decode_jagged
 from .buckets import Buckets
 from .config import Metrics
 from .index import SampleIndex
 from .partitions import Clears
 from .schema import Schema
 from .tail import Chunk, Tail
+
+
+def jagged_entry(name: str, col: JaggedColumn, i: int, count: int) -> list[Any]:
+    """Where samples ``i .. i+count`` of a jagged arena column lie: ``[name, "jagged", dtype, sample shape,
+    address, count, values along the ragged dimension from there, offsets (count + 1 int64 bytes, into those
+    values)]``. Ragged dimension 0: just those samples' values; another: the whole values block (the samples
+    are not contiguous in it)."""
+    part = col.rows(i, i + count) if col.ragged_dim == 0 else col
+    offsets = part.offsets if col.ragged_dim == 0 else col.offsets[i : i + count + 1]
+    addr = part.values.__array_interface__["data"][0]
+    total = part.total
+    return [name, col.kind, col.dtype_name, list(col.sample_shape), addr, count, total, offsets.tobytes()]
 
 
 class Reader:
@@ -114,6 +127,9 @@ class Reader:
                 col = chunk.arena.columns.get(name)
                 if col is None:
                     return None
+                if isinstance(col, JaggedColumn):
+                    entry_fields.append(jagged_entry(name, col, i, count))
+                    continue
                 per = col.array.strides[0] if col.array.ndim else 0
                 addr = col.array.__array_interface__["data"][0] + i * per
                 entry_fields.append([name, col.kind, col.dtype_name, list(col.sample_shape), addr, count, per])
@@ -220,9 +236,12 @@ class Reader:
                     if name.startswith(RESERVED_PREFIX) or value is None:
                         continue
                     kind = kinds.get(name, "")
-                    if kind in ("ndarray", "tensor"):
-                        dtype_name, arr = decode_sample(kind, value)
-                        found[name] = [kind, dtype_name, list(arr.shape)]
+                    if kind in ("ndarray", "tensor", "jagged"):
+                        dtype_name, arr, ragged = decode_jagged(kind, value)
+                        shape = list(arr.shape)
+                        if kind == "jagged" and 0 <= ragged < len(shape):
+                            shape[ragged] = -1
+                        found[name] = [kind, dtype_name, shape]
                     else:
                         found[name] = [kind, "", []]
                 descs[n] = found

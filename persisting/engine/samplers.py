@@ -4,6 +4,8 @@ The protocol (a custom sampler implements it)::
 
     sample(ready, batch_size, **kw) -> (sampled, consumed)
 
+The engine passes ``ready`` positionally, so a sampler written for TransferQueue, ``sample(self, ready_indexes,
+batch_size, *args, **kwargs)``, works unchanged; the built-in ones also take ``ready_indexes=`` by name.
 ``ready`` lists the global indexes of the samples this task may still take in the partition, in index order;
 ``kw`` carries ``positions`` (each ready sample's position in its partition: 0 for the first sample ever put
 there) plus what the caller passed (``dp_rank``, ``batch_index``, ...). ``sampled`` goes into the BatchMeta;
@@ -29,6 +31,7 @@ answer per key (``cache_key``), so the first rank's request samples and the othe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +41,22 @@ RANK_CACHE_SIZE = 4096  # (partition, task, dp_rank, batch_index) answers rememb
 
 
 Shares = dict[tuple[Any, ...], list[int]]  # cache key (dp_rank, batch_index) -> that rank's part of a step
+
+
+def accepts_ready_indexes(method: Any) -> Any:
+    """Let a built-in ``sample`` be called as TransferQueue's samplers are, ``sample(ready_indexes=...,
+    batch_size=...)``, as well as with ``ready`` (positionally, as the engine calls every sampler, or by name): code
+    written for TransferQueue's sampler interface (Persisting 0.3.0's tests included) runs unchanged."""
+
+    @functools.wraps(method)
+    def sample(self: Any, *args: Any, **kw: Any) -> Any:
+        if "ready_indexes" in kw:
+            if args or "ready" in kw:
+                raise ConfigError("sample() got the ready samples twice (ready and ready_indexes)")
+            args = (kw.pop("ready_indexes"),)
+        return method(self, *args, **kw)
+
+    return sample
 
 
 @runtime_checkable
@@ -56,6 +75,7 @@ class SequentialSampler:
         """Ready samples (from the front) the sampler needs to see: the batch itself."""
         return batch_size
 
+    @accepts_ready_indexes
     def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
         picked = list(ready[:batch_size])
         return picked, picked
@@ -100,13 +120,15 @@ class GRPOGroupNSampler:
         that are not whole yet (skipped); one more group so that a batch cut by an unaligned put still fits."""
         return 2 * batch_size + self.n
 
+    @accepts_ready_indexes
     def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
         if batch_size % self.n:
             raise ConfigError(
                 f"batch_size {batch_size} is not a multiple of n_samples_per_prompt={self.n}: a batch holds whole "
                 "groups only"
             )
-        positions: Sequence[int] = kw["positions"]
+        # the engine passes each ready sample's position; a direct call (TransferQueue's way) groups by index
+        positions: Sequence[int] = kw.get("positions", ready)
         picked: list[int] = []
         k = 0
         while k < len(ready) and len(picked) < batch_size:
@@ -157,6 +179,7 @@ class LengthBalancedSampler:
             raise ConfigError(f"dp_rank {key[0]} is not below dp_size={self.dp_size}")
         return key
 
+    @accepts_ready_indexes
     def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int], Shares]:
         n = self.groups.n
         picked, _ = self.groups.sample(ready, batch_size * self.dp_size, **kw)
@@ -201,6 +224,7 @@ class PickSampler:
         self.ids = None if ids is None else list(ids)
         self.after = after
 
+    @accepts_ready_indexes
     def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
         candidates: Sequence[int] = ready
         if self.ids is not None:

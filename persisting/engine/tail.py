@@ -27,7 +27,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..tensors.column import Column
+from ..tensors.column import AnyColumn
+from ..tensors.jagged import JaggedColumn
 from ..wire.codec import encode_sample
 from .fields import FieldIndex
 
@@ -42,7 +43,7 @@ class ArenaPayload:
 
     extent_id: int
     ref: dict[str, Any]
-    columns: dict[str, Column]
+    columns: dict[str, AnyColumn]
     used: bool = False  # set once rows of the tail point at it
 
 
@@ -101,12 +102,12 @@ def whole_batch(chunk: Chunk, bucket_column: str) -> bool:
     )
 
 
-TYPED_KINDS = frozenset({"ndarray", "tensor", "nested"})  # fields a columnar backend stores typed
+TYPED_KINDS = frozenset({"ndarray", "tensor", "jagged", "nested"})  # fields a columnar backend stores typed
 
 
 def tensor_parts(
     rows: list[dict[str, Any]], arena: list[tuple[int, Chunk, int]], kinds: dict[str, str]
-) -> dict[str, tuple[str, list[Column | list[Any]]]]:
+) -> dict[str, tuple[str, list[AnyColumn | list[Any]]]]:
     """For each tensor (or nested) field of one bucket's ``rows``: (kind, parts covering the rows in order), for
     a backend's ``put_columns``. An arena batch contributes its column sliced past the samples it skips (a view
     on shared memory: the backend builds its Arrow column over it, no copy); other rows contribute their own
@@ -117,9 +118,9 @@ def tensor_parts(
             keys.update((name, col.kind) for name, col in chunk.arena.columns.items())
     present = {k for r in rows for k in r}  # one C-level pass; rows of tensor-only batches hold engine keys only
     keys.update((k, kinds[k]) for k in present if kinds.get(k) in TYPED_KINDS and k not in keys)
-    out: dict[str, tuple[str, list[Column | list[Any]]]] = {}
+    out: dict[str, tuple[str, list[AnyColumn | list[Any]]]] = {}
     for key, kind in keys.items():
-        parts: list[Column | list[Any]] = []
+        parts: list[AnyColumn | list[Any]] = []
         pos = 0
         for start, chunk, skip in arena:
             if start > pos:
@@ -127,7 +128,7 @@ def tensor_parts(
             count = chunk.count - skip
             col = chunk.arena.columns.get(key) if chunk.arena is not None else None
             if col is not None:
-                parts.append(Column(col.kind, col.dtype_name, col.array[skip:]))
+                parts.append(col.rows(skip))
             else:  # a field of the batch's other rows (a list per sample), or one it lacks
                 parts.append([r.get(key) for r in rows[start : start + count]])
             pos = start + count
@@ -141,8 +142,9 @@ def materialize(other: list[dict[str, Any]], arena: ArenaPayload | None) -> list
     rows = [dict(r) for r in other]
     if arena is not None:
         for name, col in arena.columns.items():
+            ragged = col.ragged_dim if isinstance(col, JaggedColumn) else 0
             for i, row in enumerate(rows):
-                row[name] = encode_sample(col.kind, col.dtype_name, col.array[i])
+                row[name] = encode_sample(col.kind, col.dtype_name, col.sample(i), ragged)
     return rows
 
 
@@ -227,7 +229,7 @@ class Tail:
             if chunk.first >= cut:
                 break
             if chunk.arena is not None:
-                total += sum(col.array.nbytes for col in chunk.arena.columns.values())
+                total += sum(col.nbytes for col in chunk.arena.columns.values())
                 if total > step_bytes and k + 1 < len(chunks):
                     return min(cut, chunks[k + 1].first)
         return cut

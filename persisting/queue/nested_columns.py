@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgpack
 import pyarrow as pa
 
 from ..wire import codec
@@ -36,6 +37,23 @@ _BY_NAME = {name: t for name, t in _LEAVES.values()}
 
 Sig = tuple[str | None, int, bool]
 """(leaf type, depth, exact): ``exact`` False for lists with no leaf at all (``[]``, ``[[]]``: depth at least)."""
+
+
+class OpaqueTensor:
+    """A torch tensor inside a nested value, left undecoded (``unpack_shallow``: the broker needs no torch)."""
+
+
+def _ext_hook_shallow(code: int, data: bytes) -> Any:
+    if code == codec._EXT_TORCH:
+        return OpaqueTensor()
+    if code == codec._EXT_TUPLE:
+        return tuple(unpack_shallow(data))
+    return codec._ext_hook(code, data)
+
+
+def unpack_shallow(data: bytes) -> Any:
+    """A nested value decoded without building torch tensors (they come back as ``OpaqueTensor``)."""
+    return msgpack.unpackb(data, ext_hook=_ext_hook_shallow, raw=False, strict_map_key=False, use_list=True)
 
 
 class _NoFit(Exception):
@@ -73,7 +91,7 @@ def choose(values: Sequence[Any], stored: tuple[str, int] | None) -> tuple[str, 
     """(leaf type, depth) of a list column holding ``values`` (row values: bytes or None) and what is stored, or
     None when they need the bytes layout."""
     try:
-        sigs = [_sig(codec.decode_rows([{"v": v}], {"v": "nested"})[0]["v"]) for v in values if v is not None]
+        sigs = [_sig(unpack_shallow(v)) for v in values if v is not None]
         if stored is not None:
             sigs.append((stored[0], stored[1], True))
         if not sigs:

@@ -16,8 +16,8 @@ Lance). The layout is written in the field's metadata, so pyarrow, DuckDB or Pol
     list                        large_list<...<leaf>> (nested_columns)           ``nested`` record values: lists of
                                                                                   one scalar type at one depth
 
-    field metadata: persisting.layout, persisting.kind ("ndarray": numpy, "tensor": torch) and persisting.dtype
-    (numpy dtype str such as "<f4", or the torch dtype name such as "bfloat16")
+    field metadata: persisting.layout, persisting.kind ("ndarray", "tensor": torch, "jagged": see jagged_columns),
+    persisting.dtype (numpy dtype str such as "<f4", or torch dtype name such as "bfloat16"), persisting.ragged_dim
 
 Value types: the numpy/torch dtype's Arrow twin (int8..uint64, float16/32/64), except where Arrow has none with
 the same bytes: bool is uint8 (0/1; Arrow's bool is bit-packed), bfloat16 is uint16 (its bits), complex64/128
@@ -40,13 +40,16 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptionError
-from ..tensors.column import Column, storage_dtype
+from ..tensors.column import AnyColumn, Column, storage_dtype
+from ..tensors.jagged import KIND as JAGGED
+from ..tensors.jagged import JaggedColumn
 from ..wire import codec
-from . import nested_columns
+from . import jagged_columns, nested_columns
 
 LAYOUT_KEY = b"persisting.layout"
 KIND_KEY = b"persisting.kind"
 DTYPE_KEY = b"persisting.dtype"
+RAGGED_KEY = b"persisting.ragged_dim"
 
 FIXED = "fixed_shape_tensor"
 SCALAR = "scalar"
@@ -55,23 +58,33 @@ BYTES = "bytes"
 LIST = "list"
 NESTED = "nested"
 
-Part = Column | list[Any]
+Part = AnyColumn | list[Any]
 """What the engine hands over for some rows of one tensor field: a Column (its samples) or row values."""
 
 
 @dataclass(slots=True)
 class Run:
     """Consecutive rows of one field: typed samples (``array``: storage dtype, batch dimension first), ``count``
-    nulls (``array`` None), or values kept as encoded bytes (``opaque``)."""
+    nulls (``array`` None), or values kept as encoded bytes (``opaque``). Jagged samples: ``array`` holds their
+    values (the ragged dimension ``ragged`` holding one sample after the other), ``offsets`` where each starts."""
 
     count: int
     dtype_name: str = ""
     array: np.ndarray | None = None
     opaque: list[bytes | None] | None = None
+    offsets: np.ndarray | None = None
+    ragged: int = 0
 
     @property
-    def sig(self) -> tuple[str, tuple[int, ...]] | None:
-        return None if self.array is None else (self.dtype_name, tuple(self.array.shape[1:]))
+    def sig(self) -> tuple[str, tuple[int, ...] | None] | None:
+        if self.array is None:
+            return None
+        return (self.dtype_name, None if self.offsets is not None else tuple(self.array.shape[1:]))
+
+    def jagged(self) -> JaggedColumn:
+        if self.array is None or self.offsets is None:
+            raise CorruptionError("a run of dense samples reached a jagged column")
+        return JaggedColumn(self.dtype_name, self.array, self.offsets, self.ragged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +114,20 @@ class Layout:
             shape = tuple(int(d) for d in field.type.shape)
             if _complex(kind, dtype_name):
                 shape = shape[:-1]
+        if layout == VARIABLE and kind == JAGGED:
+            shape = (int(meta.get(RAGGED_KEY, b"0")),)  # a jagged field's ragged dimension
         return cls(layout, kind, dtype_name, shape)
 
     def field(self, column: str) -> pa.Field:
         meta = {LAYOUT_KEY: self.layout.encode(), KIND_KEY: self.kind.encode(), DTYPE_KEY: self.dtype_name.encode()}
+        if self.layout == VARIABLE and self.kind == JAGGED:
+            meta[RAGGED_KEY] = str(self.ragged).encode()
         return pa.field(column, self.arrow_type(), nullable=True, metadata=meta)
+
+    @property
+    def ragged(self) -> int:
+        """A jagged field's ragged dimension (0 for other fields)."""
+        return self.shape[0] if self.kind == JAGGED and self.layout == VARIABLE and self.shape else 0
 
     def arrow_type(self) -> pa.DataType:
         if self.layout == BYTES:
@@ -126,7 +148,7 @@ def _complex(kind: str, dtype_name: str) -> bool:
 
 def _value_type(kind: str, dtype_name: str) -> tuple[pa.DataType, tuple[int, ...]]:
     """The Arrow value type of a dtype, and the trailing dimension its samples gain (complex: 2)."""
-    if kind == "tensor" and dtype_name == "bfloat16":
+    if kind in ("tensor", JAGGED) and dtype_name == "bfloat16":
         return pa.uint16(), ()
     dtype = storage_dtype(kind, dtype_name)
     if dtype.kind == "b":
@@ -139,7 +161,7 @@ def _value_type(kind: str, dtype_name: str) -> tuple[pa.DataType, tuple[int, ...
 def _arrow_values(kind: str, dtype_name: str, arr: np.ndarray) -> np.ndarray:
     """The samples as the value type's numpy array (a view where the bytes already agree, else a copy)."""
     dtype = arr.dtype
-    if kind == "tensor" and dtype_name == "bfloat16":
+    if kind in ("tensor", JAGGED) and dtype_name == "bfloat16":
         return arr.view(np.uint16)
     if dtype.kind == "b":
         return arr.view(np.uint8)
@@ -181,11 +203,15 @@ def to_runs(kind: str, parts: Sequence[Part]) -> list[Run]:
     """The parts as runs; consecutive row values of one dtype and shape are stacked (a copy: records are small)."""
     runs: list[Run] = []
     if kind == NESTED:  # row values only: nested_columns looks at them whole
-        return [Run(len(part), opaque=list(part)) for part in parts if not isinstance(part, Column)]
+        return [Run(len(part), opaque=list(part)) for part in parts if isinstance(part, list)]
+    if kind == JAGGED:
+        return [Run(c) if isinstance(c, int) else _jagged_run(c) for c in jagged_columns.runs(parts)]
     for part in parts:
         if isinstance(part, Column):
             runs.append(Run(part.array.shape[0], part.dtype_name, part.array))
             continue
+        if isinstance(part, JaggedColumn):  # a jagged batch in a dense field: the put refused it, never here
+            raise CorruptionError("a jagged column reached a dense tensor field")
         pending: list[tuple[str, np.ndarray]] = []
         for value in part:
             typed = None if value is None else _typed(kind, value)
@@ -205,6 +231,10 @@ def to_runs(kind: str, parts: Sequence[Part]) -> list[Run]:
     return runs
 
 
+def _jagged_run(col: JaggedColumn) -> Run:
+    return Run(col.count, col.dtype_name, col.values, offsets=col.offsets, ragged=col.ragged_dim)
+
+
 def _stacked(samples: list[tuple[str, np.ndarray]]) -> Run:
     return Run(len(samples), samples[0][0], np.stack([a for _, a in samples]))
 
@@ -218,6 +248,17 @@ def choose(kind: str, runs: Sequence[Run], stored: Layout | None) -> Layout | No
         return Layout(BYTES, kind)  # (a 0.1 topic's bytes column has no kind in its metadata: the field's is used)
     if any(r.opaque is not None for r in runs):
         return Layout(BYTES, kind)
+    if kind == JAGGED:
+        raggeds = {r.ragged for r in runs if r.array is not None}
+        dtypes_j = {r.dtype_name for r in runs if r.array is not None}
+        if stored is not None:
+            raggeds.add(stored.ragged)
+            dtypes_j.add(stored.dtype_name)
+        if not dtypes_j:
+            return None
+        if len(dtypes_j) > 1 or len(raggeds) > 1:
+            return Layout(BYTES, kind)
+        return Layout(VARIABLE, kind, dtypes_j.pop(), (raggeds.pop(),))
     sigs: set[tuple[str, tuple[int, ...] | None]] = {r.sig for r in runs if r.sig is not None}
     if stored is not None:
         sigs.add((stored.dtype_name, stored.shape if stored.layout in (FIXED, SCALAR) else None))
@@ -272,6 +313,8 @@ def _chunk(layout: Layout, target: pa.DataType, run: Run) -> pa.Array:
     if layout.layout == BYTES:
         if run.array is None:
             return pa.array(run.opaque, type=pa.large_binary())
+        if run.offsets is not None:
+            return jagged_columns.encoded(run.jagged())
         return encoded(layout.kind, run.dtype_name, run.array)
     arr = run.array
     if arr is None:
@@ -284,6 +327,8 @@ def _chunk(layout: Layout, target: pa.DataType, run: Run) -> pa.Array:
         # from_buffers, not from_arrays: a sample of no elements (shape (2, 0)) still counts its rows
         storage = pa.Array.from_buffers(target.storage_type, run.count, [None], children=[flat])
         return pa.ExtensionArray.from_storage(target, storage)
+    if run.offsets is not None:
+        return jagged_columns.chunk(target, run.jagged(), values)
     n = run.count
     per = int(np.prod(arr.shape[1:], dtype=np.int64)) * (2 if values.ndim > arr.ndim else 1)
     offsets = pa.array(np.arange(n + 1, dtype=np.int64) * per)
@@ -365,7 +410,7 @@ def _variable_values(layout: Layout, chunk: pa.Array, valid: list[bool]) -> list
         shape = tuple(int(d) for d in shapes[i])
         values = flat[offsets[i] : offsets[i + 1]]
         sample = _from_arrow_values(layout, values, shape) if values.size else np.zeros(shape, dtype)
-        out.append(codec.encode_sample(layout.kind, layout.dtype_name, sample))
+        out.append(codec.encode_sample(layout.kind, layout.dtype_name, sample, layout.ragged))
     return out
 
 

@@ -4,7 +4,8 @@ Ray stores numpy arrays out of band (pickle protocol 5): one copy into the objec
 them, the transfer to the caller's node, and ``ray.get`` there gives read-only numpy views on that node's store.
 A torch tensor would be pickled through its storage instead (an extra copy on each side), so CPU torch tensors
 travel as their numpy views (bfloat16 as its 16-bit pattern) and are made torch tensors again on arrival, over
-the same memory.
+the same memory. A jagged nested tensor travels as its values (a numpy view, as above) and offsets and is rebuilt
+on arrival with ``nested_tensor_from_jagged`` over them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 _TORCH = "torch"
 _BFLOAT16 = "bfloat16"
+_JAGGED = "jagged:"  # + the values' kind: [values, offsets, jagged_dim]
 
 
 def pack(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -24,7 +26,11 @@ def pack(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     out: dict[str, Any] = {}
     kinds: dict[str, str] = {}
     for name, value in data.items():
-        if isinstance(value, list) and value and _is_tensor(value[0]):
+        if _is_tensor(value) and getattr(value, "is_nested", False):
+            values = value.values().contiguous()
+            out[name] = [_as_numpy(values), _as_numpy(value.offsets()), int(value._ragged_idx)]
+            kinds[name] = _JAGGED + _kind(values)
+        elif isinstance(value, list) and value and _is_tensor(value[0]):
             out[name] = [_as_numpy(v) for v in value]
             kinds[name] = _kind(value[0])
         elif _is_tensor(value):
@@ -40,6 +46,15 @@ def unpack(data: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
     out = dict(data)
     for name, kind in kinds.items():
         value = out[name]
+        if kind.startswith(_JAGGED):
+            import torch
+
+            from ..tensors.jagged import seqlen_bounds
+
+            values, offsets = _as_torch(value[0], kind[len(_JAGGED) :]), _as_torch(value[1], _TORCH)
+            bounds = seqlen_bounds(value[1])
+            out[name] = torch.nested.nested_tensor_from_jagged(values, offsets, jagged_dim=int(value[2]), **bounds)
+            continue
         out[name] = [_as_torch(v, kind) for v in value] if isinstance(value, list) else _as_torch(value, kind)
     return out
 

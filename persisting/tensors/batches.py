@@ -2,9 +2,10 @@
 
 Two ways a batch travels. The copy path (embedded mode, ``zerocopy_mode="off"``, or no arena): each sample
 becomes a row whose tensor fields hold encoded bytes, exactly like records. The arena path (broker mode): the
-producer writes each field's whole batch once into a leased extent (``layout``), and consumers get views of the
-broker's arena (``from_runs``), kept alive by reference: when the last array made from a ``get_data`` call is
-garbage-collected the broker is told to release it.
+producer writes each field's whole batch once into a leased extent (``layout``), and consumers get copy-on-write
+views of the broker's arena (``from_runs``: a private mapping per call, so what a consumer writes stays its own),
+kept alive by reference: when the last array made from a ``get_data`` call is garbage-collected the mapping goes
+and the broker is told to release the hold.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import numpy as np
 from ..errors import ConfigError, ProtocolError
 from ..wire import codec
 from . import column as tensors
+from . import jagged
 from .arena import FIELD_ALIGN_BYTES, Arena, align_up
-from .column import Column
+from .column import AnyColumn
 from .meta import BatchMeta, FieldMeta, ProductionStatus, SampleMeta, sample_metas
 
 
@@ -34,34 +36,55 @@ def other_rows(other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str,
 
 
 def full_rows(
-    columns: Mapping[str, Column], other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str, str]
+    columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str, str]
 ) -> codec.EncodedBatch:
     """Every field of every sample as encoded rows (the copy path)."""
     batch = other_rows(other, n, known_kinds)
     kinds = dict(batch.kinds)
     for name, col in columns.items():
         kinds[name] = col.kind
+        ragged = col.ragged_dim if isinstance(col, jagged.JaggedColumn) else 0
         for i, row in enumerate(batch.rows):
-            row[name] = codec.encode_sample(col.kind, col.dtype_name, col.array[i])
+            row[name] = codec.encode_sample(col.kind, col.dtype_name, col.sample(i), ragged)
     return codec.EncodedBatch(batch.rows, kinds)
 
 
-def layout(columns: Mapping[str, Column]) -> tuple[list[tuple[str, Column, int, int]], int]:
-    """Where each field goes in an extent: (name, column, offset, nbytes), and the extent size."""
+def layout(columns: Mapping[str, AnyColumn]) -> tuple[list[tuple[str, AnyColumn, int, int]], int]:
+    """Where each field goes in an extent: (name, column, offset, nbytes), and the extent size. A jagged field
+    takes its values, then its offsets at the next aligned offset (``jagged_offsets_at``)."""
     out = []
     cursor = 0
     for name, col in columns.items():
         offset = align_up(cursor, FIELD_ALIGN_BYTES)
-        out.append((name, col, offset, col.array.nbytes))
-        cursor = offset + col.array.nbytes
+        out.append((name, col, offset, col.nbytes))
+        if isinstance(col, jagged.JaggedColumn):
+            cursor = jagged_offsets_at(offset, col.values.nbytes) + col.offsets.nbytes
+        else:
+            cursor = offset + col.nbytes
     return out, cursor
+
+
+def wire_field(name: str, col: AnyColumn, offset: int) -> list[Any]:
+    """A field of a ``put_tensors`` layout: ``[name, kind, dtype, sample shape, offset, nbytes]``; a jagged field
+    ``[name, "jagged", dtype, sample shape with -1 at the ragged dimension, offset, values nbytes, offsets offset,
+    values along the ragged dimension]`` (its offsets: ``count + 1`` int64 from 0)."""
+    if isinstance(col, jagged.JaggedColumn):
+        nbytes = col.values.nbytes
+        at = jagged_offsets_at(offset, nbytes)
+        return [name, col.kind, col.dtype_name, list(col.sample_shape), offset, nbytes, at, col.total]
+    return [name, col.kind, col.dtype_name, list(col.sample_shape), offset, col.nbytes]
+
+
+def jagged_offsets_at(offset: int, values_nbytes: int) -> int:
+    """Where a jagged field's offsets lie in an extent: after its values, aligned."""
+    return align_up(offset + values_nbytes, FIELD_ALIGN_BYTES)
 
 
 def batch_meta(
     first: int,
     n: int,
     partition: str,
-    columns: Mapping[str, Column],
+    columns: Mapping[str, AnyColumn],
     other: Mapping[str, Any],
     patch: BatchMeta | None = None,
 ) -> BatchMeta:
@@ -108,7 +131,9 @@ def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list
     for name in fields:
         kind = kinds.get(name)
         values = [row.get(name) for row in rows]
-        if kind in ("ndarray", "tensor"):
+        if kind == jagged.KIND:
+            out[name] = _jagged_from_rows(values, device)
+        elif kind in ("ndarray", "tensor"):
             decoded = [None if v is None else codec.decode_sample(kind, v) for v in values]
             if any(d is None for d in decoded):
                 out[name] = [None if d is None else tensors.to_user(d[1], kind, d[0], device) for d in decoded]
@@ -123,6 +148,19 @@ def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list
         else:
             out[name] = [r[name] for r in codec.decode_rows([{name: v} for v in values], kinds)]
     return out
+
+
+def _jagged_from_rows(values: list[Any], device: Any) -> Any:
+    """A jagged field read back as rows: one nested tensor (a copy), or a list of samples when some are missing
+    or they cannot be joined (samples of several puts that differ in their other dimensions, dtype or ragged
+    dimension)."""
+    decoded = [None if v is None else codec.decode_jagged(jagged.KIND, v) for v in values]
+    present = [d for d in decoded if d is not None]
+    if present and len(present) == len(decoded) and len({(d[0], d[2]) for d in present}) == 1:
+        col = jagged.assemble([d[1] for d in present], present[0][0], present[0][2])
+        if col is not None:
+            return jagged.column_to_user(col, device)
+    return [None if d is None else tensors.to_user(d[1], "tensor", d[0], device) for d in decoded]
 
 
 class Batch(dict[str, Any]):
@@ -181,7 +219,8 @@ class _Hold:
 def from_runs(
     arena: Arena, runs: list[list[list[Any]]], fields: list[str], mode: str, device: Any, release: Callable[[], None]
 ) -> tuple[Batch, int, int]:
-    """The arena path: views of the broker's arena (read-only), one per field when the samples are one run.
+    """The arena path: writable copy-on-write views of the broker's arena (``Arena.private``: one mapping per call,
+    so what the caller writes stays its own), one per field when the samples are one run.
 
     Returns (data, bytes handed over without a copy, bytes copied). Samples from several puts lie in several
     extents: ``mode="force"`` refuses that, ``"auto"`` concatenates them (a copy) when their shapes agree.
@@ -189,14 +228,24 @@ def from_runs(
     hold = _Hold(release)
     out = Batch()
     out._hold = hold
-    zero = copied = 0
+    # Jagged fields (values + offsets, engine/reader.py jagged_entry) first, the dense ones below.
+    ragged = [entry for run in runs for entry in run if len(entry) == jagged.RUN_ENTRY_LEN]
+    zero, copied = jagged.from_runs(out, ragged, arena.private, hold.track, mode, device)
+    entries = [entry for run in runs for entry in run if len(entry) != jagged.RUN_ENTRY_LEN]
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 7 and all(type(x) is int and x >= 0 for x in entry[4:])):
+            raise ProtocolError("each arena run entry is [name, kind, dtype, shape, offset, count, bytes per sample]")
     per_field: dict[str, list[tuple[list[Any], np.ndarray]]] = {name: [] for name in fields}
-    for run in runs:
-        for name, kind, dtype_name, shape, offset, count, per in run:
-            owner = arena.view(offset, count * per)
-            hold.track(owner)
-            arr = owner.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
+    if entries:
+        # One mapping over every extent of this call: one mmap per get_data, not one per field or extent.
+        lo = min(e[4] for e in entries)
+        window = arena.private(lo, max(e[4] + e[5] * e[6] for e in entries) - lo)
+        hold.track(window)
+        for name, kind, dtype_name, shape, offset, count, per in entries:
+            part = window[offset - lo : offset - lo + count * per]
+            arr = part.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
             per_field[name].append(([kind, dtype_name], arr))
+        del window, part, arr
     for name, parts in per_field.items():
         if not parts:
             continue

@@ -16,11 +16,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from ..errors import ConfigError, InvalidRecordError
+from . import jagged
+
+if TYPE_CHECKING:
+    from .jagged import JaggedColumn
 
 # torch dtype name -> the numpy dtype that holds the same bytes (bfloat16 has no numpy twin: int16 carries it).
 TORCH_DTYPES: dict[str, str] = {
@@ -55,7 +59,7 @@ def is_tensor_dict(data: Any) -> bool:
 
 def storage_dtype(kind: str, dtype_name: str) -> np.dtype[Any]:
     """The numpy dtype whose bytes a stored sample holds; a name a peer sent is checked here."""
-    if kind == "tensor":
+    if kind == "tensor" or kind == jagged.KIND:
         name = TORCH_DTYPES.get(dtype_name)
         if name is None:
             raise InvalidRecordError(f"unsupported torch dtype {dtype_name!r}; supported: {sorted(TORCH_DTYPES)}")
@@ -86,6 +90,26 @@ class Column:
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(self.array.shape[1:])
 
+    @property
+    def count(self) -> int:
+        return int(self.array.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.array.nbytes)
+
+    def sample(self, i: int) -> np.ndarray:
+        return self.array[i]
+
+    def rows(self, start: int, stop: int | None = None) -> Column:
+        """Samples ``start .. stop`` (a view)."""
+        return Column(self.kind, self.dtype_name, self.array[start:stop])
+
+
+AnyColumn = Union[Column, "JaggedColumn"]
+"""A tensor field of a batch: dense (``Column``) or jagged (``jagged.JaggedColumn``); both give ``kind``,
+``dtype_name``, ``count``, ``nbytes``, ``sample_shape``, ``sample(i)`` and ``rows(start, stop)``."""
+
 
 def _torch_to_host(t: Any) -> tuple[str, np.ndarray]:
     name = str(t.dtype).removeprefix("torch.")
@@ -103,21 +127,24 @@ def _torch_to_host(t: Any) -> tuple[str, np.ndarray]:
     return name, arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-def split(data: Any) -> tuple[dict[str, Column], dict[str, list[Any]], int]:
+def split(data: Any) -> tuple[dict[str, AnyColumn], dict[str, list[Any]], int]:
     """Host columns, per-sample non-tensor values, and the batch size of ``data``."""
     if not (isinstance(data, Mapping) or is_tensor_dict(data)):
         raise InvalidRecordError(
             f"put(data, partition_id=...) takes a dict of arrays/tensors sharing the batch dimension, "
             f"got {type(data).__qualname__}"
         )
-    columns: dict[str, Column] = {}
+    columns: dict[str, AnyColumn] = {}
     values: dict[str, Sequence[Any]] = {}
     n: int | None = None
     first = ""
     for name, value in data.items():
         if not isinstance(name, str) or not name:
             raise InvalidRecordError(f"tensor batch field names must be non-empty str, got {name!r}")
-        if is_torch(value):
+        col: AnyColumn
+        if is_torch(value) and jagged.is_nested(value):
+            col = jagged.from_torch(name, value, _torch_to_host)
+        elif is_torch(value):
             dtype_name, arr = _torch_to_host(value)
             col = Column("tensor", dtype_name, arr)
         elif isinstance(value, np.ndarray | np.generic):
@@ -138,14 +165,14 @@ def split(data: Any) -> tuple[dict[str, Column], dict[str, list[Any]], int]:
                 f"field {name!r} holds a {type(value).__qualname__}; a tensor batch holds numpy arrays, torch "
                 "tensors, or lists with one value per sample"
             )
-        if col.array.ndim == 0:
+        if isinstance(col, Column) and col.array.ndim == 0:
             raise InvalidRecordError(f"field {name!r} is 0-d: it has no batch dimension (reshape it to (1,))")
         columns[name] = col
         if n is None:
-            n, first = col.array.shape[0], name
-        elif col.array.shape[0] != n:
+            n, first = col.count, name
+        elif col.count != n:
             raise InvalidRecordError(
-                f"field {name!r} has batch dimension {col.array.shape[0]}, field {first!r} has {n}; "
+                f"field {name!r} has batch dimension {col.count}, field {first!r} has {n}; "
                 "every field of a batch shares the leading dimension"
             )
     if n is None:
@@ -169,7 +196,7 @@ def to_user(arr: np.ndarray, kind: str, dtype_name: str, device: Any = None) -> 
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only arena views: torch warns, we hand them read-only
+        warnings.simplefilter("ignore", UserWarning)  # a read-only array (none of ours now): torch warns
         t = torch.from_numpy(arr)
     if dtype_name == "bfloat16":
         t = t.view(torch.bfloat16)

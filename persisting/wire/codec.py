@@ -11,6 +11,10 @@ A *record* is what users put: a dict with non-empty ``str`` keys and values of t
     nested    list, tuple, dict (nested freely)      bytes (msgpack with extension types)
     ndarray   numpy.ndarray, numpy scalars           bytes (msgpack: dtype descr, shape, raw data)
     tensor    torch.Tensor (any device; bfloat16)    bytes (msgpack: torch dtype name, shape, raw data)
+    jagged    one sample of a jagged nested tensor   bytes (msgpack: torch dtype name, shape, raw data, ragged
+              (tensor batches only, tensors/jagged)         dimension)
+    object    any Python object, pickled by the      bytes (the pickle; only with ``objects="pickle"``, see
+              client (tensor batches, opt-in)               persisting/tensors/objects.py; never unpickled here)
     (none)    None                                   None
 
 Every field keeps one kind for the life of a topic: the kind is fixed by the first value stored, and a value of
@@ -34,6 +38,7 @@ import numpy as np
 
 from ..errors import CorruptionError, InvalidRecordError, SchemaConflictError
 from ..tensors import column as tensors
+from ..tensors.objects import Pickled
 
 RESERVED_PREFIX = "_persisting_"
 """Keys with this prefix belong to the engine (global index, partition); users cannot put them."""
@@ -48,6 +53,7 @@ INT64_MAX = 2**63 - 1
 _EXT_TUPLE = 1
 _EXT_NDARRAY = 2
 _EXT_NPSCALAR = 3
+_EXT_TORCH = 4  # a torch tensor inside a nested value: [torch dtype name, shape, raw bytes]
 
 _SCALAR_KINDS: dict[type, str] = {
     bool: "bool",
@@ -56,7 +62,10 @@ _SCALAR_KINDS: dict[type, str] = {
     str: "str",
     bytes: "bytes",
 }
-_SUPPORTED = "bool, int, float, str, bytes, None, list, tuple, dict, numpy.ndarray, a numpy scalar or torch.Tensor"
+_SUPPORTED = (
+    "bool, int, float, str, bytes, None, list, tuple, dict, numpy.ndarray, a numpy scalar or torch.Tensor "
+    "(and, in tensor batches, jagged nested tensors, and any object with objects='pickle')"
+)
 
 
 class _Unstorable(Exception):
@@ -80,6 +89,11 @@ def _default(obj: Any) -> Any:
         return msgpack.ExtType(_EXT_NDARRAY, _packb(_pack_array(obj)))
     if isinstance(obj, np.generic):
         return msgpack.ExtType(_EXT_NPSCALAR, _packb(_pack_array(np.asarray(obj))))
+    if tensors.is_torch(obj):
+        if getattr(obj, "is_nested", False):
+            raise _Unstorable("a nested tensor (put it as a field of a tensor batch)")
+        dtype_name, host = tensors._torch_to_host(obj)
+        return msgpack.ExtType(_EXT_TORCH, _packb([dtype_name, list(host.shape), host.tobytes()]))
     if isinstance(obj, dict):
         return dict(obj)
     if isinstance(obj, list):
@@ -116,6 +130,10 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return _unpack_array(data)
     if code == _EXT_NPSCALAR:
         return _unpack_array(data)[()]
+    if code == _EXT_TORCH:
+        dtype_name, shape, raw = _unpackb(data)
+        host = np.frombuffer(raw, dtype=tensors.storage_dtype("tensor", dtype_name)).reshape(shape).copy()
+        return tensors.to_user(host, "tensor", dtype_name)
     raise ValueError(f"unknown msgpack extension type {code}")
 
 
@@ -158,6 +176,8 @@ def kind_of(value: Any, field: str) -> str:
         return "bytes"
     if tensors.is_torch(value):
         return "tensor"
+    if isinstance(value, Pickled):
+        return "object"
     raise InvalidRecordError(
         f"field {field!r} holds a value of type {type(value).__qualname__}, which cannot be stored; "
         f"use one of: {_SUPPORTED}"
@@ -183,9 +203,16 @@ def encode_value(value: Any, kind: str, field: str) -> Any:
         return _SCALAR_TYPES[kind](value)
     if kind == "bytes":
         return bytes(value)
+    if kind == "object":
+        return bytes(value.data)
     if kind == "nested":
         _check_nested_keys(value, field)
     if kind == "tensor":
+        if getattr(value, "is_nested", False):
+            raise InvalidRecordError(
+                f"field {field!r} holds a nested tensor: put it as a field of a tensor batch "
+                "(put({field: nt, ...}, partition_id=...)), where jagged tensors are stored as values + offsets"
+            )
         dtype_name, host = tensors._torch_to_host(value)
         return encode_sample("tensor", dtype_name, host)
     try:
@@ -260,6 +287,8 @@ _STORAGE_TYPES: dict[str, type] = {
     "nested": bytes,
     "ndarray": bytes,
     "tensor": bytes,
+    "jagged": bytes,
+    "object": bytes,
 }
 
 
@@ -322,7 +351,8 @@ def _check_row(n: int, row: Any, kinds: Mapping[str, str]) -> None:
 def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
     """The records the rows were made from. Internal keys are dropped."""
     packed = {key for key, kind in kinds.items() if kind == "nested" or kind == "ndarray"}
-    torch_fields = {key for key, kind in kinds.items() if kind == "tensor"}
+    torch_fields = {key for key, kind in kinds.items() if kind == "tensor" or kind == "jagged"}
+    pickled = {key for key, kind in kinds.items() if kind == "object"}
     out: list[dict[str, Any]] = []
     for row in rows:
         # Scalars are stored as themselves: only internal keys go, only msgpack'ed kinds are decoded.
@@ -330,33 +360,46 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
         for key in packed.intersection(record):
             if record[key] is not None:
                 record[key] = _unpackb(record[key])
+        for key in pickled.intersection(record):
+            if record[key] is not None:
+                record[key] = Pickled(record[key])  # loaded (or refused) by the Queue: see tensors/objects.py
         for key in torch_fields.intersection(record):
             if record[key] is not None:
-                dtype_name, host = decode_sample("tensor", record[key])
+                dtype_name, host = decode_sample(kinds[key], record[key])
                 record[key] = tensors.to_user(host, "tensor", dtype_name)
         out.append(record)
     return out
 
 
-def encode_sample(kind: str, dtype_name: str, sample: np.ndarray) -> bytes:
-    """The stored value of one sample of a tensor field (``sample`` holds the storage dtype's bytes)."""
+def encode_sample(kind: str, dtype_name: str, sample: np.ndarray, ragged: int = 0) -> bytes:
+    """The stored value of one sample of a tensor field (``sample`` holds the storage dtype's bytes; ``ragged``:
+    a jagged sample's ragged dimension)."""
     sample = np.asarray(sample)  # a sample of a 1-d batch is a numpy scalar: keep it an array (0-d)
     if kind == "ndarray":
         return _packb(sample)
+    if kind == "jagged":
+        return msgpack.packb([dtype_name, list(sample.shape), sample.tobytes(), int(ragged)], use_bin_type=True)
     return msgpack.packb([dtype_name, list(sample.shape), sample.tobytes()], use_bin_type=True)
 
 
 def decode_sample(kind: str, value: bytes) -> tuple[str, np.ndarray]:
     """(dtype name, host array in the storage dtype) of a stored tensor-field value; raises on bad bytes."""
+    dtype_name, arr, _ragged = decode_jagged(kind, value)
+    return dtype_name, arr
+
+
+def decode_jagged(kind: str, value: bytes) -> tuple[str, np.ndarray, int]:
+    """``decode_sample`` and the sample's ragged dimension (0 for samples of other kinds)."""
     try:
         if kind == "ndarray":
             arr = _unpackb(value)
             if not isinstance(arr, np.ndarray):
                 raise ValueError("not an array")
-            return arr.dtype.str, arr
-        dtype_name, shape, raw = msgpack.unpackb(value, raw=False, use_list=True)
+            return arr.dtype.str, arr, 0
+        dtype_name, shape, raw, *rest = msgpack.unpackb(value, raw=False, use_list=True)
+        ragged = int(rest[0]) if rest else 0
         dtype = tensors.storage_dtype("tensor", dtype_name)
-        return dtype_name, np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        return dtype_name, np.frombuffer(raw, dtype=dtype).reshape(shape).copy(), ragged
     except InvalidRecordError:
         raise
     except Exception as exc:
