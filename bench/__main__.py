@@ -3,7 +3,7 @@
 ``python -m bench storage`` (needs the s3 extra); each takes ``--plot DIR`` (PNG charts of the run); ``python -m bench
 pq`` (persist-queue's API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format
 console|rst|json``); ``python -m bench verl`` (a verl-shaped step through persisting's TransferQueue layer and
-TransferQueue 0.1.11)"""
+TransferQueue 0.1.11); ``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py)"""
 
 from __future__ import annotations
 
@@ -373,6 +373,10 @@ def _installed(name: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
+    if args_list[:1] == ["chaos"]:
+        from .chaos import main as chaos_main
+
+        return chaos_main(args_list[1:])
     if args_list[:1] == ["pq"]:
         from .pq_bench import main as pq_main
 

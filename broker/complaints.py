@@ -25,6 +25,7 @@ MALFORMED = "malformed"  # not a message of the protocol at all (not msgpack, no
 VERSION = "version"  # a protocol version this broker does not speak
 BAD_REQUEST = "bad_request"  # a well-formed message with an unknown operation or bad arguments
 KINDS = (MALFORMED, VERSION, BAD_REQUEST)
+MESSAGE_CHARS = 300  # a complaint's message is logged cut to this: a peer's 64 KiB value is not echoed whole
 
 
 @dataclass(slots=True)
@@ -44,6 +45,9 @@ class Complaints:
         self._interval_started = 0.0
 
     def add(self, peer: str, kind: str, message: str) -> None:
+        if len(message) > MESSAGE_CHARS:
+            message = f"{message[:MESSAGE_CHARS]}... ({len(message)} characters)"
+        peer = peer[:64]  # a ROUTER identity is at most 255 bytes; ours are 5
         self.totals[kind] += 1
         if self._on_count is not None:
             self._on_count(kind)

@@ -45,6 +45,7 @@ from persisting.wire.protocol import Reply, Request, arg
 from . import givebacks
 from .extents import Extents, Peer
 from .givebacks import int_list
+from .retries import RetriedPuts
 
 log = logging.getLogger("persisting.broker")
 
@@ -96,6 +97,7 @@ class TensorPlane:
         self.extents: Extents | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._previous: Arena | None = None
+        self._retried = RetriedPuts()  # retried tensor puts give back the extents they brought (retries.py)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -303,6 +305,7 @@ class TensorPlane:
             # A re-sent put (its first attempt sealed the extent, maybe still waiting for its sync): same answer.
             done = await topic.recall(key)
             if done is not None:
+                self._retried.recalled(key, req.args.get("extent"), givebacks.same_arena(req, arena), extents, peer)
                 return list(done)
         if not givebacks.same_arena(req, arena):
             raise UnknownExtentError(f"extent {req.args.get('extent')!r} was leased from an arena before a restart")
@@ -368,6 +371,7 @@ class TensorPlane:
             # The producer's next extent, if one is free now (never waits): its next put skips the lease request.
             spare = extents.try_lease(nxt, peer)
             if spare is not None:
+                self._retried.leased_ahead(key, spare.id)
                 return [first, n, [spare.id, spare.offset, spare.nbytes, arena.generation]]
         return [first, n]
 
@@ -377,6 +381,9 @@ class TensorPlane:
         fields = req.args.get("fields")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ProtocolError("get_data fields must be a list of str")
+        if taken is None and (kept := topic.not_cleared(indexes)) != indexes:  # as embedded get_data says it
+            gone = sorted(set(indexes) - set(kept))[:10]
+            raise ConfigError(f"samples with global indexes {gone} were cleared (clear()); they have no data")
         await topic.field_index()  # before arena_runs, which follows fields written by patches
         zerocopy = req.args.get("zerocopy", True) and peer is not None  # views only for a process the kernel names
         if arena is not None and extents is not None and peer is not None and zerocopy and indexes:

@@ -62,7 +62,7 @@ class Topics:
                 topic = self.open.get(name)
                 if topic is None:
                     if not name or "\x00" in name:
-                        raise ConfigError(f"invalid topic name {name!r}")
+                        raise ConfigError(f"invalid topic name {protocol.shown(name)}")
                     topic = Topic(
                         name,
                         self._storage_path,
@@ -79,7 +79,7 @@ class Topics:
                         raise
                     self.open[name] = topic
                     self._on_opened(name)
-                    log.info("opened topic %r (%d records)", name, topic.count())
+                    log.info("opened topic %s (%d records)", protocol.shown(name), topic.count())
         for key in ("num_buckets", "bucket_column", "durability"):
             if getattr(topic.config, key) != getattr(config, key):
                 raise ConfigError(
@@ -168,7 +168,7 @@ def _topic_config(raw: dict[str, Any], backend_options: dict[str, Any]) -> Topic
     for key, kind in _CONFIG_KEYS.items():
         if key in raw:
             if not isinstance(raw[key], kind) or isinstance(raw[key], bool):
-                raise ProtocolError(f"topic config {key!r} has the wrong type: {raw[key]!r}")
+                raise ProtocolError(f"topic config {key!r} has the wrong type: {protocol.shown(raw[key])}")
             values[key] = raw[key]
     if values.get("durability", "sync") not in DURABILITY_MODES:
         raise ConfigError(f"durability must be one of {DURABILITY_MODES}")

@@ -85,7 +85,13 @@ class UnknownExtentError(ProtocolError):
 
 
 class BrokerUnavailableError(PersistingError, ConnectionError):
-    """The broker did not answer within the timeout (is persisting-broker running on that address?)."""
+    """The broker did not answer within the timeout (is persisting-broker running on that address?).
+
+    Raised by a put (``put``, ``put_batch``, a tensor batch), the put may have been stored all the same:
+    ``idempotency_key`` is the key it was sent with, and the same put sent again with
+    ``idempotency_key=err.idempotency_key`` is stored once (docs/concepts/safe-retries.md)."""
+
+    idempotency_key: str | None = None
 
 
 class RemoteError(PersistingError):

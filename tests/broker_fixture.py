@@ -20,10 +20,12 @@ class BrokerProcess:
     address: str
     proc: subprocess.Popen[bytes] | None = None
     extra_args: list[str] = field(default_factory=list)
+    log_path: Path | None = None  # the broker's log (stderr) goes here, appended, instead of a pipe
 
     def start(self, timeout: float = 20.0) -> float:
         """Start and wait for the ready line; returns seconds to ready."""
         t0 = time.monotonic()
+        log = None if self.log_path is None else self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -36,9 +38,11 @@ class BrokerProcess:
                 *self.extra_args,
             ],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.PIPE if log is None else log,
             bufsize=0,
         )
+        if log is not None:
+            log.close()  # the child has its own copy
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if b"ready" not in line:
@@ -54,7 +58,7 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
-        self.stderr = err.decode()
+        self.stderr = err.decode() if err is not None else self.log_path.read_text() if self.log_path else ""
         return self.proc.returncode
 
     def kill(self) -> None:

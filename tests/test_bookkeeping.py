@@ -130,6 +130,7 @@ class Model:
         self.leased: dict[tuple[str, str], dict[int, bool]] = {}  # index -> the lease ends at the next take
         self.logged: set[tuple[str, str]] = set()  # (partition, task) with a take frame since its last reset
         self.cleared: set[int] = set()
+        self.cleared_in: dict[str, set[int]] = {}  # per partition: samples ever cleared (kept across restarts)
 
     def ready(self, partition: str, task: str, fields: list[str] | None) -> tuple[list[int], list[int]]:
         key = (partition, task)
@@ -198,7 +199,8 @@ async def _check_partitions(topic: Topic, model: Model, label: str) -> None:
     for partition, indexes in model.parts.items():
         entry = listed[partition]
         cleared = sum(1 for i in indexes if i in model.cleared)
-        assert (entry["samples"], entry["cleared"]) == (len(indexes) - cleared, cleared), label
+        ever = len(model.cleared_in.get(partition, ()))
+        assert (entry["samples"], entry["cleared"]) == (len(indexes) - cleared, ever), label
         for (where, task), taken in model.done.items():
             if where == partition and task in entry["tasks"]:
                 leased = len(model.leased.get((where, task), {}))
@@ -239,6 +241,7 @@ def test_takes_leases_clears_and_restarts_answer_like_the_model(store: Path, see
                     new = {i for i in (pool if whole else chosen) if i not in model.cleared}
                     assert await topic.clear(partition, None if whole else chosen) == len(new), label
                     model.cleared |= new
+                    model.cleared_in.setdefault(partition, set()).update(new)
                     for (where, _t), leased in model.leased.items():
                         if where == partition:
                             for i in new:

@@ -219,7 +219,7 @@ def test_a_partition_whose_samples_were_all_cleared_stays_listed_after_the_purge
             assert await q.clear(meta, partition_id="p") == 4
         async with Queue("gone", storage_path=store) as q:
             listed = await q.partitions()
-            assert listed["p"] == {"samples": 0, "cleared": 0, "tasks": {"train": {"consumed": 0, "leased": 0}}}
+            assert listed["p"] == {"samples": 0, "cleared": 4, "tasks": {"train": {"consumed": 0, "leased": 0}}}
             assert await q.get(limit=10) == []  # the rows did go
 
     asyncio.run(main())

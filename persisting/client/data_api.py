@@ -64,7 +64,7 @@ class DataAPI:
         ``put(..., batch_meta=...)``) are handed out; the others wait for their fields (``wait=True`` is woken by
         the put that completes them). None: every sample, with the fields it has."""
         self._check_take_args(batch_size, task_name, partition_id, timeout)
-        wanted = None if fields is None else [str(f) for f in fields]
+        wanted = field_list(fields, "get_meta")
         topic = await self._handle.engine()
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
         kw = _sampler_kw(dp_rank, batch_index)
@@ -85,9 +85,8 @@ class DataAPI:
         field (built from global indexes) is described with every field written for its samples."""
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"check_ready takes a BatchMeta, got {type(batch_meta).__qualname__}")
-        if isinstance(fields, str):
-            raise ConfigError("fields must be a list of field names, not one str")
-        wanted: list[str] | None = [str(f) for f in fields] if fields is not None else batches.wanted_fields(batch_meta)
+        given = field_list(fields, "check_ready")
+        wanted: list[str] | None = given if given is not None else batches.wanted_fields(batch_meta)
         if not wanted and fields is None:
             wanted = None  # a meta naming no field: describe every field written for its samples
         indexes = batch_meta.global_indexes
@@ -173,6 +172,7 @@ class DataAPI:
             raise ConfigError(f"set_custom_meta takes a BatchMeta, got {type(batch_meta).__qualname__}")
         by_partition: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for sample in batch_meta.samples:
+            check_tags(sample.global_index, sample.custom_meta)
             if sample.custom_meta:
                 by_partition.setdefault(sample.partition_id, []).append((sample.global_index, sample.custom_meta))
         topic = await self._handle.engine()
@@ -181,7 +181,8 @@ class DataAPI:
 
     async def partitions(self) -> dict[str, dict[str, Any]]:
         """Every partition of the topic: ``{partition: {"samples": n, "cleared": n, "tasks": {task: {"consumed":
-        n, "leased": n}}}}`` (samples not cleared; per task, what it took and what it holds leased now)."""
+        n, "leased": n}}}}`` (samples not cleared; samples ever cleared, kept across restarts; per task, what it took
+        and what it holds leased now). Reads (``get_meta`` of a partition with no samples) create no partition."""
         topic = await self._handle.engine()
         if isinstance(topic, RemoteTopic):
             return await topic.partitions()
@@ -259,10 +260,10 @@ class DataAPI:
     ) -> tuple[Any, BatchMeta]:
         """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``).
         ``as_tensordict``: as in ``get_data``."""
+        wanted = field_list(fields, "get_batch")
         topic = await self._handle.engine()
-        if isinstance(topic, RemoteTopic) and fields is not None:
+        if isinstance(topic, RemoteTopic) and wanted is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
-            wanted = [str(f) for f in fields]
             limit = (None if timeout is None else float(timeout)) if wait else 0.0
             sampling = (_sampler_wire(sampler), _sampler_kw(dp_rank, batch_index), _lease(delivery, lease_seconds))
             indexes, descs, data, zero, copied = await topic.take_batch(
@@ -286,6 +287,59 @@ class DataAPI:
             lease_seconds=lease_seconds,
         )
         return await self.get_data(meta, device=device, as_tensordict=as_tensordict), meta
+
+
+def field_list(fields: Any, where: str) -> list[str] | None:
+    """A list of field names (None stays None); one str is refused: ``"ab"`` would read as ``["a", "b"]``."""
+    if fields is None:
+        return None
+    if isinstance(fields, str | bytes) or not isinstance(fields, Sequence | set | frozenset | dict):
+        raise ConfigError(
+            f"{where}: fields must be a list of field names, e.g. [{fields!r:.60}], got {type(fields).__qualname__} "
+            f"{fields!r:.60}"
+        )
+    names = list(fields)
+    bad = [f for f in names if not isinstance(f, str) or not f]
+    if bad:
+        raise ConfigError(f"{where}: field names must be non-empty str, got {bad[0]!r:.60}")
+    return names
+
+
+TAG_TYPES = "str, int, float, bool, None, bytes, and lists and dicts (with str keys) of them"
+
+
+def check_tags(index: int, tags: Any) -> None:
+    """Tags travel and are stored as msgpack: refuse a value it cannot carry, naming the tag (same in both modes)."""
+    for key, value in tags.items():
+        if not isinstance(key, str):
+            raise ConfigError(
+                f"sample {index}: tag names must be str, got {key!r:.60}; tags must be msgpack-safe: {TAG_TYPES}"
+            )
+        problem = _untaggable(value)
+        if problem is not None:
+            raise ConfigError(
+                f"sample {index}: tag {key!r} holds {problem}, which cannot be stored; "
+                f"tags must be msgpack-safe: {TAG_TYPES}"
+            )
+
+
+def _untaggable(value: Any) -> str | None:
+    """What in ``value`` a tag cannot hold (None: it is fine)."""
+    if value is None or isinstance(value, bool | float | str | bytes):
+        return None
+    if isinstance(value, int):
+        return None if -(2**63) <= value < 2**64 else f"the int {value}, outside 64 bits"
+    if isinstance(value, list | tuple):
+        return next((p for p in map(_untaggable, value) if p is not None), None)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"a dict key of type {type(k).__qualname__}"
+            problem = _untaggable(v)
+            if problem is not None:
+                return problem
+        return None
+    return f"a {type(value).__qualname__}"
 
 
 def on_topic(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:

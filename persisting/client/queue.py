@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ..engine import Topic, TopicConfig
-from ..errors import ConfigError, InvalidRecordError, QueueClosedError
+from ..engine.puts import check_key
+from ..errors import BrokerUnavailableError, ConfigError, InvalidRecordError, QueueClosedError
 from ..tensors import column as tensors
 from ..tensors import objects
 from ..tensors.meta import BatchMeta
@@ -125,6 +127,7 @@ class Queue(DataAPI):
         batch_meta: BatchMeta | None = None,
         timeout: float | None = None,
         extra: Mapping[str, Sequence[Any]] | None = None,
+        idempotency_key: str | None = None,
     ) -> BatchMeta | None:
         """Store one record, or a tensor batch; returns once it is acknowledged (see ``durability``).
 
@@ -144,9 +147,29 @@ class Queue(DataAPI):
         ``partition_id``, if given, must be the reservation's; ``batch_meta`` works as above; ``timeout`` applies
         only if the broker restarted since the reserve (the batch then needs a fresh extent). Arguments refused
         here leave the reservation open; a put that fails once it reached the store gives it back.
+
+        ``idempotency_key``: a put sent again with the key of an earlier one is stored once and returns what
+        the first returned (``BrokerUnavailableError.idempotency_key`` carries the key a failed put was sent
+        with; see docs/concepts/safe-retries.md).
         """
+        key = await self._put_key(idempotency_key)
+        try:
+            return await self._put(data, partition_id, batch_meta, timeout, extra, key)
+        except BrokerUnavailableError as exc:
+            exc.idempotency_key = key
+            raise
+
+    async def _put(
+        self,
+        data: Any,
+        partition_id: str | None,
+        batch_meta: BatchMeta | None,
+        timeout: float | None,
+        extra: Mapping[str, Sequence[Any]] | None,
+        key: str | None,
+    ) -> BatchMeta | None:
         if isinstance(data, Reservation):
-            return await self._tensors.put_reserved(data, partition_id, batch_meta, timeout, extra)
+            return await self._tensors.put_reserved(data, partition_id, batch_meta, timeout, extra, key)
         if isinstance(data, Reserving):
             data.close()
             raise ConfigError("put() takes the Reservation: await q.reserve(...) first (or use async with)")
@@ -159,16 +182,24 @@ class Queue(DataAPI):
                 )
             partition = partition_id if partition_id is not None else _one_partition(batch_meta)
             check_patch(batch_meta, partition)
-            return await self._tensors.put_tensors(data, partition, timeout, batch_meta)
+            return await self._tensors.put_tensors(data, partition, timeout, batch_meta, key)
         if partition_id is not None or tensors.is_tensor_dict(data):
-            return await self._tensors.put_tensors(data, partition_id or "default", timeout)
+            return await self._tensors.put_tensors(data, partition_id or "default", timeout, key=key)
         record = data
         if not isinstance(record, Mapping):
             raise InvalidRecordError(
                 f"put() takes a dict record, got {type(record).__qualname__}; use put_batch() for a list of records"
             )
-        await self.put_batch([record])
+        await self._put_batch([record], "default", key)
         return None
+
+    async def _put_key(self, given: str | None) -> str | None:
+        """The key a put is sent with: the caller's, else (broker mode) a fresh one, so that the connection's
+        re-sends and a retry after ``BrokerUnavailableError`` are stored once; embedded, none unless given."""
+        if given is not None:
+            check_key(given)
+            return given
+        return uuid.uuid4().hex if isinstance(await self._handle.engine(), RemoteTopic) else None
 
     def reserve(
         self,
@@ -204,9 +235,26 @@ class Queue(DataAPI):
         reservation._check_owner(self)
         return await reservation.abandon()
 
-    async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> range:
+    async def put_batch(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        partition_id: str = "default",
+        *,
+        idempotency_key: str | None = None,
+    ) -> range:
         """Store records atomically (all or none) and in order; one log frame and one sync for the batch.
-        Returns their global indexes (consecutive)."""
+        Returns their global indexes (consecutive).
+
+        ``idempotency_key``: as in ``put``; a batch sent again with the key of an earlier one is stored once and
+        returns the first one's indexes."""
+        key = await self._put_key(idempotency_key)
+        try:
+            return await self._put_batch(records, partition_id, key)
+        except BrokerUnavailableError as exc:
+            exc.idempotency_key = key
+            raise
+
+    async def _put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str, key: str | None) -> range:
         if isinstance(records, Mapping) or not isinstance(records, Sequence) or isinstance(records, str | bytes):
             raise InvalidRecordError(f"put_batch() takes a list of dict records, got {type(records).__qualname__}")
         if not isinstance(partition_id, str) or not partition_id:
@@ -216,7 +264,7 @@ class Queue(DataAPI):
             batch, blob = await asyncio.to_thread(_encode, records, topic.kinds)
         else:
             batch, blob = _encode(records, topic.kinds)
-        first, n = await on_topic(topic, topic.append(batch, partition_id, blob))
+        first, n = await on_topic(topic, topic.append(batch, partition_id, blob, key))
         return range(first, first + n)
 
     async def flush(self) -> None:

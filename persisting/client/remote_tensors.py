@@ -39,6 +39,8 @@ from . import releases
 from .connection import Connection, connection
 
 RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
+ATTACH_TRIES = 5  # mappings of the arena tried while the broker keeps restarting under us
+ATTACH_RETRY_S = 0.2
 
 
 @dataclass(slots=True, eq=False)
@@ -86,9 +88,20 @@ class ArenaClient:
         if info is None or (generation is not None and info.get("generation") != generation):
             hello = await self._conn.request("hello", {})
             info = self._arena_info = dict(hello.result.get("arena") or {})
-        if not info:
-            return None
-        return attach_cached(Path(info["path"]), bytes(info["generation"]))
+        for attempt in range(ATTACH_TRIES):
+            if not info:
+                return None
+            try:
+                return attach_cached(Path(info["path"]), bytes(info["generation"]))
+            except errors.StorageError:
+                # The broker restarted between its hello and our mapping (the file is gone or of a newer
+                # generation): ask again. A broker that is down makes the hello raise BrokerUnavailableError.
+                if attempt == ATTACH_TRIES - 1:
+                    raise
+                await asyncio.sleep(ATTACH_RETRY_S * (attempt + 1))
+                hello = await self._conn.request("hello", {})
+                info = self._arena_info = dict(hello.result.get("arena") or {})
+        return None
 
     async def has_arena(self) -> bool:
         return await self._arena() is not None
@@ -102,6 +115,7 @@ class ArenaClient:
         partition: str,
         timeout: float,
         of: list[int] | None = None,
+        key: str | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         places, total = batches.layout(columns)
         need = max(total, 1)
@@ -110,7 +124,7 @@ class ArenaClient:
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
 
-        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of)
+        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key)
 
     async def put_reserved(
         self,
@@ -122,6 +136,7 @@ class ArenaClient:
         partition: str,
         timeout: float,
         of: list[int] | None = None,
+        key: str | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         """Seal a reserved extent the producer has filled (``fields``: the put_tensors layout). No tensor byte is
         copied, unless the broker restarted since the reservation: then its bytes (still in this process's
@@ -132,7 +147,7 @@ class ArenaClient:
                 await self._move(lease, timeout)
             return lease.extent, lease.arena.generation
 
-        return await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of)
+        return await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of, key)
 
     async def _seal(
         self,
@@ -144,10 +159,12 @@ class ArenaClient:
         n: int,
         partition: str,
         of: list[int] | None,
+        key: str | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
-        key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
+        if key is None:
+            key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
         result: list[Any] = []
         for attempt in range(RESTART_RETRIES):
             extent, generation = await extent_for(attempt)

@@ -39,7 +39,7 @@ class TensorPuts:
         await asyncio.gather(*(r._close() for r in list(self._reservations)))
 
     async def put_tensors(
-        self, data: Any, partition: str, timeout: float | None, patch: BatchMeta | None = None
+        self, data: Any, partition: str, timeout: float | None, patch: BatchMeta | None = None, key: str | None = None
     ) -> BatchMeta:
         if not isinstance(partition, str) or not partition:
             raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
@@ -48,6 +48,12 @@ class TensorPuts:
             # nested keys become "a.b" fields; get_data(as_tensordict=True) nests them again
             data = tensordicts.flatten(data, non_tensor)
         columns, other, n = tensors.split(data)
+        reserved = [name for name in (*columns, *other) if name.startswith(codec.RESERVED_PREFIX)]
+        if reserved:
+            raise InvalidRecordError(
+                f"tensor batch field {reserved[0]!r} starts with {codec.RESERVED_PREFIX!r} (reserved for the queue); "
+                "rename it"
+            )
         of = None
         if patch is not None:
             if n != patch.size:
@@ -63,14 +69,15 @@ class TensorPuts:
             plain = batches.other_rows(other, n, remote.kinds)
             try:
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout
-                sealed = await remote.arena.put_tensors(columns, plain, codec.pack(plain.rows), n, partition, wait, of)
+                blob = codec.pack(plain.rows)
+                sealed = await remote.arena.put_tensors(columns, plain, blob, n, partition, wait, of, key)
                 first, n = remote.stored(*sealed)
                 self._handle.moved("put_zero_copy_bytes", payload)
                 return batches.batch_meta(first, n, partition, columns, other, patch)
             except ConfigError as exc:
                 if not self._copy_instead(exc):
                     raise
-        return await self._put_copied(topic, columns, other, n, partition, patch)
+        return await self._put_copied(topic, columns, other, n, partition, patch, key)
 
     async def _through_arena(self, topic: Topic | RemoteTopic) -> RemoteTopic | None:
         """The broker topic if a tensor batch goes through its arena (put and reserve decide alike), else None;
@@ -98,12 +105,13 @@ class TensorPuts:
         n: int,
         partition: str,
         patch: BatchMeta | None,
+        key: str | None,
     ) -> BatchMeta:
         """The copy path: every sample encoded into a row, stored like records."""
         batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
         blob = await asyncio.to_thread(codec.pack, batch.rows)
         of = None if patch is None else patch.global_indexes
-        first, n = await on_topic(topic, topic.append(batch, partition, blob, of=of))
+        first, n = await on_topic(topic, topic.append(batch, partition, blob, key, of=of))
         self._handle.moved("put_copied_bytes", sum(col.nbytes for col in columns.values()))
         return batches.batch_meta(first, n, partition, columns, other, patch)
 
@@ -137,6 +145,7 @@ class TensorPuts:
         patch: BatchMeta | None,
         timeout: float | None,
         extra: Any,
+        key: str | None = None,
     ) -> BatchMeta:
         # Bad arguments are refused before the reservation is touched: it stays open for a corrected put.
         r._check_put(self._owner)
@@ -158,12 +167,12 @@ class TensorPuts:
             elif r._lease is not None and r._places is not None and isinstance(topic, RemoteTopic):
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout  # only if the broker restarted meanwhile
                 of = None if patch is None else patch.global_indexes
-                args = (r._lease, r._places, plain, codec.pack(plain.rows), r.batch_size, r.partition_id, wait, of)
+                args = (r._lease, r._places, plain, codec.pack(plain.rows), r.batch_size, r.partition_id, wait, of, key)
                 first, n = topic.stored(*await topic.arena.put_reserved(*args))
                 self._handle.moved("put_zero_copy_bytes", r.nbytes)
                 meta = batches.batch_meta(first, n, r.partition_id, columns, other, patch)
             else:
-                meta = await self._put_copied(topic, columns, other, r.batch_size, r.partition_id, patch)
+                meta = await self._put_copied(topic, columns, other, r.batch_size, r.partition_id, patch, key)
         except BaseException as exc:
             r._put_failed(exc)
             raise

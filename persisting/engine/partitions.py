@@ -161,12 +161,14 @@ class Clears:
             self.tags.setdefault(index, {}).update(tags)
 
     def counts(self, partition: str, samples: PartitionIndex) -> tuple[int, int]:
-        """(samples not cleared, cleared) of a partition, among the acknowledged ones."""
+        """(samples not cleared, samples ever cleared) of a partition, among the acknowledged ones. The cleared
+        count comes from the consumption log, so a purge (which takes the rows out of ``samples``) or a restart
+        does not change it."""
         visible_upto = self._tail.visible_upto
         visible = samples.below(visible_upto)
         gone = self._cleared_in.get(partition, set())  # a sample is cleared through its own partition
-        cleared = sum(1 for i in gone if i < visible_upto and i in samples)
-        return visible - cleared, cleared
+        indexed = sum(1 for i in gone if i < visible_upto and i in samples)  # cleared, rows not purged yet
+        return visible - indexed, len(gone)
 
     # -- the purge ----------------------------------------------------------------------------------
 

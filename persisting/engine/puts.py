@@ -16,14 +16,21 @@ from typing import Any
 from ..errors import ConfigError, QueueClosedError
 from ..wire.codec import EncodedBatch
 from .config import Metrics, TopicConfig
-from .flushing import Flusher
+from .flushing import IDEMPOTENCY_WINDOW_SECONDS, Flusher
 from .index import SampleIndex
 from .partitions import Clears
 from .schema import Schema
 from .tail import ArenaPayload, Chunk, Tail
 from .wal import WriteAheadLog
 
-IDEMPOTENCY_KEYS_KEPT = 65_536  # recent put_batch keys remembered for retries (in memory and in unflushed frames)
+# Keys of puts, remembered so that a retried put is stored once (docs/concepts/safe-retries.md): every key
+# younger than IDEMPOTENCY_KEY_SECONDS and at least the newest IDEMPOTENCY_KEYS_KEPT, never more than
+# IDEMPOTENCY_KEYS_MAX (memory: about 250 bytes a key). Across a restart the keys come back from the log, whose
+# flushed segments are kept that long too.
+IDEMPOTENCY_KEY_SECONDS = IDEMPOTENCY_WINDOW_SECONDS
+IDEMPOTENCY_KEYS_KEPT = 65_536
+IDEMPOTENCY_KEYS_MAX = 262_144
+MAX_IDEMPOTENCY_KEY_CHARS = 256
 
 
 class Appender:
@@ -49,7 +56,8 @@ class Appender:
         self._metrics = metrics
         self._accepting = accepting  # raises QueueClosedError once the topic is closing
         self._wal: WriteAheadLog | None = None
-        self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # idempotency key -> (first, count)
+        # idempotency key -> (first, count, monotonic time remembered), oldest first
+        self._recent: OrderedDict[str, tuple[int, int, float]] = OrderedDict()
 
     def start(self, wal: WriteAheadLog) -> None:
         """Append to ``wal`` from now on (after the replay)."""
@@ -57,9 +65,14 @@ class Appender:
 
     def remember(self, key: str, first: int, n: int) -> None:
         """A put stored under ``key`` got ``(first, n)`` (also from the replay of its log frame)."""
-        self._recent[key] = (first, n)
-        if len(self._recent) > IDEMPOTENCY_KEYS_KEPT:
-            self._recent.popitem(last=False)
+        now = time.monotonic()
+        self._recent[key] = (first, n, now)
+        recent = self._recent
+        while len(recent) > IDEMPOTENCY_KEYS_KEPT:
+            oldest = next(iter(recent.values()))
+            if len(recent) <= IDEMPOTENCY_KEYS_MAX and now - oldest[2] < IDEMPOTENCY_KEY_SECONDS:
+                break
+            recent.popitem(last=False)
 
     async def _check_targets(self, partition: str, targets: list[int], n: int) -> None:
         """The samples a patch writes to must be acknowledged samples of its partition, each named once."""
@@ -92,10 +105,18 @@ class Appender:
         if of is not None:
             patch = (list(of), sorted(batch.kinds))
             await self._check_targets(partition, patch[0], len(batch.rows))
-        if key is not None and key in self._recent:
-            if self._wal is not None:
-                await self._wal.commit()  # the first attempt may still be waiting for its sync
-            return self._recent[key]
+        if key is not None:
+            check_key(key)
+            done = self._recent.get(key)
+            if done is not None:
+                if done[1] != len(batch.rows):
+                    raise ConfigError(
+                        f"idempotency key {key[:64]!r} was used by a put of {done[1]} samples, this put has "
+                        f"{len(batch.rows)}; a key names one put (pass a new key, or none, for a different batch)"
+                    )
+                if self._wal is not None:
+                    await self._wal.commit()  # the first attempt may still be waiting for its sync
+                return done[0], done[1]
         wal = self._wal
         if wal is None:
             raise QueueClosedError(f"topic {self._name!r} is not open")
@@ -135,6 +156,17 @@ class Appender:
     async def recall(self, key: str) -> tuple[int, int] | None:
         """The result of the put_batch stored under ``key`` (once acknowledged), or None if there was none."""
         found = self._recent.get(key)
-        if found is not None and self._wal is not None:
+        if found is None:
+            return None
+        if self._wal is not None:
             await self._wal.commit()  # the first attempt may still be waiting for its sync
-        return found
+        return found[0], found[1]
+
+
+def check_key(key: object) -> None:
+    """An idempotency key is a non-empty str of at most MAX_IDEMPOTENCY_KEY_CHARS (it rides in the log frame)."""
+    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        shown = repr(key)[:64]
+        raise ConfigError(
+            f"idempotency_key must be a non-empty str of at most {MAX_IDEMPOTENCY_KEY_CHARS} characters, got {shown}"
+        )

@@ -67,7 +67,9 @@ class Takes:
         """Per partition: samples (not cleared), cleared, and per task how many it has taken (and holds leased).
         A partition whose samples were all cleared and purged stays listed (no samples) while the consumption log
         remembers it, as it does before the purge."""
-        names = dict.fromkeys([*index, *self._clears.partitions(), *(p for p, _task in self._consumption)])
+        # A take of a partition that has no samples (a read) leaves an empty state: not a partition to list.
+        used = (p for (p, _task), state in self._consumption.items() if len(state.done) or len(state.leased))
+        names = dict.fromkeys([*index, *self._clears.partitions(), *used])
         out: dict[str, dict[str, Any]] = {}
         for partition in names:
             samples = index.get(partition, _NO_SAMPLES)

@@ -66,6 +66,7 @@ from ..errors import ProtocolError, ProtocolVersionError, SchemaConflictError
 
 PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+LOGGED_VALUE_CHARS = 120  # a value from the wire is shown (in an error reply, and so in the log) cut to this
 WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take with wait) is held in one request
 OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
@@ -94,19 +95,31 @@ class Reply:
     error_details: dict[str, str] = field(default_factory=dict)
 
 
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to LOGGED_VALUE_CHARS: a peer's bad value is named, never echoed whole."""
+    if isinstance(value, str | bytes) and len(value) > LOGGED_VALUE_CHARS:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:LOGGED_VALUE_CHARS]!r}... ({len(value)} {unit})"
+    text = repr(value)
+    if len(text) <= LOGGED_VALUE_CHARS:
+        return text
+    size = f", {len(value)} items" if isinstance(value, list | dict) else ""
+    return f"{text[:LOGGED_VALUE_CHARS]}... ({type(value).__name__}{size})"
+
+
 def _envelope(frame: bytes) -> dict[str, Any]:
     try:
         env = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types for garbage
-        raise ProtocolError(f"envelope is not valid msgpack: {exc}") from exc
+        raise ProtocolError(f"envelope is not valid msgpack: {shown(str(exc))}") from exc
     if not isinstance(env, dict):
         raise ProtocolError(f"envelope must be a map, got {type(env).__name__}")
     version = env.get("v")
     if type(version) is not int:
-        raise ProtocolError(f"envelope has no integer protocol version (v), got {version!r}")
+        raise ProtocolError(f"envelope has no integer protocol version (v), got {shown(version)}")
     if version != PROTOCOL_VERSION:
         raise ProtocolVersionError(
-            f"protocol version {version!r} is not supported (this side speaks {PROTOCOL_VERSION}); "
+            f"protocol version {version} is not supported (this side speaks {PROTOCOL_VERSION}); "
             "upgrade the client and broker to the same persisting release"
         )
     if not isinstance(env.get("id"), int):
@@ -124,8 +137,8 @@ def decode_request(frames: list[bytes]) -> Request:
         raise ProtocolError("empty message")
     env = _envelope(frames[0])
     op, args = env.get("op"), env.get("args", {})
-    if op not in OPS:
-        raise ProtocolError(f"unknown operation {op!r}; known: {sorted(OPS)}")
+    if type(op) is not str or op not in OPS:  # a list or a map is not hashable: test the type first
+        raise ProtocolError(f"unknown operation {shown(op)}; known: {sorted(OPS)}")
     if not isinstance(args, dict):
         raise ProtocolError("args must be a map")
     return Request(env["id"], op, args, list(frames[1:]))
@@ -170,5 +183,5 @@ def arg(req: Request, name: str, kind: type | tuple[type, ...]) -> Any:
     """A required argument of the right type, or ProtocolError naming it."""
     value = req.args.get(name)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProtocolError(f"operation {req.op!r} needs argument {name!r} of type {kind}, got {value!r}")
+        raise ProtocolError(f"operation {req.op!r} needs argument {name!r} of type {kind}, got {shown(value)}")
     return value
