@@ -1,8 +1,9 @@
 """``python -m bench queue --n 10000 --n 1000000 --format console|rst|json``; ``python -m bench broker``;
-``python -m bench arena``; ``python -m bench samples``; ``python -m bench jagged``; ``python -m bench storage``
-(needs the s3 extra); each takes ``--plot DIR`` (PNG charts of the run); ``python -m bench pq`` (persist-queue's
-API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format console|rst|json``); ``python -m bench
-verl`` (a verl-shaped step through persisting's TransferQueue layer and TransferQueue 0.1.11)"""
+``python -m bench arena``; ``python -m bench samples``; ``python -m bench jagged``; ``python -m bench persist``;
+``python -m bench storage`` (needs the s3 extra); each takes ``--plot DIR`` (PNG charts of the run); ``python -m bench
+pq`` (persist-queue's API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format
+console|rst|json``); ``python -m bench verl`` (a verl-shaped step through persisting's TransferQueue layer and
+TransferQueue 0.1.11)"""
 
 from __future__ import annotations
 
@@ -132,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--no-torch", action="store_true", help="skip the torch.multiprocessing.Queue reference")
     a.add_argument("--no-transferqueue", action="store_true", help="skip the TransferQueue rows (Ray)")
+    a.add_argument(
+        "--consumer-reads",
+        action="store_true",
+        help="consumers read every byte of each batch before counting it received (the cost of using the data)",
+    )
     _common_args(a)
     s = sub.add_parser(
         "samples",
@@ -168,6 +174,22 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--large-batches", type=int, default=6, help="64 MiB batches per run (default 6)")
     r.add_argument("--reps", type=int, default=3, help="runs per case, medians reported (default 3)")
     r.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    w = sub.add_parser(
+        "persist",
+        help="tensor batches leaving the arena for Lance vs file write + fdatasync, with 1, 2 and all encoders; "
+        "flush p50/p90 into an empty vs a 1M-row topic",
+    )
+    w.add_argument("--arena-mib", type=int, default=256, help="the broker's arena (default 256 MiB)")
+    w.add_argument("--stream-factor", type=int, default=4, help="the stream is this many times the arena (default 4)")
+    w.add_argument(
+        "--encoders", type=int, action="append", help="encoder threads of a run; repeat (default: 1, 2, all cores)"
+    )
+    w.add_argument("--table-mib", type=int, default=256, help="table of the encoding comparison (default 256 MiB)")
+    w.add_argument("--flush-prefill", type=int, default=1_000_000, help="rows stored before the flush test; 0: skip")
+    w.add_argument("--runs", type=int, default=3, help="runs, medians reported (default 3)")
+    w.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     return parser
 
 
@@ -260,6 +282,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
             tq_ref=not args.no_transferqueue,
             seed=args.seed,
             progress=not args.no_progress,
+            consumer_reads=args.consumer_reads,
             plot=args.plot is not None,
         )
     result.meta = _meta(
@@ -305,6 +328,38 @@ def _samples_main(args: argparse.Namespace, args_list: list[str], revision: str)
     )
     print(render_samples(result, args.format))
     _plots(args.plot, plots.plot_samples, result)
+    return 0
+
+
+def _persist_main(args: argparse.Namespace, args_list: list[str], revision: str) -> int:
+    from .persist_bench import render_persist, run_persist_bench
+
+    cores = len(os.sched_getaffinity(0))
+    encoders = list(dict.fromkeys(args.encoders or [1, 2, cores]))
+    if min(encoders) < 1 or args.runs < 1 or args.arena_mib < 1 or args.stream_factor < 1 or args.flush_prefill < 0:
+        raise SystemExit("--encoders, --runs, --arena-mib and --stream-factor must be at least 1, --flush-prefill 0+")
+    with _work_dir(args.dir, "pps-") as base:
+        result = run_persist_bench(
+            base,
+            arena_mib=args.arena_mib,
+            stream_factor=args.stream_factor,
+            encoders=encoders,
+            table_mib=args.table_mib,
+            flush_prefill=args.flush_prefill,
+            runs=args.runs,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    result.meta = _meta(
+        args_list,
+        revision,
+        base,
+        records=f"tensor batches {{'x': float32[16, 262144]}} (16 MiB); flush test: {_meta([], '', base)['records']}",
+        seed=args.seed,
+        broker="--storage-path {base}/stream-N/storage --socket ipc://{base}/stream-N/s/b.sock --arena-bytes A "
+        "--log-level WARNING, with PERSISTING_LANCE_ENCODERS=N (one broker per run)",
+    )
+    print(render_persist(result))
     return 0
 
 
@@ -358,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m bench {shlex.join(args_list)}  (persisting {revision}; {_versions()})")
         print(render_jagged(rows, args, tokens))
         return 0
+    if args.bench == "persist":
+        return _persist_main(args, args_list, revision)
     if args.bench == "ray":
         from .ray_bench import render_ray, run_ray_bench
 

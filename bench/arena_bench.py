@@ -16,6 +16,8 @@ batch order (``arena_pair``).
 - ``torch.multiprocessing.Queue`` (``arena_torch``): the same batches copied into shared-memory tensors.
 - ``TransferQueue 0.1.11`` (``arena_transferqueue``, the ``transferqueue`` extra): the same batches through its
   controller and a storage unit on a small local Ray, run after every other case (Ray is up only meanwhile).
+- ``consumer ... view`` (``arena_views``): what a consumer's copy-on-write view costs against the shared mapping
+  consumers used before, in this process, without the pipeline (the view itself, and reading every byte).
 - ``memcpy``: ``np.copyto`` of the same batches into a preallocated, pre-faulted destination ring (larger than any
   cache), one thread, in this process: the bandwidth bound of one copy.
 
@@ -42,6 +44,7 @@ from .arena_pair import ArenaBenchResult, Row
 from .arena_persisting import run_arena_case
 from .arena_torch import run_torch_case
 from .arena_transferqueue import run_tq_case
+from .arena_views import run_view_cost
 from .broker_server import log_lines
 from .measure import Tick
 from .tq_cluster import tq_cluster, tq_missing
@@ -141,6 +144,7 @@ def run_arena_bench(
     tq_ref: bool = True,
     progress: bool = True,
     plot: bool = False,
+    consumer_reads: bool = False,
 ) -> ArenaBenchResult:
     t_start = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
@@ -155,6 +159,7 @@ def run_arena_bench(
         "torch": torch_ref,
         "transferqueue": (tq_missing() if tq_ref else "not measured: --no-transferqueue") or "measured",
         "seed": seed,
+        "consumer_reads": consumer_reads,
     }
     plan: list[tuple[Shape, int]] = [(SMALL, small_batches), (LARGE, large_batches)]
     n_paths = 2 if torch_ref else 1
@@ -167,7 +172,7 @@ def run_arena_bench(
                 continue
             bar.set_description(f"memcpy {shape.key}")
             mem = run_memcpy(shape, n, seed)
-            rows = [mem]
+            rows = [mem, *run_view_cost(shape, n, seed)]
             for paced, count in ((False, n), (True, paced_batches)):
                 if not count:
                     continue
@@ -175,7 +180,18 @@ def run_arena_bench(
                 bar.set_description(f"arena {shape.key} {'paced' if paced else 'stream'}")
                 rows.append(
                     run_arena_case(
-                        ctx, base, shape, count, paced, arena_bytes, seed, first, result, bar.update, watch_flushes=plot
+                        ctx,
+                        base,
+                        shape,
+                        count,
+                        paced,
+                        arena_bytes,
+                        seed,
+                        first,
+                        result,
+                        bar.update,
+                        watch_flushes=plot,
+                        reads=consumer_reads,
                     )
                 )
                 if not paced:
@@ -194,11 +210,12 @@ def run_arena_bench(
                             bar.update,
                             reserve=True,
                             watch_flushes=plot,
+                            reads=consumer_reads,
                         )
                     )
                 if torch_ref:
                     bar.set_description(f"torch.mp {shape.key} {'paced' if paced else 'stream'}")
-                    rows.append(run_torch_case(shape, count, paced, seed, first, result, bar.update))
+                    rows.append(run_torch_case(shape, count, paced, seed, first, result, bar.update, consumer_reads))
             for r in rows:
                 r.memcpy_gbps = mem.gbps
             result.rows += rows

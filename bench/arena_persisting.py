@@ -21,7 +21,7 @@ import numpy as np
 
 from persisting import Queue
 
-from .arena_batches import POOL, MiB, Shape, make_pool, stamp, stamp_of
+from .arena_batches import POOL, MiB, Shape, make_pool, read_all, stamp, stamp_of
 from .arena_pair import (
     CASE_LIMIT_S,
     RECV_TIMEOUT_S,
@@ -138,6 +138,9 @@ async def _arena_consumer(spec: dict[str, Any]) -> None:
             samples += len(meta)
             if first_sample % shape.rows == 0 and stamp_of(data) != batch_no:
                 raise AssertionError(f"batch {batch_no}: stamp {stamp_of(data)} (order or content broken)")
+            if spec.get("reads"):
+                read_all(data)
+                now = time.monotonic()
             if spec["check"] and batch_no == 0:
                 report_check(spec, spec.get("check_label", "persisting arena get_batch"), data)
             del data  # release the views: the broker may reuse the extent once it is flushed
@@ -168,6 +171,7 @@ def run_arena_case(
     put_timeout: float = 30.0,
     reserve: bool = False,
     watch_flushes: bool = False,
+    reads: bool = False,
 ) -> Row:
     mode = "paced" if paced else "stream"
     key = f"arena-{'reserve-' if reserve else ''}{shape.key}-{mode}" + ("-beyond" if beyond else "")
@@ -193,7 +197,7 @@ def run_arena_case(
     address = f"ipc://{sock / 'b.sock'}"
     log_path = base / "broker.log"
     spec = pair_spec(shape, batches, paced, seed, check, broker=address, topic="bench", put_timeout=put_timeout)
-    spec.update(reserve=reserve, check_label=f"{row.path} get_batch")
+    spec.update(reserve=reserve, check_label=f"{row.path} get_batch", reads=reads)
     t_stop = 0.0
     with broker_process(case / "storage", address, log_path, ["--arena-bytes", str(arena_bytes)], "WARNING"):
         with FlushWatch(address) if watch_flushes else contextlib.nullcontext() as flushes:

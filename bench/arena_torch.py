@@ -10,7 +10,7 @@ import faulthandler
 import time
 from typing import Any
 
-from .arena_batches import POOL, Shape, make_pool, stamp, stamp_of
+from .arena_batches import POOL, Shape, make_pool, read_all, stamp, stamp_of
 from .arena_pair import (
     CASE_LIMIT_S,
     RECV_TIMEOUT_S,
@@ -68,6 +68,8 @@ def torch_consumer_main(spec: dict[str, Any]) -> None:
         spec["barrier"].wait(START_TIMEOUT_S)
         for i in range(spec["batches"]):
             data = q.get(timeout=RECV_TIMEOUT_S)
+            if spec.get("reads"):
+                read_all(data)
             now = time.monotonic()
             if stamp_of(data) != i:
                 raise AssertionError(f"batch {i}: stamp {stamp_of(data)} (order or content broken)")
@@ -83,7 +85,14 @@ def torch_consumer_main(spec: dict[str, Any]) -> None:
 
 
 def run_torch_case(
-    shape: Shape, batches: int, paced: bool, seed: int, check: bool, result: ArenaBenchResult, tick: Tick
+    shape: Shape,
+    batches: int,
+    paced: bool,
+    seed: int,
+    check: bool,
+    result: ArenaBenchResult,
+    tick: Tick,
+    reads: bool = False,
 ) -> Row:
     import torch.multiprocessing as tmp
 
@@ -98,6 +107,6 @@ def run_torch_case(
         "share_memory_() tensors, put(dict); consumer get() (blocking)",
     )
     tctx = tmp.get_context("spawn")
-    spec = pair_spec(shape, batches, paced, seed, check, queue=tctx.Queue(), consumer_done=tctx.Event())
+    spec = pair_spec(shape, batches, paced, seed, check, queue=tctx.Queue(), consumer_done=tctx.Event(), reads=reads)
     run_pair(tctx, torch_producer_main, torch_consumer_main, spec, row, result, tick)
     return row

@@ -2,10 +2,18 @@
 
 States and transitions are drawn in ``persisting/arena.py``. Everything here runs on the broker's loop.
 
-Peers are processes on this node, named by ``(pid, start time)`` from ``/proc``: a pid alone can be reused by a
-new process after the old one died, the pair cannot. ``reap()`` (called periodically) frees the leases and drops
+Peers are processes on this node, named by ``(pid, start time)``: the pid the kernel gives for the connection
+(``peers.py``, never what a client says) and its start time from ``/proc`` (a pid alone can be reused by a new
+process after the old one died, the pair cannot). ``reap()`` (called periodically) frees the leases and drops
 the holds of peers that no longer exist, so a producer killed mid-write or a consumer killed holding views
 never pins arena space.
+
+A process that lives and does not let go (a bug, or a client written to do harm) is bounded instead: what one
+process pins (the extents it leased and has not sealed, and the extents its holds keep, each counted once) may
+not pass ``max_pinned_bytes`` (half the arena by default), except that a process pinning nothing may always take
+one lease or one hold of any size (one batch larger than the bound still goes through). Past the bound its
+leases wait for its own space to go (then ``Full``, naming the bound) and its get_data is answered with copies;
+everyone else's puts go on.
 """
 
 from __future__ import annotations
@@ -42,8 +50,10 @@ class Extents:
         size_bytes: int,
         on_pressure: Callable[[], None] | None = None,
         on_evict: Callable[[str, int], None] | None = None,
+        max_pinned_bytes: int | None = None,
     ) -> None:
         self.size_bytes = size_bytes
+        self.max_pinned_bytes = max_pinned_bytes or size_bytes - HEADER_BYTES
         self._on_pressure = on_pressure  # called when a lease has to wait: flushing sooner frees extents
         self._on_evict = on_evict  # (topic, extent id): that flushed batch is no longer in the arena
         self._free: list[tuple[int, int]] = [(HEADER_BYTES, size_bytes - HEADER_BYTES)]  # sorted (offset, nbytes)
@@ -56,6 +66,9 @@ class Extents:
         # Sealed extents not yet in Lance, and their bytes: every put asks, so they are kept as they change.
         self._unpersisted: dict[int, Extent] = {}
         self._unpersisted_bytes = 0
+        # What each process pins: extent id -> [reasons (its holds on it, +1 while it leases it), bytes].
+        self._pins: dict[Peer, dict[int, list[int]]] = {}
+        self._pinned: dict[Peer, int] = {}
 
     # -- leasing ------------------------------------------------------------------------------------
 
@@ -81,8 +94,7 @@ class Extents:
             del self._free[i - 1]
             i -= 1
         self._free.insert(i, (off, nbytes))
-        self._freed.set()
-        self._freed = asyncio.Event()
+        self._wake()
 
     async def lease(self, nbytes: int, owner: Peer, timeout: float) -> Extent:
         """An extent of at least ``nbytes`` for ``owner``; waits for space up to ``timeout``, then ``Full``."""
@@ -98,14 +110,19 @@ class Extents:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            off = self._take(size)
-            if off is None and self._evict_for(size):
+            allowed = self._may_pin(owner, size)
+            off = self._take(size) if allowed else None
+            if off is None and allowed and self._evict_for(size):
                 off = self._take(size)
             if off is not None:
-                ext = Extent(next(self._ids), off, size, owner)
-                self.extents[ext.id] = ext
-                return ext
+                return self._new(off, size, owner)
             left = deadline - loop.time()
+            if left <= 0 and not allowed:
+                raise Full(
+                    f"this process pins {self._pinned.get(owner, 0)} bytes of the arena (extents it leased and did "
+                    f"not put, extents its views hold), the most one process may is {self.max_pinned_bytes}: "
+                    "release views (del them, or Batch.release()) or put what it reserved"
+                )
             if left <= 0:
                 raise Full(
                     f"the arena has no free {size} bytes ({self.free_bytes} free in pieces, "
@@ -120,12 +137,55 @@ class Extents:
     def try_lease(self, nbytes: int, owner: Peer) -> Extent | None:
         """An extent now if one is free (never evicts, never waits), else None."""
         size = align_up(nbytes, EXTENT_ALIGN_BYTES)
-        off = self._take(size) if size <= self.size_bytes - HEADER_BYTES else None
-        if off is None:
-            return None
+        fits = size <= self.size_bytes - HEADER_BYTES and self._may_pin(owner, size)
+        off = self._take(size) if fits else None
+        return None if off is None else self._new(off, size, owner)
+
+    def _new(self, off: int, size: int, owner: Peer) -> Extent:
         ext = Extent(next(self._ids), off, size, owner)
         self.extents[ext.id] = ext
+        self._pin(owner, ext.id, size)
         return ext
+
+    # -- what each process pins ---------------------------------------------------------------------
+
+    def _pin(self, peer: Peer, extent_id: int, nbytes: int) -> None:
+        mine = self._pins.setdefault(peer, {})
+        entry = mine.get(extent_id)
+        if entry is None:
+            mine[extent_id] = [1, nbytes]
+            self._pinned[peer] = self._pinned.get(peer, 0) + nbytes
+        else:
+            entry[0] += 1
+
+    def _unpin(self, peer: Peer, extent_id: int) -> None:
+        mine = self._pins.get(peer)
+        entry = None if mine is None else mine.get(extent_id)
+        if mine is None or entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] > 0:
+            return
+        del mine[extent_id]
+        self._pinned[peer] -= entry[1]
+        if not mine:
+            del self._pins[peer], self._pinned[peer]
+        self._wake()  # a lease of this process waiting on its bound may go now
+
+    def _may_pin(self, peer: Peer, nbytes: int) -> bool:
+        if self.max_pinned_bytes >= self.size_bytes - HEADER_BYTES:
+            return True  # no bound (PERSISTING_MAX_PINNED_SHARE=1): only space limits a lease
+        have = self._pinned.get(peer, 0)
+        return have == 0 or have + nbytes <= self.max_pinned_bytes
+
+    def may_hold(self, peer: Peer, extent_ids: list[int]) -> bool:
+        """Whether a hold of ``peer`` on these extents stays within its bound (else: serve copies)."""
+        mine = self._pins.get(peer, {})
+        new = {e: self.extents[e].nbytes for e in extent_ids if e not in mine and e in self.extents}
+        return self._may_pin(peer, sum(new.values()))
+
+    def pinned_bytes(self, peer: Peer) -> int:
+        return self._pinned.get(peer, 0)
 
     def leased(self, extent_id: int, owner: Peer) -> Extent:
         ext = self.extents.get(extent_id)
@@ -137,6 +197,7 @@ class Extents:
         if not ext.sealed:
             self._unpersisted[ext.id] = ext
             self._unpersisted_bytes += ext.nbytes
+            self._unpin(ext.owner, ext.id)  # stored: the broker's now, not its producer's
         ext.sealed, ext.topic, ext.last_index = True, topic, last_index
 
     def abandon(self, ext: Extent) -> None:
@@ -155,6 +216,12 @@ class Extents:
             ext.persisted = True
             del self._unpersisted[ext.id]
             self._unpersisted_bytes -= ext.nbytes
+        if done:
+            self._wake()  # a lease waiting for space may evict these now, not at its next poll
+
+    def _wake(self) -> None:
+        self._freed.set()
+        self._freed = asyncio.Event()
 
     def _evict_for(self, size: int) -> bool:
         """Free persisted extents nobody holds, oldest first, until ``size`` bytes fit; False if they never do."""
@@ -171,6 +238,7 @@ class Extents:
         hold_id = next(self._hold_ids)
         for eid in extent_ids:
             self.extents[eid].holds[hold_id] = holder
+            self._pin(holder, eid, self.extents[eid].nbytes)
         self._holds[hold_id] = (holder, list(extent_ids))
         return hold_id
 
@@ -180,6 +248,7 @@ class Extents:
             return False
         del self._holds[hold_id]
         for eid in entry[1]:
+            self._unpin(entry[0], eid)
             ext = self.extents.get(eid)
             if ext is None:
                 continue
@@ -188,6 +257,8 @@ class Extents:
 
     def _drop(self, ext: Extent) -> None:
         if self.extents.pop(ext.id, None) is not None:
+            if not ext.sealed:
+                self._unpin(ext.owner, ext.id)
             self.free_bytes += ext.nbytes
             if self._unpersisted.pop(ext.id, None) is not None:
                 self._unpersisted_bytes -= ext.nbytes
@@ -229,4 +300,6 @@ class Extents:
             "cached_bytes": sum(e.nbytes for e in sealed if e.persisted and not e.holds),
             "held_extents": sum(1 for e in sealed if e.holds),
             "holds": len(self._holds),
+            "max_pinned_bytes_per_process": self.max_pinned_bytes,
+            "most_pinned_by_one_process": max(self._pinned.values(), default=0),
         }

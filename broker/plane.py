@@ -42,7 +42,9 @@ from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
+from . import givebacks
 from .extents import Extents, Peer
+from .givebacks import int_list
 
 log = logging.getLogger("persisting.broker")
 
@@ -56,31 +58,28 @@ REAP_INTERVAL_SECONDS = 1.0
 # see persisting/flushing.py): the rest of the arena is the producers' room while that flush runs.
 FLUSH_AT_ARENA_SHARE = float(os.environ.get("PERSISTING_FLUSH_AT_ARENA_SHARE", "0.75"))
 MAX_LEASE_WAIT_SECONDS = 60.0
+# The most of the arena one process may pin with leases it has not put and views it holds (extents.py).
+MAX_PINNED_SHARE = float(os.environ.get("PERSISTING_MAX_PINNED_SHARE", "0.5"))
 TAKE_READ_ATTEMPTS = 4  # get_batch reads again when a clear of its samples landed meanwhile (see _samples)
 
 
+def _arena_peer(req: Request, peer: Peer | None) -> Peer:
+    """The process that arena space of ``req`` belongs to: the kernel's word (``peers.py``), never the request's."""
+    if peer is None:
+        raise ConfigError(
+            f"{req.op}: the arena is only for clients on this node's ipc socket, named by the kernel; this connection "
+            "carries no peer credentials (tcp, or another pid namespace): tensors go over the socket instead"
+        )
+    return peer
+
+
 def _peer(req: Request) -> Peer:
+    """The process a request says it is: only where nothing is at stake for others (a take's consumption lease,
+    which expires by itself)."""
     raw = req.args.get("peer")
     if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
         raise ProtocolError(f"{req.op} needs peer = [pid, start time]")
     return (raw[0], raw[1])
-
-
-def _same_arena(req: Request, arena: Arena | None) -> bool:
-    """Whether the extents a request names come from this broker's arena (``generation``, when the client sends
-    it): ids start again at 1 after a restart, so an old id may name an extent the same client leased anew."""
-    generation = req.args.get("generation")
-    if generation is None:
-        return True
-    if not isinstance(generation, bytes):
-        raise ProtocolError(f"{req.op} generation must be bytes")
-    return arena is not None and generation == arena.generation
-
-
-def _int_list(value: Any, what: str) -> list[int]:
-    if not isinstance(value, list) or not all(type(x) is int and x >= 0 for x in value):
-        raise ProtocolError(f"{what} must be a list of ints >= 0")
-    return value
 
 
 class TensorPlane:
@@ -106,7 +105,9 @@ class TensorPlane:
         if not self.size_bytes:
             return
         self.arena = Arena.create(self.path, self.size_bytes, self.mode)
-        self.extents = Extents(self.arena.size_bytes, self._flush_sealed, self._evicted)
+        data_bytes = self.arena.size_bytes - arena_mod.HEADER_BYTES
+        most = max(int(data_bytes * MAX_PINNED_SHARE), arena_mod.EXTENT_ALIGN_BYTES)
+        self.extents = Extents(self.arena.size_bytes, self._flush_sealed, self._evicted, most)
         self._reaper = asyncio.ensure_future(self._reap_loop())
         log.info("arena %s: %d bytes", self.path, self.arena.size_bytes)
 
@@ -184,39 +185,41 @@ class TensorPlane:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def handle(self, req: Request, topic: Topic | None) -> Reply:
+    async def handle(self, req: Request, topic: Topic | None, peer: Peer | None = None) -> Reply:
+        """``peer``: the sender as the kernel names it (``peers.py``); None where the transport does not say."""
         arena, extents = self.arena, self.extents
         if topic is not None and req.op in SAMPLE_OPS:
-            return await self._samples(req, topic)
+            return await self._samples(req, topic, peer)
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
-        self._release_piggybacked(req, extents, arena)
+        givebacks.apply(req, extents, arena, peer)
         if req.op == "lease":
             nbytes = arg(req, "nbytes", int)
             timeout = req.args.get("timeout")
             if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
                 raise ProtocolError("lease timeout must be a number >= 0")
-            ext = await extents.lease(nbytes, _peer(req), min(float(timeout), MAX_LEASE_WAIT_SECONDS))
+            owner = _arena_peer(req, peer)
+            ext = await extents.lease(nbytes, owner, min(float(timeout), MAX_LEASE_WAIT_SECONDS))
             return Reply(req.id, True, [ext.id, ext.offset, ext.nbytes, arena.generation])
         if req.op == "release":
             hold = req.args.get("hold")
-            return Reply(req.id, True, type(hold) is int and extents.release(hold, _peer(req)))
+            return Reply(req.id, True, type(hold) is int and peer is not None and extents.release(hold, peer))
         if topic is None:
             raise ProtocolError(f"{req.op} needs a topic")
         if req.op == "put_tensors":
-            return Reply(req.id, True, await self._put(req, topic, arena, extents))
+            return Reply(req.id, True, await self._put(req, topic, arena, extents, _arena_peer(req, peer)))
         raise ProtocolError(f"unknown operation {req.op!r}")
 
-    async def _samples(self, req: Request, topic: Topic) -> Reply:
+    async def _samples(self, req: Request, topic: Topic, peer: Peer | None) -> Reply:
         """Requests about samples: they work without an arena too (data then comes as copies)."""
         if self.extents is not None:
-            self._release_piggybacked(req, self.extents, self.arena)
+            givebacks.apply(req, self.extents, self.arena, peer)
         if req.op == "mark_consumed":
-            indexes = _int_list(req.args.get("indexes"), "indexes")
+            indexes = int_list(req.args.get("indexes"), "indexes")
             await topic.mark_consumed(arg(req, "partition", str), arg(req, "task", str), indexes)
             return Reply(req.id, True, None)
         if req.op == "give_back":
-            indexes = _int_list(req.args.get("indexes"), "indexes")
+            indexes = int_list(req.args.get("indexes"), "indexes")
             topic.give_back(arg(req, "partition", str), arg(req, "task", str), indexes)
             return Reply(req.id, True, None)
         if req.op == "reset_consumption":
@@ -224,7 +227,7 @@ class TensorPlane:
             return Reply(req.id, True, None)
         if req.op == "clear":
             raw = req.args.get("indexes")
-            chosen = None if raw is None else _int_list(raw, "indexes")
+            chosen = None if raw is None else int_list(raw, "indexes")
             return Reply(req.id, True, await topic.clear(arg(req, "partition", str), chosen))
         if req.op == "partitions":
             return Reply(req.id, True, await topic.partitions())
@@ -254,7 +257,7 @@ class TensorPlane:
                 not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0
             ):
                 raise ProtocolError("take lease_seconds must be a number > 0 or nil")
-            lease = None if seconds is None else (float(seconds), _peer(req))
+            lease = None if seconds is None else (float(seconds), peer or _peer(req))
             need = req.args.get("ready_fields", req.args.get("fields"))  # get_batch: the fields it reads
             if need is not None and (not isinstance(need, list) or not all(isinstance(f, str) for f in need)):
                 raise ProtocolError("take ready_fields must be a list of str or nil")
@@ -273,53 +276,35 @@ class TensorPlane:
                     return Reply(req.id, True, [indexes, described])
                 # get_batch: the data of the samples just taken, in the same reply (one round trip).
                 try:
-                    data = await self._get(req, topic, indexes)
+                    data = await self._get(req, topic, peer, indexes)
                 except ConfigError:
                     if topic.not_cleared(indexes) == indexes or attempt == TAKE_READ_ATTEMPTS - 1:
                         raise  # not a clear that came meanwhile
                     continue
                 if topic.not_cleared(indexes) == indexes:
                     return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
-                self._drop_hold(data, _peer(req))
+                self._drop_hold(data, peer)
             raise ConfigError(f"the samples taken kept being cleared while their data was read ({indexes[:10]})")
         if req.op == "describe":
-            return Reply(req.id, True, await topic.describe(_int_list(req.args.get("indexes"), "indexes")))
+            return Reply(req.id, True, await topic.describe(int_list(req.args.get("indexes"), "indexes")))
         if req.op == "get_data":
-            return await self._get(req, topic)
+            return await self._get(req, topic, peer)
         raise ProtocolError(f"unknown operation {req.op!r}")
 
-    def _drop_hold(self, data: Reply, holder: Peer) -> None:
+    def _drop_hold(self, data: Reply, holder: Peer | None) -> None:
         """Give back the hold of a data reply that will not be sent (its views are never made)."""
         hold = data.result.get("hold") if isinstance(data.result, dict) else None
-        if type(hold) is int and self.extents is not None:
+        if type(hold) is int and self.extents is not None and holder is not None:
             self.extents.release(hold, holder)
 
-    @staticmethod
-    def _release_piggybacked(req: Request, extents: Extents, arena: Arena | None) -> None:
-        """Holds a client released since its last request ride along on the next one (no round trip each)."""
-        released, abandoned = req.args.get("release"), req.args.get("abandon")
-        if released:
-            peer = _peer(req)
-            for hold in _int_list(released, "release"):
-                extents.release(hold, peer)
-        if abandoned and not _same_arena(req, arena):
-            _int_list(abandoned, "abandon")  # extents of an arena before a restart: this broker never leased them
-        elif abandoned:
-            peer = _peer(req)
-            for extent_id in _int_list(abandoned, "abandon"):
-                ext = extents.extents.get(extent_id)
-                if ext is not None and not ext.sealed and ext.owner == peer:
-                    extents.abandon(ext)
-
-    async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents) -> list[Any]:
-        peer = _peer(req)
+    async def _put(self, req: Request, topic: Topic, arena: Arena, extents: Extents, peer: Peer) -> list[Any]:
         key = req.args.get("key")
         if isinstance(key, str):
             # A re-sent put (its first attempt sealed the extent, maybe still waiting for its sync): same answer.
             done = await topic.recall(key)
             if done is not None:
                 return list(done)
-        if not _same_arena(req, arena):
+        if not givebacks.same_arena(req, arena):
             raise UnknownExtentError(f"extent {req.args.get('extent')!r} was leased from an arena before a restart")
         ext = extents.leased(arg(req, "extent", int), peer)
         try:
@@ -348,7 +333,7 @@ class TensorPlane:
                     continue
                 name, kind, dtype_name, shape, offset, nbytes = entry
                 dtype = tensors.storage_dtype(kind, dtype_name)
-                shape = _int_list(shape, f"shape of field {name!r}")
+                shape = int_list(shape, f"shape of field {name!r}")
                 want = count * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
                 if type(offset) is not int or offset % FIELD_ALIGN_BYTES or nbytes != want:
                     raise ProtocolError(f"field {name!r}: {nbytes!r} bytes at {offset!r} do not fit {count}x{shape}")
@@ -362,7 +347,7 @@ class TensorPlane:
             payload = ArenaPayload(ext.id, ref, columns)
             # Sealed before the await: the reaper must not free it if the producer dies while we log it.
             extents.seal(ext, topic.name, 2**62)
-            of = None if req.args.get("of") is None else _int_list(req.args["of"], "of")
+            of = None if req.args.get("of") is None else int_list(req.args["of"], "of")
             first, n = await topic.append(
                 codec.EncodedBatch(rows, all_kinds), partition, req.buffers[0], key, arena=payload, of=of
             )
@@ -386,25 +371,28 @@ class TensorPlane:
                 return [first, n, [spare.id, spare.offset, spare.nbytes, arena.generation]]
         return [first, n]
 
-    async def _get(self, req: Request, topic: Topic, taken: list[int] | None = None) -> Reply:
+    async def _get(self, req: Request, topic: Topic, peer: Peer | None, taken: list[int] | None = None) -> Reply:
         arena, extents = self.arena, self.extents
-        indexes = _int_list(req.args.get("indexes"), "indexes") if taken is None else taken
+        indexes = int_list(req.args.get("indexes"), "indexes") if taken is None else taken
         fields = req.args.get("fields")
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise ProtocolError("get_data fields must be a list of str")
         await topic.field_index()  # before arena_runs, which follows fields written by patches
-        if arena is not None and extents is not None and req.args.get("zerocopy", True) and indexes:
+        zerocopy = req.args.get("zerocopy", True) and peer is not None  # views only for a process the kernel names
+        if arena is not None and extents is not None and peer is not None and zerocopy and indexes:
             tensor_fields = [f for f in fields if topic.kinds.get(f) in ("ndarray", "tensor", "jagged")]
             runs = topic.arena_runs(indexes, tensor_fields)
             if runs is not None and not tensor_fields:
                 runs = None  # nothing to map: no hold (the plain fields come as rows below)
+            if runs is not None and not extents.may_hold(peer, [eid for eid, _ in runs]):
+                runs = None  # this process pins its share of the arena already: copies (extents.py, the cap)
             if runs is not None:
                 for _eid, entries in runs:
                     for entry in entries:
                         entry[4] = arena.offset_of(entry[4])
                 # The non-tensor fields of arena batches sit beside the views in the tail: no payload copy.
                 plain = [f for f in fields if f not in tensor_fields]
-                hold = extents.hold([eid for eid, _ in runs], _peer(req))
+                hold = extents.hold([eid for eid, _ in runs], peer)
                 # (the hold keeps the views valid meanwhile); a tensors-only take sends no per-sample rows at all
                 others = await topic.plain_values(indexes, plain) if plain else []
                 result = {

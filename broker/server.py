@@ -31,11 +31,14 @@ from persisting.wire.protocol import Reply, Request
 from . import complaints, inline, records, status
 from .complaints import Complaints
 from .connections import Connections
+from .peers import Peers
 from .plane import OPS as PLANE_OPS
 from .plane import TensorPlane
 from .replies import RecentRequests
 
 if TYPE_CHECKING:
+    from persisting.tensors.arena import Peer
+
     from .metrics import BrokerMetrics
 
 log = logging.getLogger("persisting.broker")
@@ -82,6 +85,7 @@ class Broker:
         # None with metrics off: the request path then pays one "is None" test (see metrics.py)
         self.metrics: BrokerMetrics | None = _metrics(self.state) if metrics else None
         self.connections = Connections()
+        self.peers = Peers(address)  # who sent a request, from the kernel (arena space is never a client's word)
         self.complaints = Complaints(on_count=None if self.metrics is None else self.metrics.bad_frame)
 
     @property
@@ -153,23 +157,25 @@ class Broker:
         try:
             for _ in range(DRAIN_BATCH):
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    # The routing id as a Frame: it carries the sender's kernel credentials (peers.py).
+                    first = sock.recv(zmq.NOBLOCK, copy=False)
+                    frames = [first.bytes, *(sock.recv_multipart(zmq.NOBLOCK) if first.more else ())]
                 except zmq.Again:
                     return
                 except zmq.ZMQError as exc:
                     log.warning("receiving from the socket failed: %s", exc)
                     return
-                self._start(frames)
+                self._start(frames, self.peers.of(frames[0], first))
             self._kick()  # more may be queued; continue after the loop's other callbacks
         finally:
             self._draining = False
 
-    def _start(self, frames: list[bytes]) -> None:
+    def _start(self, frames: list[bytes], sender: Peer | None = None) -> None:
         # The request's first step runs here, inline: most requests (hello, count, a read of buffered rows, a
         # put with durability="process") finish without ever suspending and need no task. One that suspends
         # continues as a task from where it stopped (what Python 3.12's eager tasks do).
         try:
-            task = inline.start(self._handle(frames))
+            task = inline.start(self._handle(frames, sender))
         except Exception:
             log.exception("a request failed outside its error handling")
             return
@@ -215,7 +221,7 @@ class Broker:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def _handle(self, frames: list[bytes]) -> None:
+    async def _handle(self, frames: list[bytes], sender: Peer | None = None) -> None:
         if len(frames) < 2:
             peer = frames[0].hex() if frames else "?"
             self.complaints.add(peer, complaints.MALFORMED, f"a message of {len(frames)} frame(s): no envelope")
@@ -227,8 +233,8 @@ class Broker:
             self._complain(identity, exc)
             self._send([identity, *protocol.encode_reply(protocol.error_reply(inline.guess_id(body), exc))])
             return
-        if req.op == "hello":
-            self.connections.hello(identity, req.args)
+        if req.op == "hello":  # listed under the kernel's pid where there is one
+            self.connections.hello(identity, req.args if sender is None else {**req.args, "peer": list(sender)})
         name = (identity, req.id)
         answered = self._recent.answered(name)
         if answered is not None:
@@ -239,7 +245,7 @@ class Broker:
         metrics = self.metrics
         started = time.perf_counter() if metrics is not None else 0.0
         try:
-            reply = await self._dispatch(req)
+            reply = await self._dispatch(req, sender)
         except ProtocolError as exc:
             self._complain(identity, exc)
             reply = protocol.error_reply(req.id, exc)
@@ -266,14 +272,15 @@ class Broker:
             kind = complaints.BAD_REQUEST
         self.complaints.add(identity.hex(), kind, str(exc))
 
-    async def _dispatch(self, req: Request) -> Reply:
+    async def _dispatch(self, req: Request, sender: Peer | None = None) -> Reply:
+        """``sender``: the process behind the connection as the kernel names it (peers.py), None if unknown."""
         if req.op == "hello":
             info = {
                 "broker": "persisting",
                 "pid": os.getpid(),
                 "storage_path": self.location.describe() if self.location else str(self.storage_path),
                 "max_message_bytes": self.max_message_bytes,
-                "arena": self.plane.hello(),
+                "arena": self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
                 "arena_stats": self.plane.stats(),
             }
             return Reply(req.id, True, info)
@@ -282,10 +289,10 @@ class Broker:
         if req.op == "topics":
             return Reply(req.id, True, [await t.stats() for t in self._topics.open.values()])
         if req.op in ("lease", "release"):
-            return await self.plane.handle(req, None)
+            return await self.plane.handle(req, None, sender)
         topic = await self._topics.get(req)
         if req.op in PLANE_OPS:
-            return await self.plane.handle(req, topic)
+            return await self.plane.handle(req, topic, sender)
         reply = await records.handle(req, topic)
         if reply is None:
             raise ProtocolError(f"unknown operation {req.op!r}")

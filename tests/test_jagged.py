@@ -118,6 +118,29 @@ def test_jagged_fields_round_trip_exactly(queue_kw: dict[str, Any], seed: int) -
             _assert_same(got[name], value)
 
 
+def test_in_place_writes_into_a_jagged_field_never_reach_the_stored_batch(queue_kw: dict[str, Any], seed: int) -> None:
+    """A consumer that changes a jagged tensor it got (its values, in place) changes its own copy only: a second
+    task and a read after a flush see what was put (the arena views are copy-on-write, as for dense fields)."""
+    data = _batch(seed)
+    with SyncQueue("j", **queue_kw) as q:
+        meta = q.put(data, partition_id="p")
+        got = q.get_data(meta)
+        if "broker" in queue_kw:
+            assert _in_shared_mapping(got["input_ids"].values().data_ptr())  # zero-copy, yet the writes stay private
+        got["input_ids"].values().add_(1)
+        got["hidden"].values().mul_(0)
+        got["by_dim"].values().fill_(7)
+        again = q.get_meta(list(data), batch_size=6, task_name="other", partition_id="p")
+        for name, value in q.get_data(again).items():
+            _assert_same(value, data[name])
+        q.flush()
+        for name, value in q.get_data(meta).items():
+            _assert_same(value, data[name])
+    with SyncQueue("j", **queue_kw) as q:
+        for name, value in q.get_data(meta).items():
+            _assert_same(value, data[name])
+
+
 def test_jagged_fields_written_later_to_existing_samples(queue_kw: dict[str, Any], seed: int) -> None:
     data = _batch(seed)
     with SyncQueue("patch", **queue_kw) as q:

@@ -1,12 +1,11 @@
 """persisting.compat.transfer_queue driven by verl 0.9.1's own code, and compared with the real TransferQueue 0.1.11.
 
-``tests/tq_scenarios.py`` (with ``tq_scenarios_verl.py`` and ``tq_shapes.py``) runs verl-shaped scenarios (the
-KV semantics verl relies on, BatchMeta/KVBatchMeta,
-checkpoint and verl's in-flight re-issue, verl's ReplayBuffer in sync mode, with the DAPO filter, and
-ReplayBufferAsync, a RayWorkerGroup of 2 CPU workers whose ``@register``ed method receives a ``KVBatchMeta``)
-in a subprocess per backend (both are ``transfer_queue``), each printing what it observed as JSON. The tests
-check the persisting run against the semantics the issue lists, then compare both runs: they must agree except
-for the differences listed in ``INTENDED`` (each with why).
+``tests/tq_scenarios.py`` (with ``tq_scenarios_verl.py`` and ``tq_shapes.py``) runs verl-shaped scenarios (the KV
+semantics verl relies on, BatchMeta/KVBatchMeta, checkpoint and verl's in-flight re-issue, verl's ReplayBuffer in
+sync mode, with the DAPO filter, and ReplayBufferAsync, a RayWorkerGroup of 2 CPU workers whose ``@register``ed
+method receives a ``KVBatchMeta``) in a subprocess per backend (both are ``transfer_queue``), each printing what it
+observed as JSON. The tests check the persisting run against the semantics the issue lists, then compare both runs:
+they must agree except for the differences listed in ``INTENDED`` (each with why).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import logging
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,6 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .. import errors
-from ..tensors.arena import peer_id
 from ..wire import protocol
 from ..wire.protocol import WAIT_SLICE_SECONDS, Reply, Request
 
@@ -29,7 +27,6 @@ log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
-RELEASE_DELAY_SECONDS = 0.02  # garbage-collected arena views are reported within this, or with the next request
 
 # One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
 # the background loop (a thread hop costs about as much as the ZeroMQ round trip itself).
@@ -79,32 +76,7 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
-        # Arena holds whose views were garbage-collected, to tell the broker: they ride on the next tensor request,
-        # or go on their own after RELEASE_DELAY_SECONDS (finalizers run in any thread, hence the lock).
-        self._released: list[int] = []
-        self._release_lock = threading.Lock()
-        self._release_armed = False
-
-    def defer_release(self, hold: int, loop: asyncio.AbstractEventLoop) -> None:
-        with self._release_lock:
-            self._released.append(hold)
-            arm = not self._release_armed
-            self._release_armed = True
-        if arm:
-            with contextlib.suppress(RuntimeError):  # loop closed: the broker reaps the holds when we exit
-                loop.call_soon_threadsafe(loop.call_later, RELEASE_DELAY_SECONDS, self._send_releases)
-
-    def take_releases(self) -> list[int]:
-        with self._release_lock:
-            released, self._released = self._released, []
-            self._release_armed = False
-        return released
-
-    def _send_releases(self) -> None:
-        released = self.take_releases()
-        if released:
-            task = asyncio.ensure_future(self.request("release", {"release": released, "peer": peer_id()}))
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        # (Arena holds whose views died are a process's, not a connection's: releases.py.)
 
     def close(self) -> None:
         loop = self._loop

@@ -22,6 +22,7 @@ from ..wire import protocol
 from ..wire.codec import EncodedBatch
 from ..wire.protocol import WAIT_SLICE_SECONDS
 from . import connection as transport
+from . import releases
 from .connection import Connection, connection
 from .remote_tensors import ArenaClient
 
@@ -161,6 +162,7 @@ class RemoteTopic:
 
     async def aclose(self) -> None:
         await self._tensors.aclose()
+        await releases.flush(self.address)  # holds whose views died on a loop that may never run again
 
     # -- samples --------------------------------------------------------------------------------------
 
@@ -193,7 +195,7 @@ class RemoteTopic:
                 lease_seconds=lease,
                 ready_fields=fields,
                 peer=peer_id(),
-                release=self._conn.take_releases(),
+                released=releases.take(self.address),
             )
 
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
@@ -230,7 +232,7 @@ class RemoteTopic:
     ) -> tuple[batches.Batch, int, int]:
         """(data, bytes handed over as views, bytes copied)."""
         args = self._args(
-            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), release=self._conn.take_releases()
+            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), released=releases.take(self.address)
         )
         reply = await self._conn.request("get_data", args)
         return await self._tensors.data(reply.result, reply.buffers, fields, mode, device)
@@ -264,7 +266,7 @@ class RemoteTopic:
                 sampler_kw=sampler_kw or {},
                 lease_seconds=lease,
                 peer=peer_id(),
-                release=self._conn.take_releases(),
+                released=releases.take(self.address),
             )
 
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))

@@ -2,8 +2,9 @@
 
 A put leases an extent of the broker's arena (or uses the one leased ahead in the previous put's reply), copies
 the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
-makes read-only views on this process's one mapping of it, checked against the mapping; the views' finalizers
-tell the broker when they are gone (``Connection.defer_release``).
+makes copy-on-write views of it (``Arena.private``: one mapping per get, so what the consumer writes stays its
+own), checked against the arena's size; the views' finalizers put the hold in this process's book of releases
+(``releases.py``), which the next request, a timer on the engine loop or ``aclose()`` sends to the broker.
 
 A reservation (``Queue.reserve``, ``reservation.py``) leases its extent the same way (``reserve_extent``: by
 this process, so the broker's reaper frees it if the process dies), hands the producer writable arrays on it,
@@ -34,6 +35,7 @@ from ..tensors.arena import Arena, attach_cached, peer_id
 from ..tensors.column import AnyColumn
 from ..tensors.jagged import JaggedColumn
 from ..wire.codec import EncodedBatch
+from . import releases
 from .connection import Connection, connection
 
 RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
@@ -50,20 +52,13 @@ class ReservedExtent:
     spent: bool = False  # sealed, or given back: nothing more to tell the broker about it
 
 
-def _abandon_soon(lease: ReservedExtent, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+def _abandon_soon(lease: ReservedExtent, address: str, loop: asyncio.AbstractEventLoop | None) -> None:
     """Give a reserved extent back without waiting (a failed or cancelled put, or its arrays were garbage-collected
     unput); from any thread. A sealed extent is left alone by the broker, so a late abandon is harmless."""
     if lease.spent:
         return
     lease.spent = True
-    args = {"abandon": [lease.extent], "generation": lease.arena.generation, "peer": peer_id()}
-
-    def send() -> None:
-        task = asyncio.ensure_future(conn.request("release", args, timeout=5))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-    with contextlib.suppress(RuntimeError):  # the loop is closed: the broker reaps the lease when we exit
-        loop.call_soon_threadsafe(send)
+    releases.abandon(address, lease.arena.generation, lease.extent, loop)
 
 
 class ArenaClient:
@@ -195,7 +190,7 @@ class ArenaClient:
             await self._give_back(spare)
             spare = None
         if spare is None:
-            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "release": self._conn.take_releases()}
+            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "released": releases.take(self._address)}
             extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
         else:
             extent, base, _size, generation = spare
@@ -230,7 +225,7 @@ class ArenaClient:
     def watch_reserved(self, owner: np.ndarray, lease: ReservedExtent) -> None:
         """Give ``lease`` back once ``owner`` (the uint8 view every array of the reservation is made from) is
         garbage-collected, if it was neither put nor abandoned by then: nothing can write into it any more."""
-        done = weakref.finalize(owner, _abandon_soon, lease, self._conn, asyncio.get_running_loop())
+        done = weakref.finalize(owner, _abandon_soon, lease, self._address, asyncio.get_running_loop())
         done.atexit = False  # at exit the broker reaps what this process leased
 
     async def abandon_reserved(self, lease: ReservedExtent) -> None:
@@ -244,7 +239,7 @@ class ArenaClient:
 
     def abandon_reserved_soon(self, lease: ReservedExtent) -> None:
         """``abandon_reserved`` without waiting for the reply (from an ``except`` that may be a cancellation)."""
-        _abandon_soon(lease, self._conn, asyncio.get_running_loop())
+        _abandon_soon(lease, self._address, asyncio.get_running_loop())
 
     async def _move(self, lease: ReservedExtent, timeout: float) -> None:
         """Copy a reservation into a fresh extent after its own was lost to a broker restart."""
@@ -272,14 +267,14 @@ class ArenaClient:
         if "hold" not in result:
             data = batches.from_rows(rows, result["kinds"], fields, device)
             return data, 0, len(buffers[0])
+        address, hold, generation = self._address, result["hold"], bytes(result["generation"])
         loop = asyncio.get_running_loop()
-        conn, hold = self._conn, result["hold"]
 
         def release() -> None:  # from a finalizer, in any thread, maybe after the loop closed
-            conn.defer_release(hold, loop)
+            releases.release(address, generation, hold, loop)
 
         try:
-            arena = await self._arena(bytes(result["generation"]))
+            arena = await self._arena(generation)
             if arena is None:
                 raise errors.ConfigError("the broker runs without an arena")
             tensor_fields = [f for f in fields if f not in result["kinds"]]

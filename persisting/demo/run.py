@@ -108,7 +108,7 @@ async def consume_tensors(address: str, batches: int) -> None:
                 continue
             if not got:
                 t0 = time.perf_counter()  # from the first batch: process start-up is not transfer time
-            data = await q.get_data(meta)  # read-only views on the broker's arena: no copy
+            data = await q.get_data(meta)  # copy-on-write views of the broker's arena: no copy
             if not (data["input_ids"][:, 0] == data["logprobs"][:, 0]).all():
                 raise SystemExit("demo: a batch came back wrong")
             got += meta.size

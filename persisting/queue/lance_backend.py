@@ -6,13 +6,13 @@ value: bool, int64, float64, large_string, large_binary); an explicit ``None`` i
 Lance refuses in a column name (``.``, a backtick) are percent-escaped on disk.
 
 Policy (all measured on a 2-core machine; see DESIGN.md):
-- A flush is one append (4-6 ms per Lance commit whatever its size), never a rewrite of what is stored.
+- A flush is one append (4-6 ms per Lance commit whatever its size), never a rewrite of what is stored; a large
+  one goes through ``encoders`` threads, a fragment each, in one commit (lance_parallel).
 - After each commit, every new file and the folders are fsync'ed: Lance never syncs, and the engine trims its
   write-ahead log on the strength of this flush.
 - Compaction: once ``compact_min_fragments`` fragments are smaller than ``target_rows_per_fragment``, they are
-  merged (row order is kept, so positions do not move).
-- Old versions are removed ``retain_seconds`` (10) after they were superseded, at most once per
-  ``cleanup_interval_seconds``; readers in this process never hold a version that long.
+  merged, beside the appends, committed only where row order is kept (lance_compaction). Old versions are removed
+  ``retain_seconds`` (10) after they were superseded, at most once per ``cleanup_interval_seconds``.
 - A zero-byte newest manifest (left by a power loss) is removed at open, which reopens the previous version; a
   folder without any committed manifest (a kill during the bucket's first write) is removed: nothing was stored.
 
@@ -26,9 +26,10 @@ completes or undoes it). Reads give the codec's row values back, whatever the la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
 import shutil
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
@@ -41,7 +42,7 @@ import pyarrow as pa
 
 from ..errors import SchemaConflictError, StorageError
 from ..wire.codec import INDEX_KEY
-from . import tensor_columns
+from . import lance_compaction, lance_parallel, tensor_columns
 from ._stream import RowStream
 from .lance_columns import (
     ARROW_TYPES,
@@ -50,11 +51,12 @@ from .lance_columns import (
     finish_rewrite,
     interrupted_rewrites,
     key_name,
+    payload_field,
     rewrite_column,
     rows_to_table,
     table_to_rows,
 )
-from .lance_files import fsync_path, has_manifest, repair_manifests, shared_session
+from .lance_files import FileSync, has_manifest, repair_manifests, shared_session
 from .tensor_columns import Layout, Part
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ class LanceBackend:
         cleanup_interval_seconds: float = 10.0,
         storage_options: Mapping[str, str] | None = None,
         guard: Callable[[], None] | None = None,
+        encoders: int | None = None,
         **kwargs: Any,
     ) -> None:
         self.bucket_id = bucket_id
@@ -88,19 +91,26 @@ class LanceBackend:
         self.uri = f"{str(storage_path).rstrip('/')}/bucket-{bucket_id}.lance"
         self._local: Path | None = None if remote else Path(self.uri)
         self._options = dict(storage_options or {})
-        self._guard = guard or _no_guard  # raises unless this engine may write (the object store's lease)
+        self._guard = guard or (lambda: None)  # raises unless this engine may write (the object store's lease)
         self.target_rows_per_fragment = target_rows_per_fragment
         self.compact_min_fragments = compact_min_fragments
         self.retain_seconds = retain_seconds
         self.cleanup_interval_seconds = cleanup_interval_seconds
+        # Encoder threads per append (lance_parallel); default: the cores, at most 8, or PERSISTING_LANCE_ENCODERS.
+        self.encoders = (
+            lance_parallel.default_encoders() if encoders is None else lance_parallel.check_encoders(encoders)
+        )
         self._buffer: list[dict[str, Any]] = []
         self._types: dict[str, pa.DataType] = {}
         self._tensors: dict[str, Layout] = {}  # tensor fields' layouts (keys put through put_columns)
         self._ds: lance.LanceDataset | None = None
         self._stored = 0
-        self._synced: set[str] = set()
+        self._files = FileSync(self._local)  # fsync of what Lance wrote (nothing to do on an object store)
         self._lock = asyncio.Lock()
+        # Schema changes and compaction, on worker threads: never two at once (Lance would refuse the second commit).
+        self._exclusive = threading.Lock()
         self._last_cleanup = time.monotonic()
+        self._deferred = 0  # compactions refused in a row because appends landed meanwhile (lance_compaction)
         self.commits = 0
         local = self._local
         if local is not None and local.exists():
@@ -119,6 +129,8 @@ class LanceBackend:
                     raise StorageError(f"cannot open Lance dataset {self.uri}: {exc}") from exc
         if self._ds is not None:
             self._finish_rewrites()
+            # Fragments of an append whose commit never came (a kill between them), while nothing else writes.
+            lance_parallel.remove_orphans(self._dataset(), self.retain_seconds, self._guard)
             self._stored = self._ds.count_rows()
             for field in self._ds.schema:
                 if field.name != NULLS_COLUMN:
@@ -186,7 +198,7 @@ class LanceBackend:
                     continue
                 if stored is not None and tensor_columns.needs_rewrite(stored, layout):
                     await asyncio.to_thread(self._rewrite, key, stored, layout)
-                built[key] = (layout.field(column_name(key)), tensor_columns.build(layout, runs))
+                built[key] = (payload_field(layout, column_name(key)), tensor_columns.build(layout, runs))
             types = {k: t for k, t in self._types.items() if k not in built}
             table = rows_to_table(records, types, built)
             ds = await asyncio.to_thread(self._append, table)
@@ -267,29 +279,44 @@ class LanceBackend:
     def _delete(self, indexes: list[int]) -> lance.LanceDataset:
         self._guard()
         try:
-            ds = self._dataset()
             column = column_name(INDEX_KEY)
-            for k in range(0, len(indexes), DELETE_CHUNK_ROWS):
-                part = ", ".join(str(int(i)) for i in indexes[k : k + DELETE_CHUNK_ROWS])
-                ds.delete(f"{column} IN ({part})")
-            self._sync_files()
+            with self._exclusive:
+                ds = self._dataset()
+                for k in range(0, len(indexes), DELETE_CHUNK_ROWS):
+                    part = ", ".join(str(int(i)) for i in indexes[k : k + DELETE_CHUNK_ROWS])
+                    ds.delete(f"{column} IN ({part})")
+            self._files.sync()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"deleting rows from {self.uri} failed: {exc}") from exc
         return ds
 
     async def maintain(self) -> None:
-        async with self._lock:
-            ds = self._ds
-            if ds is None:
-                return
-            small = sum(1 for f in ds.get_fragments() if f.count_rows() < self.target_rows_per_fragment)
-            now = time.monotonic()
-            cleanup = now - self._last_cleanup >= self.cleanup_interval_seconds
-            if small < self.compact_min_fragments and not cleanup:
-                return
-            self._ds = await asyncio.to_thread(self._maintain, ds, small, cleanup)
-            if cleanup:
-                self._last_cleanup = now
+        """Compaction and old versions' cleanup without the append lock; a compaction's commit takes it (see
+        lance_compaction)."""
+        ds = self._ds
+        if ds is None:
+            return
+        small = lance_compaction.small_fragments(ds, self.target_rows_per_fragment)
+        now = time.monotonic()
+        cleanup = now - self._last_cleanup >= self.cleanup_interval_seconds
+        compact = small >= self.compact_min_fragments
+        if not compact and not cleanup:
+            return
+        hold = compact and self._deferred >= lance_compaction.MAX_COMPACTION_DEFERRALS
+        async with contextlib.AsyncExitStack() as locked:
+            if hold:
+                await locked.enter_async_context(self._lock)
+                ds = self._ds or ds
+            rewrites = await asyncio.to_thread(self._maintain, ds, small, cleanup)
+            if not hold:
+                await locked.enter_async_context(self._lock)
+            if rewrites:
+                landed = await asyncio.to_thread(self._commit_compaction, ds.version, rewrites)
+                self._deferred = 0 if landed else self._deferred + 1
+            # The newest version (readers of an older one would lose its files to a cleanup).
+            self._ds = await asyncio.to_thread(self._dataset)
+        if cleanup:
+            self._last_cleanup = now
 
     async def aclose(self) -> None:
         await self.flush()
@@ -324,9 +351,12 @@ class LanceBackend:
                 ds = self._dataset()
                 missing = [f for f in table.schema if f.name not in ds.schema.names]
                 if missing:
-                    ds.add_columns([pa.field(f.name, f.type, nullable=True, metadata=f.metadata) for f in missing])
-                ds = lance.write_dataset(table, ds, mode="append")
-            self._sync_files()
+                    with self._exclusive:
+                        ds = self._dataset()
+                        fields = [pa.field(f.name, f.type, nullable=True, metadata=f.metadata) for f in missing]
+                        ds.add_columns([f for f in fields if f.name not in ds.schema.names])
+                ds = lance_parallel.append(ds, table, self.encoders, self._options or None)
+            self._files.sync()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"appending to {self.uri} failed: {exc}") from exc
         return ds
@@ -336,8 +366,9 @@ class LanceBackend:
         log.info("%s: field %r moves from layout %s to %s (its column is rewritten)", self.uri, key, old, new)
         self._guard()
         try:
-            rewrite_column(self._dataset(), key, old, new)
-            self._sync_files()
+            with self._exclusive:
+                rewrite_column(self._dataset(), key, old, new)
+            self._files.sync()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"rewriting column {key!r} of {self.uri} failed: {exc}") from exc
         self._ds = self._dataset()
@@ -351,56 +382,39 @@ class LanceBackend:
             self._guard()
             try:
                 finish_rewrite(ds, column)
-                self._sync_files()
+                self._files.sync()
             except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
                 raise StorageError(f"finishing the rewrite of column {column!r} of {self.uri} failed: {exc}") from exc
             log.warning("%s: finished a column rewrite that was interrupted (%s)", self.uri, column)
         self._ds = self._dataset()
 
-    def _maintain(self, ds: lance.LanceDataset, small: int, cleanup: bool) -> lance.LanceDataset:
+    def _maintain(self, ds: lance.LanceDataset, small: int, cleanup: bool) -> list[Any]:
+        """On a worker thread, without the lock: the compaction's rewrite of ``ds`` (not committed) and the
+        cleanup of old versions."""
         self._guard()
         try:
-            ds = self._dataset()
+            rewrites = []
             if small >= self.compact_min_fragments:
-                ds.optimize.compact_files(target_rows_per_fragment=self.target_rows_per_fragment)
-                self._sync_files()
+                rewrites = lance_compaction.rewrite(ds, self.target_rows_per_fragment)
             if cleanup:
-                # Only after the compacted version is on disk: a lost manifest must never point at
-                # files that cleanup already deleted.
-                ds.cleanup_old_versions(older_than=timedelta(seconds=self.retain_seconds))
-                self._synced &= self._existing_files()
+                # Never the newest version's files: a compaction committed later leaves the version before it whole.
+                self._dataset().cleanup_old_versions(older_than=timedelta(seconds=self.retain_seconds))
+                self._files.forget_removed()
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
             raise StorageError(f"maintenance of {self.uri} failed: {exc}") from exc
-        return ds
+        return rewrites
+
+    def _commit_compaction(self, read_version: int, rewrites: list[Any]) -> bool:
+        """Commit a compaction made from ``read_version`` unless an append landed since (lance_compaction)."""
+        self._guard()
+        try:
+            with self._exclusive:
+                landed = lance_compaction.commit(self._dataset(), read_version, rewrites, self._local)
+            if landed:
+                self._files.sync()
+        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
+            raise StorageError(f"committing a compaction of {self.uri} failed: {exc}") from exc
+        return landed
 
     def _dataset(self) -> lance.LanceDataset:
         return lance.dataset(self.uri, session=shared_session(), storage_options=self._options or None)
-
-    def _existing_files(self) -> set[str]:
-        found: set[str] = set()
-        if self._local is None:
-            return found
-        for sub in ("data", "_versions", "_transactions", "_deletions"):
-            d = self._local / sub
-            if d.is_dir():
-                found.update(e.path for e in os.scandir(d) if e.is_file())
-        return found
-
-    def _sync_files(self) -> None:
-        """fsync every file Lance wrote since the last call, then the folders that gained entries."""
-        if self._local is None:
-            return
-        current = self._existing_files()
-        new = current - self._synced
-        for path in new:
-            fsync_path(path, os.O_RDONLY)
-        folders = {os.path.dirname(p) for p in new}
-        if not self._synced:  # the first commit also created the dataset's folders
-            folders.update((str(self._local), str(self._local.parent)))
-        for folder in folders:
-            fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
-        self._synced = current
-
-
-def _no_guard() -> None:
-    pass

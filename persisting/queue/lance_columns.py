@@ -46,6 +46,20 @@ def column_name(key: str) -> str:
     return name
 
 
+UNCOMPRESSED = {b"lance-encoding:compression": b"none"}
+
+
+def payload_field(layout: Layout, column: str) -> pa.Field:
+    """A tensor column's field as written: float payload uncompressed (pylance 14 stores the same bytes either way
+    at the same CPU cost, ``python -m bench persist``; this keeps it so if a default changes); others as Lance
+    chooses."""
+    field = layout.field(column)
+    name = layout.dtype_name  # a numpy dtype string ("<f4") or a torch dtype name ("bfloat16")
+    if layout.layout == tensor_columns.BYTES or not ("float" in name or "complex" in name or name[1:2] in ("f", "c")):
+        return field
+    return field.with_metadata({**(field.metadata or {}), **UNCOMPRESSED})
+
+
 def key_name(column: str) -> str:
     return urllib.parse.unquote(column)
 

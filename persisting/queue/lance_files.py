@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 import lance
@@ -52,3 +53,52 @@ def fsync_path(path: str, flags: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class FileSync:
+    """fsync of what Lance wrote in one dataset folder: every file that appeared since the last call, then the folders
+    that gained entries. Thread-safe: an append and a compaction on worker threads may call it at the same time.
+
+    Lance writes a data file under a temporary name (``.tmp*``) and renames it when complete, and commits a manifest
+    by renaming too: a file seen under its final name is complete, so fsync'ing it once is enough whoever does it.
+    """
+
+    FOLDERS = ("data", "_versions", "_transactions", "_deletions")
+
+    def __init__(self, folder: Path | None) -> None:
+        self._folder = folder  # None: an object store (a commit is durable once the store acknowledged it)
+        self._synced: set[str] = set()
+        self._lock = threading.Lock()
+
+    def existing(self) -> set[str]:
+        found: set[str] = set()
+        if self._folder is None:
+            return found
+        for sub in self.FOLDERS:
+            d = self._folder / sub
+            if d.is_dir():
+                found.update(e.path for e in os.scandir(d) if e.is_file() and not e.name.startswith(".tmp"))
+        return found
+
+    def sync(self) -> None:
+        if self._folder is None:
+            return
+        with self._lock:
+            current = self.existing()
+            new = current - self._synced
+            for path in new:
+                try:
+                    fsync_path(path, os.O_RDONLY)
+                except FileNotFoundError:  # removed meanwhile by a cleanup of old versions: nothing to keep
+                    current.discard(path)
+            folders = {os.path.dirname(p) for p in new}
+            if not self._synced:  # the first commit also created the dataset's folders
+                folders.update((str(self._folder), str(self._folder.parent)))
+            for folder in folders:
+                fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
+            self._synced = current
+
+    def forget_removed(self) -> None:
+        """Drop the files a cleanup removed from the record (it would otherwise grow with every version)."""
+        with self._lock:
+            self._synced &= self.existing()

@@ -1,4 +1,5 @@
-"""The shared-memory arena: one file in /dev/shm, created once by the broker, mapped once by every client.
+"""The shared-memory arena: one file in /dev/shm, created once by the broker; producers map it once, consumers see
+it through mappings of their own.
 
 Layout of the file (all integers little-endian)::
 
@@ -14,7 +15,9 @@ Layout of the file (all integers little-endian)::
 Extents start on EXTENT_ALIGN_BYTES boundaries; inside an extent each field of a batch starts on a
 FIELD_ALIGN_BYTES boundary (so any dtype's view is aligned). Which byte ranges are extents, and in which state,
 is the broker's memory only (``broker/extents.py``): clients never trust the file for that, and they check every
-offset and length the broker sends against their mapping before they make a view (``Arena.view``).
+offset and length the broker sends against the arena's size before they map or view it (``Arena._check``).
+Extents start on 4 KiB pages; where pages are larger, a consumer's private mapping may cover a neighbour's bytes
+too, which is harmless: it never reads them, and what it writes there is its own copy.
 
 Life of an extent (broker side)::
 
@@ -23,7 +26,31 @@ Life of an extent (broker side)::
      │                       └──owner died / failed put──────┼──────────────────────────┴──▶ no holds: free
      └────────────────────────────────────────────────────────┘
     get_data adds a hold per consumer (sealed or cached); release, or the consumer's death, drops it. A cached
-    extent is still served as views; once evicted its samples are read back from Lance.
+    extent is still served as views; once evicted its samples are read back from Lance. Leases and holds belong
+    to the process the kernel names for the connection (``broker/peers.py``), bounded per process
+    (``broker/extents.py``).
+
+Who maps what (decision: copy-on-write views for consumers; docs/concepts/consumer-isolation.md)::
+
+    arena file (tmpfs pages) ◀─────────── MAP_SHARED, read+write, one per process (``attach``, MAP_POPULATE):
+      │                                   producers write puts and reservations here; the broker reads them
+      │                                   (log replay, flush) through its own shared mapping
+      └──◀ MAP_PRIVATE, read+write, one per get_data call (``private``), over the pages of its extents:
+           reads share the tmpfs pages (no copy); a page the consumer writes becomes its own anonymous copy
+           (copy-on-write), which no other call, process or flush sees; unmapped when the last array made from
+           the call is garbage-collected, then the hold goes back (``client/releases.py``)
+
+    one get_data call:   mapped ──(views alive)──▶ last view collected ──▶ munmap (its written pages freed)
+                                                                          └─▶ hold released to the broker
+
+Why this and not read-only views: numpy's read-only flag does not stop ``torch.from_numpy``, and a PROT_READ
+mapping turns a consumer's in-place ``x += 1`` into SIGSEGV. A private mapping per call (not one per process
+with madvise(MADV_DONTNEED) when a hold ends) also keeps two calls of one process apart: a write through one
+call's views never shows in another's. Its cost is the mmap/munmap per call and page faults on first touch
+(the shared mapping is pre-faulted): measured in ``python -m bench arena --consumer-reads``. The consumer's own
+pages stay valid after ``Batch.release()``, after the broker's death and the file's unlink (they show what was
+there, or the consumer's writes); pages it did not write show the file, so after ``release()`` they may show a
+later batch that reused the space (hence: do not use views after ``release()``).
 
 The file is created, sized with ``posix_fallocate`` (tmpfs allocates and zeroes every page now, so a put never
 takes a first-touch fault and a too-small /dev/shm fails at start with a clear error instead of SIGBUS later),
@@ -34,11 +61,13 @@ log frame that points into an arena can tell whether the file it finds at start-
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import mmap
 import os
 import struct
 import uuid
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +82,16 @@ FIELD_ALIGN_BYTES = 64
 _HEADER = struct.Struct("<8sII Q 16s")
 SHM_DIR = Path("/dev/shm")
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
+PAGE_BYTES = mmap.PAGESIZE
+
+# mmap(2) and munmap(2) themselves: Python's mmap object (before 3.13's trackfd=False) dups the file descriptor for
+# each mapping, and a consumer may keep thousands of get_data results alive; a raw mapping costs no descriptor.
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def align_up(n: int, to: int) -> int:
@@ -136,7 +175,38 @@ class Arena:
         return cls(path, fd, mm, size_bytes, generation, owner=False)
 
     def view(self, offset: int, nbytes: int, *, writable: bool = False) -> np.ndarray:
-        """A uint8 view of ``[offset, offset + nbytes)``, checked against the mapping (offsets come from a peer)."""
+        """A uint8 view of ``[offset, offset + nbytes)`` in the shared mapping, checked against the mapping (offsets
+        come from a peer). Writable only for producers (puts, reservations); consumers get ``private`` arrays."""
+        self._check(offset, nbytes)
+        # Straight from the mapping, not a slice of _bytes: each view then owns its base, so a finalizer on it
+        # tells when every array made from it is gone (consumers' holds are released that way).
+        out = np.frombuffer(self._mm, dtype=np.uint8, count=nbytes, offset=offset)
+        if not writable:
+            out.flags.writeable = False
+        return out
+
+    def private(self, offset: int, nbytes: int) -> np.ndarray:
+        """A writable uint8 array over ``[offset, offset + nbytes)`` in a mapping of its own, copy-on-write
+        (MAP_PRIVATE): it reads the shared pages without a copy, and a page the caller writes becomes the caller's
+        own copy, which nobody else sees and which goes with the mapping. The mapping is unmapped when the array
+        (and every array made from it) is garbage-collected."""
+        self._check(offset, nbytes)
+        lo = offset - offset % PAGE_BYTES
+        length = max(align_up(offset + nbytes, PAGE_BYTES) - lo, PAGE_BYTES)
+        prot = mmap.PROT_READ | mmap.PROT_WRITE
+        addr = _libc.mmap(None, length, prot, mmap.MAP_PRIVATE, self._fd, lo)
+        if addr is None or addr == _MAP_FAILED:
+            code = ctypes.get_errno()
+            raise StorageError(f"cannot map {length} bytes of the arena {self.path}: {os.strerror(code)}")
+        buf = (ctypes.c_ubyte * length).from_address(addr)
+        # Every array made from ``out`` has ``out`` as its base (numpy stops collapsing bases at the ctypes
+        # buffer), so its finalizer runs once nothing can reach the mapping any more.
+        out = np.frombuffer(memoryview(buf), dtype=np.uint8, count=nbytes, offset=offset - lo)
+        unmap = weakref.finalize(out, _libc.munmap, addr, length)
+        unmap.atexit = False  # exit unmaps everything; at exit an array may still be reachable
+        return out
+
+    def _check(self, offset: int, nbytes: int) -> None:
         if (
             type(offset) is not int
             or type(nbytes) is not int
@@ -147,12 +217,6 @@ class Arena:
             raise ProtocolError(
                 f"arena range [{offset!r}, +{nbytes!r}) lies outside the data area [{HEADER_BYTES}, {self.size_bytes})"
             )
-        # Straight from the mapping, not a slice of _bytes: each view then owns its base, so a finalizer on it
-        # tells when every array made from it is gone (consumers' holds are released that way).
-        out = np.frombuffer(self._mm, dtype=np.uint8, count=nbytes, offset=offset)
-        if not writable:
-            out.flags.writeable = False
-        return out
 
     def offset_of(self, address: int) -> int:
         """The file offset of a memory address inside this process's mapping."""
@@ -188,12 +252,16 @@ _peer: tuple[int, tuple[int, int]] | None = None
 
 
 def attach_cached(path: Path, generation: bytes) -> Arena:
-    """Map an arena once per process and keep it: views stay valid as long as they live (a restarted broker
-    has a new generation, hence a new entry)."""
+    """Map an arena once per process and keep it. A restarted broker has a new generation, hence a new entry; the
+    entries of older generations of the same path are closed then: their shared memory (an unlinked file) goes
+    as soon as nothing uses it. Consumers' views have mappings of their own (``private``), and an older arena's
+    reservation arrays keep its mapping until they are gone (``close`` leaves a mapping with live views)."""
     key = (str(path), generation)
     arena = _attached.get(key)
     if arena is None:
         arena = _attached[key] = Arena.attach(path, expect_generation=generation)
+        for old in [k for k in _attached if k[0] == key[0] and k != key]:
+            _attached.pop(old).close()
     return arena
 
 

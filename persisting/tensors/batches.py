@@ -2,9 +2,10 @@
 
 Two ways a batch travels. The copy path (embedded mode, ``zerocopy_mode="off"``, or no arena): each sample
 becomes a row whose tensor fields hold encoded bytes, exactly like records. The arena path (broker mode): the
-producer writes each field's whole batch once into a leased extent (``layout``), and consumers get views of the
-broker's arena (``from_runs``), kept alive by reference: when the last array made from a ``get_data`` call is
-garbage-collected the broker is told to release it.
+producer writes each field's whole batch once into a leased extent (``layout``), and consumers get copy-on-write
+views of the broker's arena (``from_runs``: a private mapping per call, so what a consumer writes stays its own),
+kept alive by reference: when the last array made from a ``get_data`` call is garbage-collected the mapping goes
+and the broker is told to release the hold.
 """
 
 from __future__ import annotations
@@ -218,7 +219,8 @@ class _Hold:
 def from_runs(
     arena: Arena, runs: list[list[list[Any]]], fields: list[str], mode: str, device: Any, release: Callable[[], None]
 ) -> tuple[Batch, int, int]:
-    """The arena path: views of the broker's arena (read-only), one per field when the samples are one run.
+    """The arena path: writable copy-on-write views of the broker's arena (``Arena.private``: one mapping per call,
+    so what the caller writes stays its own), one per field when the samples are one run.
 
     Returns (data, bytes handed over without a copy, bytes copied). Samples from several puts lie in several
     extents: ``mode="force"`` refuses that, ``"auto"`` concatenates them (a copy) when their shapes agree.
@@ -228,16 +230,22 @@ def from_runs(
     out._hold = hold
     # Jagged fields (values + offsets, engine/reader.py jagged_entry) first, the dense ones below.
     ragged = [entry for run in runs for entry in run if len(entry) == jagged.RUN_ENTRY_LEN]
-    runs = [[entry for entry in run if len(entry) != jagged.RUN_ENTRY_LEN] for run in runs]
-    zero, copied = jagged.from_runs(out, ragged, arena.view, hold.track, mode, device)
+    zero, copied = jagged.from_runs(out, ragged, arena.private, hold.track, mode, device)
+    entries = [entry for run in runs for entry in run if len(entry) != jagged.RUN_ENTRY_LEN]
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 7 and all(type(x) is int and x >= 0 for x in entry[4:])):
+            raise ProtocolError("each arena run entry is [name, kind, dtype, shape, offset, count, bytes per sample]")
     per_field: dict[str, list[tuple[list[Any], np.ndarray]]] = {name: [] for name in fields}
-    for run in runs:
-        for entry in run:
-            name, kind, dtype_name, shape, offset, count, per = entry
-            owner = arena.view(offset, count * per)
-            hold.track(owner)
-            arr = owner.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
+    if entries:
+        # One mapping over every extent of this call: one mmap per get_data, not one per field or extent.
+        lo = min(e[4] for e in entries)
+        window = arena.private(lo, max(e[4] + e[5] * e[6] for e in entries) - lo)
+        hold.track(window)
+        for name, kind, dtype_name, shape, offset, count, per in entries:
+            part = window[offset - lo : offset - lo + count * per]
+            arr = part.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
             per_field[name].append(([kind, dtype_name], arr))
+        del window, part, arr
     for name, parts in per_field.items():
         if not parts:
             continue

@@ -196,7 +196,7 @@ def to_user(arr: np.ndarray, kind: str, dtype_name: str, device: Any = None) -> 
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only arena views: torch warns, we hand them read-only
+        warnings.simplefilter("ignore", UserWarning)  # a read-only array (none of ours now): torch warns
         t = torch.from_numpy(arr)
     if dtype_name == "bfloat16":
         t = t.view(torch.bfloat16)

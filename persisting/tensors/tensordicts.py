@@ -6,8 +6,9 @@ TensorDicts become fields named by their path joined with ``.`` (``td["obs", "pi
 Non-tensor entries (``NonTensorStack``, e.g. a list of prompts) become per-sample values.
 
 Out: ``get_data(..., as_tensordict=True)`` builds a TensorDict with ``batch_size=[samples]`` over the same arrays
-``get_data`` returns (views of the broker's arena in broker mode: ``torch.from_numpy`` shares their memory, so
-nothing is copied and the views are released when the tensors are garbage-collected), nesting ``.`` paths again.
+``get_data`` returns (copy-on-write views of the broker's arena in broker mode: ``torch.from_numpy`` shares their
+memory, so nothing is copied, writes stay the caller's, and the views are released when the tensors are
+garbage-collected), nesting ``.`` paths again.
 numpy fields come back as torch tensors (a TensorDict holds tensors). A TensorDict with more than one batch
 dimension goes in sample by sample along the first; it comes back with ``batch_size=[samples]`` (the other batch
 dimensions are part of each sample's shape: ``td.auto_batch_size_(batch_dims=2)`` restores them).
@@ -85,7 +86,7 @@ def to_tensordict(data: Mapping[str, Any], n: int) -> Any:
     for name, value in data.items():
         if isinstance(value, np.ndarray):
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # read-only arena views are handed out read-only
+                warnings.simplefilter("ignore", UserWarning)  # a read-only array: torch warns (ours are writable)
                 value = torch.from_numpy(value)
         elif isinstance(value, list) and value and any(isinstance(v, np.ndarray) or is_torch(v) for v in value):
             raise ConfigError(

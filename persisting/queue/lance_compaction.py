@@ -1,0 +1,68 @@
+"""Compaction of a bucket's small fragments, off the flush's line: the rewrite (the slow part: reading and writing
+every row of the small fragments) runs while appends go on, and only its commit, a manifest write, waits for them.
+
+Why the commit is refused after an append: Lance (pylance 14) places the fragments a rewrite produced at the END of
+the fragment list when it commits them, so a compaction committed over an append would put older rows after newer
+ones; the engine stores a bucket's rows in increasing global index (positions are reads' addresses). A refused
+rewrite's files are deleted at once (local disk) or left, unreferenced, to the cleanup at the next open (object
+store); the caller retries at its next maintenance, and after ``MAX_COMPACTION_DEFERRALS`` refusals in a row
+compacts holding the append lock (an uninterrupted stream of flushes must not grow the fragment count forever).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import lance
+from lance.optimize import Compaction
+
+MAX_COMPACTION_DEFERRALS = 3
+# A fragment this big is never rewritten, however few rows it has: reading it costs far more than opening it, and
+# a tensor stream must not write its payload twice (fragments of a flush of arena batches are at least this big
+# wherever it goes through several encoders: lance_parallel.MIN_ENCODER_BYTES).
+COMPACT_BELOW_BYTES = 16 * 1024 * 1024
+
+
+def _bytes(fragment: Any) -> int:
+    return sum(f.file_size_bytes or 0 for f in fragment.data_files())
+
+
+def small_fragments(ds: lance.LanceDataset, target_rows_per_fragment: int) -> int:
+    """How many fragments of ``ds`` a compaction would merge: fewer rows than the target and under
+    ``COMPACT_BELOW_BYTES``."""
+    return sum(
+        1 for f in ds.get_fragments() if f.count_rows() < target_rows_per_fragment and _bytes(f) < COMPACT_BELOW_BYTES
+    )
+
+
+def rewrite(ds: lance.LanceDataset, target_rows_per_fragment: int) -> list[Any]:
+    """The small fragments of ``ds`` rewritten into bigger ones, not committed (``RewriteResult`` per task).
+
+    Lance picks the fragments with fewer rows than its target: that target is lowered to the rows that fill
+    ``COMPACT_BELOW_BYTES`` (at the mean row size of the small fragments), so big fragments of big rows are left.
+    """
+    small = [f for f in ds.get_fragments() if _bytes(f) < COMPACT_BELOW_BYTES]
+    rows, size = sum(f.count_rows() for f in small), sum(_bytes(f) for f in small)
+    target = target_rows_per_fragment
+    if rows and size:
+        target = max(2, min(target, COMPACT_BELOW_BYTES * rows // size))
+    plan = Compaction.plan(ds, {"target_rows_per_fragment": target})
+    return [task.execute(ds) for task in plan.tasks]
+
+
+def commit(latest: lance.LanceDataset, read_version: int, rewrites: list[Any], local: Path | None) -> bool:
+    """Commit ``rewrites`` (made from ``read_version``) if ``latest`` is still that version; else delete their
+    files (``local``: the dataset's folder, None on an object store) and return False."""
+    if latest.version == read_version:
+        Compaction.commit(latest, rewrites)
+        return True
+    if local is not None:
+        for result in rewrites:
+            for fragment in result.new_fragments:
+                for data_file in fragment.data_files():
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(local / "data" / data_file.path)
+    return False

@@ -1,0 +1,112 @@
+"""One append to a Lance dataset through several encoders at once: the table is cut into row ranges, each range is
+written as a fragment by its own worker thread (``lance.fragment.write_fragments``), and the fragments are committed
+together in ONE ``LanceOperation.Append``, in row order, so positions are those a single ``write_dataset`` gives.
+
+Why: Lance encodes one ``write_dataset`` stream on one core (pylance 14: ~2 s of CPU per GB of a fixed-shape
+float32 tensor column, with or without ``lance-encoding:compression=none``, which stores the same bytes), so a
+sustained tensor stream is bound by one core, not by the disk. Pieces below ``MIN_ENCODER_BYTES`` are not worth a
+fragment of their own (each costs a file, a row in the manifest and, small, a rewrite by compaction): a small
+flush stays one stream.
+
+Crash safety: a fragment is invisible until the commit lands, so a kill between the writes and the commit leaves
+only unreferenced files, which ``remove_orphans`` deletes at the next open (before any write); the commit itself is
+atomic, and a commit that lands without its writer knowing is recognized by the engine's index column.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance.fragment import FragmentMetadata, write_fragments
+
+from ..errors import ConfigError, StorageError
+
+ENCODERS_ENV = "PERSISTING_LANCE_ENCODERS"
+MAX_DEFAULT_ENCODERS = 8
+# A piece of at least this much payload gets an encoder (a fragment) of its own: as big as a fragment compaction
+# leaves alone (lance_compaction.COMPACT_BELOW_BYTES), so no payload is written twice. The kill -9 tests lower it.
+MIN_ENCODER_BYTES = int(os.environ.get("PERSISTING_LANCE_MIN_ENCODER_BYTES", str(16 * 1024 * 1024)))
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def default_encoders() -> int:
+    """``PERSISTING_LANCE_ENCODERS`` if set, else the cores this process may run on, at most 8.
+
+    Every core: a flush of arena batches runs at most a quarter of the time (the flush loop's duty factor) and its
+    encoders sleep while the disk writes, so they rarely take the cores the hand-overs need; beyond 8 the disk, not
+    the encoders, is the bound on the machines this was measured on.
+    """
+    env = os.environ.get(ENCODERS_ENV)
+    if env:
+        return check_encoders(env, ENCODERS_ENV)
+    return max(1, min(MAX_DEFAULT_ENCODERS, len(os.sched_getaffinity(0))))
+
+
+def check_encoders(value: Any, name: str = "encoders") -> int:
+    """``value`` (an int, or its decimal string) as an encoder count >= 1, or ``ConfigError`` naming ``name``."""
+    n = int(value) if isinstance(value, str) and value.strip().isdecimal() else value
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{name} must be an int >= 1 (Lance encoder threads per append), got {value!r}")
+    return n
+
+
+def pieces(table: pa.Table, encoders: int) -> list[pa.Table]:
+    """``table`` cut into at most ``encoders`` row ranges of at least ``MIN_ENCODER_BYTES`` each (zero-copy)."""
+    n = max(1, min(encoders, table.nbytes // MIN_ENCODER_BYTES, table.num_rows))
+    if n == 1:
+        return [table]
+    step = -(-table.num_rows // n)
+    return [table.slice(k, step) for k in range(0, table.num_rows, step)]
+
+
+def _pool(encoders: int) -> ThreadPoolExecutor:
+    with _pools_lock:
+        pool = _pools.get(encoders)
+        if pool is None:
+            pool = _pools[encoders] = ThreadPoolExecutor(encoders, thread_name_prefix="persisting-lance-encoder")
+        return pool
+
+
+def append(
+    ds: lance.LanceDataset, table: pa.Table, encoders: int, storage_options: dict[str, str] | None
+) -> lance.LanceDataset:
+    """Append ``table`` to ``ds`` (one commit); the new version's dataset. Blocking: call it on a worker thread."""
+    parts = pieces(table, encoders)
+    if len(parts) == 1:
+        return lance.write_dataset(table, ds, mode="append")
+    pool = _pool(encoders)
+    futures: list[Future[list[FragmentMetadata]]] = [
+        pool.submit(write_fragments, part, ds, storage_options=storage_options) for part in parts
+    ]
+    # Every write is waited for, failed or not: none may still be writing once the caller gives up on this append.
+    errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+    fragments = [fragment for f in futures for fragment in f.result()]
+    return lance.LanceDataset.commit(
+        ds, lance.LanceOperation.Append(fragments), read_version=ds.version, storage_options=storage_options
+    )
+
+
+def remove_orphans(ds: lance.LanceDataset, retain_seconds: float, guard: Callable[[], None]) -> None:
+    """Delete the files no version refers to (fragments written by an append whose commit never came) and the
+    versions superseded more than ``retain_seconds`` ago. Only at open, and only by the engine that may write
+    (``guard`` raises otherwise, on an object store): nothing else may be writing this dataset."""
+    try:
+        guard()
+    except StorageError:
+        return
+    try:
+        ds.cleanup_old_versions(older_than=timedelta(seconds=retain_seconds), delete_unverified=True)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise StorageError(f"removing unreferenced files of {ds.uri} failed: {exc}") from exc
