@@ -3,7 +3,9 @@
 The truth is a log of records in its own topic (``<name>.keys``), appended through the broker like any put,
 so it is durable, ordered and the same for every process: ``{"p": partition, "k": key, "i": index, "op":
 "new"|"del"}``. Each process keeps the map the log gives and reads only what was appended since it last looked
-(``catch_up``), so a key written by another process is seen by the next call here.
+(``catch_up``), so a key written by another process is seen by the next call here. A catch-up costs one request
+(a page shorter than ``READ_PAGE`` is the end), and appending costs none more when nothing else was appended since
+(the records appended are then the log's next ones, applied here as written).
 
 Creating a key is not a read-modify-write of shared state: the creator stores the sample first, then appends a
 ``new`` record naming it. If two processes create the same key at once, both records land in some order, and
@@ -32,12 +34,26 @@ class KeyIndex:
 
     async def catch_up(self) -> None:
         while True:
-            rows, end = await _engine.read_window(self.log, READ_PAGE, self._seen)
-            if end <= self._seen:
-                return
+            start = self._seen
+            rows, end = await _engine.read_window(self.log, READ_PAGE, start)
             for row in rows:
                 self._apply(row)
-            self._seen = end
+            # max: an append of this process applied its own records meanwhile (replaying them is harmless)
+            self._seen = max(self._seen, end)
+            # A window ends short of its page only at the end of what is visible: no second request to learn that.
+            if end - start < READ_PAGE:
+                return
+
+    async def _append(self, records: list[dict[str, Any]]) -> None:
+        """Append ``records`` to the log and bring the map up to date. When nothing was appended by another
+        process since our last look, our own records are the log's next ones: applied here, with no read."""
+        placed = await self.log.put_batch(records, partition_id="keys")
+        if placed.start == self._seen:
+            for row in records:
+                self._apply(row)
+            self._seen = placed.stop
+        else:
+            await self.catch_up()
 
     def _apply(self, row: dict[str, Any]) -> None:
         p, k, i, op = row.get("p"), row.get("k"), row.get("i"), row.get("op")
@@ -68,11 +84,7 @@ class KeyIndex:
     async def add(self, partition: str, keys: list[str], indexes: list[int]) -> list[int]:
         """Log the creation of ``keys`` as ``indexes``; returns the index each key names now (another process's
         when it created the key first)."""
-        await self.log.put_batch(
-            [{"p": partition, "k": k, "i": i, "op": "new"} for k, i in zip(keys, indexes, strict=True)],
-            partition_id="keys",
-        )
-        await self.catch_up()
+        await self._append([{"p": partition, "k": k, "i": i, "op": "new"} for k, i in zip(keys, indexes, strict=True)])
         out = []
         for k in keys:
             now = self.get(partition, k)
@@ -83,10 +95,7 @@ class KeyIndex:
 
     async def remove(self, partition: str, pairs: list[tuple[str, int]]) -> None:
         if pairs:
-            await self.log.put_batch(
-                [{"p": partition, "k": k, "i": i, "op": "del"} for k, i in pairs], partition_id="keys"
-            )
-            await self.catch_up()
+            await self._append([{"p": partition, "k": k, "i": i, "op": "del"} for k, i in pairs])
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {p: dict(keys) for p, keys in self._index.items()}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from persisting import BatchMeta as PBatchMeta
 from persisting import Queue, SampleMeta
@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 def _pmeta(partition: str, indexes: Sequence[int], tags: Sequence[dict[str, Any]] | None = None) -> PBatchMeta:
     tags = tags or [{} for _ in indexes]
     return PBatchMeta(tuple(SampleMeta(int(i), partition, {}, dict(t)) for i, t in zip(indexes, tags, strict=True)))
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _select_rows(td: Any, positions: list[int]) -> Any:
@@ -109,22 +113,28 @@ class KVStore:
             [dict(s.custom_meta) for s in described.samples],
         )
 
-    async def _create(self, keys: list[str], partition: str, fields: Any = None) -> list[int]:
-        """New samples for ``keys`` (with ``fields``' rows if given), logged in the key log; the index each key
-        names afterwards (another process's if it created the key first: then ours is cleared and the fields are
-        written to the winner's)."""
+    async def _create(
+        self, keys: list[str], partition: str, fields: Any = None, tags: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """New samples for ``keys`` (with ``fields``' rows and ``tags`` if given), logged in the key log; the index
+        each key names afterwards (another process's if it created the key first: then ours is cleared and the
+        fields and tags are written to the winner's)."""
         if not keys:
             return []
         from tensordict import TensorDict
 
         base = fields if fields is not None else TensorDict({}, batch_size=[len(keys)])
         made = await self._put_new(columns.to_store(base, list(keys)), partition)
-        now = await self.index.add(partition, keys, made)
+        # The tags go to our samples while the key log is appended (one round trip instead of two in a row).
+        tagged = self.data.set_custom_meta(_pmeta(partition, made, tags)) if tags else _nothing()
+        now, _ = await asyncio.gather(self.index.add(partition, keys, made), tagged)
         lost = [n for n, (mine, won) in enumerate(zip(made, now, strict=True)) if mine != won]
         if lost:
             await self.data.clear([made[n] for n in lost], partition_id=partition)
             if fields is not None:
                 await self._write(partition, [now[n] for n in lost], _select_rows(fields, lost))
+            if tags:
+                await self.data.set_custom_meta(_pmeta(partition, [now[n] for n in lost], [tags[n] for n in lost]))
         return now
 
     async def _put_new(self, payload: Any, partition: str) -> list[int]:
@@ -154,21 +164,50 @@ class KVStore:
             )
         if tags is not None and len(tags) != len(keys):
             raise ValueError(f"keys with length {len(keys)} does not match length of tags {len(tags)}")
+        seen = self._known(keys, partition)
+        if seen:
+            # Every key names a sample already (verl's tag updates and column writes): the writes, the description
+            # of the answer and the key log's catch-up go at once (one round trip instead of two in a row). If the
+            # catch-up shows another process cleared or re-created a key meanwhile, the call is made again below on
+            # what the keys name now (the writes to the old samples went to cleared ones).
+            writes = []
+            if fields is not None:
+                writes.append(self._write(partition, seen, fields))
+            if tags is not None:
+                writes.append(self.data.set_custom_meta(_pmeta(partition, seen, tags)))
+            caught, wrote, answer = await asyncio.gather(
+                self.index.catch_up(), asyncio.gather(*writes), self._tq_meta(partition, seen, tags),
+                return_exceptions=True,
+            )  # fmt: skip
+            if isinstance(caught, BaseException):
+                raise caught
+            if self._known(keys, partition) == seen:
+                for outcome in (wrote, answer):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                described = cast(BatchMeta, answer)
+                written = sorted(fields.keys()) if fields is not None else []
+                names = sorted(set(described.field_names) | set(written))
+                return KVBatchMeta(list(keys), described.custom_meta, partition, names, {})
         await self.index.catch_up()
         known = [self.index.get(partition, k) for k in keys]
         new = [n for n, i in enumerate(known) if i is None]
         if new:
             sub = _select_rows(fields, new) if fields is not None else None
-            for n, i in zip(new, await self._create([keys[n] for n in new], partition, sub), strict=True):
+            new_tags = [tags[n] for n in new] if tags is not None else None
+            for n, i in zip(new, await self._create([keys[n] for n in new], partition, sub, new_tags), strict=True):
                 known[n] = i
         indexes = [int(i) for i in known if i is not None]
-        old = [n for n in range(len(keys)) if n not in set(new)]
+        is_new = set(new)
+        old = [n for n in range(len(keys)) if n not in is_new]
         written = sorted(fields.keys()) if fields is not None else []
         writes = []
         if fields is not None and old:
             writes.append(self._write(partition, [indexes[n] for n in old], _select_rows(fields, old)))
-        if tags is not None:
-            writes.append(self.data.set_custom_meta(_pmeta(partition, indexes, tags)))
+        if tags is not None and old:  # the new keys' tags were written with them
+            writes.append(
+                self.data.set_custom_meta(_pmeta(partition, [indexes[n] for n in old], [tags[n] for n in old]))
+            )
         if not old:  # every key new: what is stored is what was given (no round trip to describe it)
             await asyncio.gather(*writes)
             given = [dict(t) for t in tags] if tags is not None else [{} for _ in keys]
@@ -180,6 +219,30 @@ class KVStore:
         return KVBatchMeta(list(keys), meta.custom_meta, partition, names, {})
 
     async def kv_batch_get(self, keys: list[str], partition: str, select_fields: list[str] | None) -> Any:
+        known = self._known(keys, partition)
+        if select_fields and known:
+            # verl names the fields it reads and knows its keys: the key log is caught up, the keys described and
+            # the fields read at once (one round trip instead of three in a row). The read counts only if the keys
+            # still name the same samples and the description shows every key ready with every field; otherwise
+            # it is dropped and the answer is TransferQueue's, from the description, as below.
+            names = list(select_fields)
+            outcomes: tuple[Any, ...] = await asyncio.gather(
+                self.index.catch_up(),
+                self._tq_meta(partition, known),
+                self.get_data(partition, known, names),
+                return_exceptions=True,
+            )
+            caught, ahead, read = outcomes
+            if isinstance(caught, BaseException):
+                raise caught
+            if (
+                self._known(keys, partition) == known
+                and isinstance(ahead, BatchMeta)
+                and ahead.is_ready
+                and all(n in ahead.field_schema for n in names)
+                and not isinstance(read, BaseException)
+            ):
+                return read
         meta = await self.retrieve_meta(keys, partition, create=False)
         if meta.size == 0:
             raise ValueError("keys or partition were not found!")
@@ -202,6 +265,16 @@ class KVStore:
         pmeta = _pmeta(partition, indexes)
         data = await self.data.get_data(_with_fields(pmeta, names))
         return columns.from_store(data, len(indexes), names)
+
+    def _known(self, keys: list[str], partition: str) -> list[int]:
+        """The samples ``keys`` name in this process's key map, or [] if one of them names none (yet)."""
+        out = []
+        for k in keys:
+            i = self.index.get(partition, k)
+            if i is None:
+                return []
+            out.append(i)
+        return out
 
     async def kv_list(self, partition: str | None) -> dict[str, dict[str, Any]]:
         await self.index.catch_up()
