@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,3 +83,28 @@ def make_broker(tmp_path: Path) -> BrokerProcess:
     sock_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"pb-{os.getpid()}-{time.monotonic_ns() % 10**9}"
     sock_dir.mkdir(mode=0o700)
     return BrokerProcess(tmp_path / "data", f"ipc://{sock_dir}/b.sock")
+
+
+@contextlib.contextmanager
+def running_broker(tmp_path: Path, extra_args: list[str]) -> Iterator[BrokerProcess]:
+    """A real broker subprocess on fresh storage, started; stopped cleanly (exit 0) if the test left it running."""
+    b = make_broker(tmp_path)
+    b.extra_args = list(extra_args)
+    try:
+        b.start()
+        yield b
+        if b.proc is not None and b.proc.poll() is None:
+            assert b.stop() == 0
+    finally:
+        b.ensure_dead()
+
+
+def in_arena_mapping(address: int) -> bool:
+    """Whether ``address`` lies in this process's mapping of a persisting arena file (zero-copy: no copy made)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[5].startswith("/dev/shm/persisting-"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= address < hi:
+                return True
+    return False

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess, running_broker
 
 
 @pytest.fixture
@@ -32,12 +32,12 @@ def broker_args() -> list[str]:
 @pytest.fixture
 def broker(tmp_path: Path, broker_args: list[str]) -> Iterator[BrokerProcess]:
     """A real broker subprocess on fresh storage, started; stopped cleanly (exit 0) if the test left it running."""
-    b = make_broker(tmp_path)
-    b.extra_args = list(broker_args)
-    try:
-        b.start()
+    with running_broker(tmp_path, broker_args) as b:
         yield b
-        if b.proc is not None and b.proc.poll() is None:
-            assert b.stop() == 0
-    finally:
-        b.ensure_dead()
+
+
+@pytest.fixture
+def arena_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """A real broker whose arena is the test module's ``ARENA_BYTES`` (a small arena fills in a few puts)."""
+    with running_broker(tmp_path, ["--arena-bytes", str(request.module.ARENA_BYTES)]) as b:
+        yield b

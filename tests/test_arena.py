@@ -24,7 +24,7 @@ from persisting.client import connection as connection_mod
 from persisting.client.connection import connection
 from persisting.tensors.arena import Arena, default_path, peer_id
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess, in_arena_mapping, make_broker
 
 WORKER = Path(__file__).with_name("arena_worker.py")
 ARENA_BYTES = 8 * 1024 * 1024
@@ -68,16 +68,6 @@ async def _until(address: str, check: Any, timeout: float = 10.0) -> dict[str, A
         await asyncio.sleep(0.1)
 
 
-def _in_shared_mapping(address: int) -> bool:
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[5].startswith("/dev/shm/persisting-"):
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= address < hi:
-                return True
-    return False
-
-
 def test_zero_copy_views_live_in_the_shared_mapping(broker: BrokerProcess, seed: int) -> None:
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, 50_000, size=(16, 64))
@@ -92,8 +82,8 @@ def test_zero_copy_views_live_in_the_shared_mapping(broker: BrokerProcess, seed:
             np.testing.assert_array_equal(data["ids"], ids)
             assert torch.equal(data["lp"], lp) and data["lp"].dtype == torch.bfloat16
             assert data["tag"] == [f"t{i}" for i in range(16)]
-            assert _in_shared_mapping(data["ids"].ctypes.data)  # a view on the arena, not a copy
-            assert _in_shared_mapping(data["lp"].data_ptr())
+            assert in_arena_mapping(data["ids"].ctypes.data)  # a view on the arena, not a copy
+            assert in_arena_mapping(data["lp"].data_ptr())
             assert data["ids"].flags.writeable  # the consumer's own copy-on-write view (test_isolation.py)
             moved = (await q.stats())["zerocopy"]
             assert moved["put_zero_copy_bytes"] == ids.nbytes + lp.numel() * 2 and moved["put_copied_bytes"] == 0
@@ -102,7 +92,7 @@ def test_zero_copy_views_live_in_the_shared_mapping(broker: BrokerProcess, seed:
             # zerocopy_mode="off": the same data, copied, in writable arrays outside the mapping
             async with Queue("z", broker=broker.address, zerocopy_mode="off") as off:
                 copy = await off.get_data(got)
-                assert not _in_shared_mapping(copy["ids"].ctypes.data) and copy["ids"].flags.writeable
+                assert not in_arena_mapping(copy["ids"].ctypes.data) and copy["ids"].flags.writeable
                 np.testing.assert_array_equal(copy["ids"], ids)
                 assert (await off.stats())["zerocopy"]["get_copied_bytes"] > 0
 
@@ -126,13 +116,13 @@ def test_extents_are_reclaimed_once_flushed_and_released(broker: BrokerProcess) 
             # (a producer keeps one extent leased ahead for its next put: leased_bytes)
             assert stats["holds"] == 0 and stats["free_bytes"] + stats["cached_bytes"] + stats["leased_bytes"] == full
             again = await q.get_data(await q.get_meta(["x"], 8, "other-task", "p"))
-            assert _in_shared_mapping(again["x"].ctypes.data)  # still a view
+            assert in_arena_mapping(again["x"].ctypes.data)  # still a view
             del again
             gc.collect()
             # a lease that needs the space evicts it; the samples then come from Lance
             await q.put({"y": np.zeros((1, full - 8192), np.uint8)}, partition_id="big")
             third = await q.get_data(await q.get_meta(["x"], 8, "third-task", "p"))
-            assert float(third["x"].sum()) == 8 * 1024 and not _in_shared_mapping(third["x"].ctypes.data)
+            assert float(third["x"].sum()) == 8 * 1024 and not in_arena_mapping(third["x"].ctypes.data)
 
     asyncio.run(go())
 
@@ -425,12 +415,12 @@ def test_get_batch_is_one_round_trip_with_views(broker: BrokerProcess) -> None:
             data, meta = await asyncio.wait_for(waiting, 30)
             assert meta.global_indexes == [0, 1, 2] and data["tag"] == ["a", "b", "c"]
             np.testing.assert_array_equal(data["x"], np.arange(12, dtype=np.int32).reshape(3, 4))
-            assert _in_shared_mapping(data["x"].ctypes.data)
+            assert in_arena_mapping(data["x"].ctypes.data)
             empty, none = await q.get_batch(["x"], 3, "t", "p")  # nothing left for this task: no wait
             assert none.size == 0 and empty == {}
             async with Queue("gb", broker=broker.address, zerocopy_mode="off") as off:
                 copied, _ = await off.get_batch(["x"], 3, "other", "p")
-                assert copied["x"].flags.writeable and not _in_shared_mapping(copied["x"].ctypes.data)
+                assert copied["x"].flags.writeable and not in_arena_mapping(copied["x"].ctypes.data)
 
     asyncio.run(go())
 

@@ -8,7 +8,6 @@ import asyncio
 import gc
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +18,10 @@ from persisting import Queue
 from persisting.client.connection import connection
 from persisting.tensors.arena import default_path
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess
 
 ARENA_BYTES = 1024 * 1024
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def arena_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    b.extra_args = ["--arena-bytes", str(ARENA_BYTES)]
-    try:
-        b.start()
-        yield b
-        if b.proc is not None and b.proc.poll() is None:
-            assert b.stop() == 0
-    finally:
-        b.ensure_dead()
 
 
 async def _arena(address: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import asyncio
 import gc
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,11 @@ import torch
 from persisting import Queue
 from persisting.client.connection import connection
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess, in_arena_mapping
 
 ARENA_BYTES = 8 * 1024 * 1024
 N = 8
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def arena_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    b.extra_args = ["--arena-bytes", str(ARENA_BYTES)]
-    try:
-        b.start()
-        yield b
-        if b.proc is not None and b.proc.poll() is None:
-            assert b.stop() == 0
-    finally:
-        b.ensure_dead()
 
 
 def _originals() -> dict[str, Any]:
@@ -75,16 +61,6 @@ def _scribble(data: Any) -> None:
     _scribble_numpy(data)
 
 
-def _in_arena_mapping(address: int) -> bool:
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[5].startswith("/dev/shm/persisting-"):
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= address < hi:
-                return True
-    return False
-
-
 async def _holds(address: str) -> int:
     return int((await connection(address).request("hello", {})).result["arena_stats"]["holds"])
 
@@ -118,7 +94,7 @@ async def _scribbled_then_read(q: Queue, how: str, tensordict: bool, broker: str
     await _put(q, how)
     mine = await _get(q, "a", tensordict)
     if broker is not None:
-        assert _in_arena_mapping(np.asarray(mine["x"]).ctypes.data)  # zero-copy: a view of the arena file
+        assert in_arena_mapping(np.asarray(mine["x"]).ctypes.data)  # zero-copy: a view of the arena file
     _scribble_torch(mine)
     # A second task in the same process (a second hold on the same extent), then a write-behind flush.
     _check_original(await _get(q, "b", tensordict), "another task after an in-place write")
@@ -133,7 +109,7 @@ async def _scribbled_then_read(q: Queue, how: str, tensordict: bool, broker: str
         # Evict the flushed extent (a lease that needs the whole arena): the samples now come from Lance.
         await q.put({"big": np.zeros((1, ARENA_BYTES - 3 * 4096), np.uint8)}, partition_id="big")
         from_lance = await _get(q, "d", tensordict)
-        assert not _in_arena_mapping(np.asarray(from_lance["x"]).ctypes.data)
+        assert not in_arena_mapping(np.asarray(from_lance["x"]).ctypes.data)
         _check_original(from_lance, "read back from Lance after eviction")
 
 

@@ -17,7 +17,7 @@ from persisting import ConfigError, InvalidRecordError, SchemaConflictError, Syn
 from persisting.errors import ProtocolError  # noqa: E402
 from persisting.tensors import jagged  # noqa: E402
 
-from .broker_fixture import BrokerProcess  # noqa: E402
+from .broker_fixture import BrokerProcess, in_arena_mapping  # noqa: E402
 
 
 def _batch(seed: int, n: int = 6) -> dict[str, Any]:
@@ -58,16 +58,6 @@ def _assert_same(got: Any, want: Any, rows: list[int] | None = None) -> None:
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 
-def _in_shared_mapping(address: int) -> bool:
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[5].startswith("/dev/shm/persisting-"):
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= address < hi:
-                return True
-    return False
-
-
 @pytest.fixture(params=["embedded", "broker"])
 def queue_kw(request: pytest.FixtureRequest, store: Path) -> Iterator[dict[str, Any]]:
     if request.param == "embedded":
@@ -89,7 +79,7 @@ def test_jagged_fields_round_trip_exactly(queue_kw: dict[str, Any], seed: int) -
             _assert_same(got[name], value)
         if brokered:  # the consumer's values are views on the arena: no copy
             for name in ("input_ids", "hidden", "by_dim"):
-                assert _in_shared_mapping(got[name].values().data_ptr()), name
+                assert in_arena_mapping(got[name].values().data_ptr()), name
             assert q.stats()["zerocopy"]["put_copied_bytes"] == 0
         # a selection of samples, in another order, and what get_meta hands out
         _assert_same(q.get_data(meta.select_samples([4, 1, 2]))["hidden"], data["hidden"], [4, 1, 2])
@@ -102,7 +92,7 @@ def test_jagged_fields_round_trip_exactly(queue_kw: dict[str, Any], seed: int) -
         assert rest.global_indexes == meta.global_indexes[4:] and td.batch_size == torch.Size([2])
         _assert_same(td["by_dim"], data["by_dim"], [4, 5])
         if brokered:
-            assert _in_shared_mapping(td["input_ids"].values().data_ptr())
+            assert in_arena_mapping(td["input_ids"].values().data_ptr())
         # two puts: one jagged tensor joined from both (a copy)
         more = q.put(_batch(seed + 1), partition_id="p")
         joined = q.get_data(meta.concat([meta, more]))["input_ids"]
@@ -126,7 +116,7 @@ def test_in_place_writes_into_a_jagged_field_never_reach_the_stored_batch(queue_
         meta = q.put(data, partition_id="p")
         got = q.get_data(meta)
         if "broker" in queue_kw:
-            assert _in_shared_mapping(got["input_ids"].values().data_ptr())  # zero-copy, yet the writes stay private
+            assert in_arena_mapping(got["input_ids"].values().data_ptr())  # zero-copy, yet the writes stay private
         got["input_ids"].values().add_(1)
         got["hidden"].values().mul_(0)
         got["by_dim"].values().fill_(7)

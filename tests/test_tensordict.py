@@ -12,7 +12,7 @@ tensordict = pytest.importorskip("tensordict")
 
 from persisting import InvalidRecordError, SyncQueue  # noqa: E402
 
-from .broker_fixture import BrokerProcess  # noqa: E402
+from .broker_fixture import BrokerProcess, in_arena_mapping  # noqa: E402
 
 TensorDict = tensordict.TensorDict
 
@@ -74,16 +74,6 @@ def test_non_tensor_entries_and_bad_tensordicts(store: Path) -> None:
         assert isinstance(empty, TensorDict) and empty.batch_size == torch.Size([0])
 
 
-def _in_shared_mapping(address: int) -> bool:
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[5].startswith("/dev/shm/persisting-"):
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= address < hi:
-                return True
-    return False
-
-
 @pytest.mark.slow
 def test_a_tensordict_round_trips_exactly_through_the_broker_as_arena_views(broker: BrokerProcess, seed: int) -> None:
     td = _rollout(seed, n=32)
@@ -92,8 +82,8 @@ def test_a_tensordict_round_trips_exactly_through_the_broker_as_arena_views(brok
         got = q.get_data(meta)
         _assert_same(got, td)
         for key in got.keys(include_nested=True, leaves_only=True):
-            assert _in_shared_mapping(got.get(key).data_ptr()), key  # views on the arena: no copy
+            assert in_arena_mapping(got.get(key).data_ptr()), key  # views on the arena: no copy
         data, _taken = q.get_batch(list(meta.field_names), batch_size=32, task_name="train", partition_id="step-1")
         _assert_same(data, td)
-        assert _in_shared_mapping(data["obs", "pixels"].data_ptr())
+        assert in_arena_mapping(data["obs", "pixels"].data_ptr())
         assert q.stats()["zerocopy"]["get_copied_bytes"] == 0

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +17,12 @@ import pytest
 from persisting import Queue
 from persisting.client.connection import connection
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess
 
 WORKER = Path(__file__).with_name("raw_peer_worker.py")
 ARENA_BYTES = 4 * 1024 * 1024
 BATCH = np.ones((8, 16 * 1024), np.float32)  # 512 KiB
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def arena_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    b.extra_args = ["--arena-bytes", str(ARENA_BYTES)]
-    try:
-        b.start()
-        yield b
-        if b.proc is not None and b.proc.poll() is None:
-            assert b.stop() == 0
-    finally:
-        b.ensure_dead()
 
 
 async def _arena(address: str) -> dict[str, Any]:
