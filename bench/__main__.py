@@ -371,20 +371,20 @@ def _installed(name: str) -> bool:
     return True
 
 
+# Benches that parse their own arguments: name -> module with ``main(argv) -> int``.
+_STANDALONE = {
+    "chaos": ".chaos",
+    "pq": ".pq_bench",
+    "verl": ".verl_bench",
+    "multimodal": ".multimodal",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
-    if args_list[:1] == ["chaos"]:
-        from .chaos import main as chaos_main
-
-        return chaos_main(args_list[1:])
-    if args_list[:1] == ["pq"]:
-        from .pq_bench import main as pq_main
-
-        return pq_main(args_list[1:])
-    if args_list[:1] == ["verl"]:
-        from .verl_bench import main as verl_main
-
-        return verl_main(args_list[1:])
+    if args_list[:1] and args_list[0] in _STANDALONE:
+        module = importlib.import_module(_STANDALONE[args_list[0]], __package__)
+        return int(module.main(args_list[1:]))
     args = _parser().parse_args(args_list)
     revision = _git_revision()  # before the run: the code measured is the code imported now
     if args.bench == "broker":
