@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="verl-nodes-") as root:
         try:
             tq.init({"persisting": {"storage_path": root, "arena_bytes": 512 << 20}})
-            actor = ray.remote(num_cpus=0)(StepWorker)
-            workers = {
+            actor: Any = ray.remote(num_cpus=0)(StepWorker)
+            workers: dict[str, Any] = {
                 "one node": actor.options(resources={"node_a": 1}).remote(),
                 "two nodes": actor.options(resources={"node_b": 1}).remote(),
             }
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tensors = [v.values() if v.is_nested else v for v in fields.values() if isinstance(v, torch.Tensor)]
     mib = sum(t.numel() * t.element_size() for t in tensors) / 2**20
-    print(f"python -m bench verl-nodes {' '.join(argv or sys.argv[1:])}".rstrip())
+    print(f"python -m bench verl-nodes {' '.join(sys.argv[2:] if argv is None else argv)}".rstrip())
     print(f"a step: {args.prompts * args.n} trajectories, {mib:.1f} MiB of tensors; median of {args.repeat} runs")
     print("| worker | kv_batch_put | kv_batch_get | put + get | vs one node |")
     print("|---|---|---|---|---|")

@@ -71,6 +71,13 @@ class Rollout:
     def call(self, name: str, *args: Any, **kw: Any) -> Any:
         return getattr(self.tq, name)(*args, **kw)
 
+    def scribble(self, keys: list[str], partition: str) -> Any:
+        """Read the keys, write into what was read (verl changes the tensors it gets), read them again."""
+        got = self.tq.kv_batch_get(keys=keys, partition_id=partition)
+        got["scores"] += 1
+        got["responses"].values()[:] = -1
+        return self.tq.kv_batch_get(keys=keys, partition_id=partition)
+
     def put_stream(self, partition: str, n: int, acks: str, pause_s: float = 0.0) -> int:
         """Put keys w0..w<n-1> one call each; a key's name goes to ``acks`` once its put returned."""
         with open(acks, "a") as out:
@@ -166,6 +173,7 @@ def test_a_worker_on_b_writes_into_a_partition_a_owns(nodes: Any) -> None:
     assert got["responses"].offsets() is not None  # jagged, as TransferQueue hands token columns back
     remote = ray.get(worker.call.remote("kv_batch_get", keys=keys[::-1], partition_id="train"))  # B reads A's
     same_rows(remote, want, list(want.keys()), list(range(len(keys)))[::-1])
+    same_rows(ray.get(worker.scribble.remote(keys, "train")), want, list(want.keys()))  # a private copy was read
     listed = tq.kv_list("train")["train"]
     assert listed == {k: {"uid": k, **t} for k, t in zip(keys, tags, strict=True)}  # merged, not replaced
     assert ray.get(worker.call.remote("kv_list", "train")) == {"train": listed}

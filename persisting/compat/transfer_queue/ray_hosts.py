@@ -9,15 +9,20 @@
   a process on another node makes on a partition this node owns runs here, next to the partition's data and key
   log, in one Ray call; its arguments and answer cross nodes through Ray's object store.
 
-Plain classes; ``ray_plane.py`` makes them actors. What crosses nodes is pickled by Ray (TensorDicts, the
-layer's BatchMeta, tags): the processes of one Ray cluster trust each other, as they do with TransferQueue.
+Plain classes; ``ray_plane.py`` makes them actors. A TensorDict crosses nodes as ``Columns``: its tensor columns
+as numpy arrays (jagged ones as values + offsets, ``persisting.ray.transfer``), which Ray stores out of band with
+no pickling of their bytes, and its Python objects as a list (pickled by Ray, as the layer's BatchMeta and tags
+are: the processes of one Ray cluster trust each other, as they do with TransferQueue). A TensorDict read from
+another node is rebuilt over a private copy of the arrays (one memcpy), so verl may write into it.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
+from ...ray import transfer
 from .. import _engine
 from .plane import open_store
 from .store import KVStore
@@ -102,7 +107,8 @@ class KVHost:
         """``KVStore.<method>(*args)`` on broker ``key``'s store (a method ``ray_plane.ROUTES`` names)."""
         if method not in ROUTES:
             raise ValueError(f"{method!r} is not a KV call another node may make here; one of {sorted(ROUTES)}")
-        return _engine.run(getattr(self._store(key), method)(*args))
+        args = tuple(unpack(a, copy=False) for a in args)  # only read here: written to the broker as they are
+        return pack(_engine.run(getattr(self._store(key), method)(*args)))
 
     def ping(self) -> str:
         return self.node_id
@@ -125,3 +131,49 @@ def node_broker_address(node_id: str, key: str) -> str:
     if key not in addresses:
         raise ConnectionError(f"node {node_id} hosts no broker {key!r} (it hosts {sorted(addresses)})")
     return str(addresses[key])
+
+
+@dataclass
+class Columns:
+    """A TensorDict of ``rows`` samples as it crosses nodes (see the module's text); ``order``: its column names."""
+
+    rows: int
+    order: list[str]
+    arrays: dict[str, Any]
+    kinds: dict[str, str]
+    objects: dict[str, list[Any]]
+
+
+def pack(value: Any) -> Any:
+    """``value`` as ``Columns`` if it is a flat TensorDict of tensors and NonTensorStacks; else as it is."""
+    if type(value).__name__ != "TensorDict" or len(value.batch_size) != 1:
+        return value
+    import torch
+    from tensordict import NonTensorStack
+
+    tensors: dict[str, Any] = {}
+    objects: dict[str, list[Any]] = {}
+    for name in value.keys():  # noqa: SIM118 (iterating a TensorDict walks its rows)
+        column = value.get(name)
+        if isinstance(column, NonTensorStack):
+            objects[name] = column.tolist()
+        elif isinstance(column, torch.Tensor) and (not column.is_nested or column.layout == torch.jagged):
+            tensors[name] = column
+        else:  # a strided nested tensor, a nested TensorDict, ...: Ray pickles the whole TensorDict
+            return value
+    arrays, kinds = transfer.pack(tensors)
+    return Columns(int(value.batch_size[0]), list(value.keys()), arrays, kinds, objects)
+
+
+def unpack(value: Any, *, copy: bool) -> Any:
+    """The TensorDict ``pack`` made ``Columns`` of (anything else as it is); ``copy``: over private memory."""
+    if not isinstance(value, Columns):
+        return value
+    from tensordict import NonTensorStack, TensorDict
+
+    arrays = value.arrays
+    if copy:
+        arrays = {n: [a[0].copy(), a[1].copy(), a[2]] if isinstance(a, list) else a.copy() for n, a in arrays.items()}
+    tensors = transfer.unpack(arrays, value.kinds)
+    columns = {n: tensors[n] if n in tensors else NonTensorStack(*value.objects[n]) for n in value.order}
+    return TensorDict(columns, batch_size=[value.rows])

@@ -36,7 +36,7 @@ from typing import Any
 from .. import _engine
 from .metadata import BatchMeta
 from .plane import DEFAULT_ARENA_BYTES, storage_path
-from .ray_hosts import DIRECTORY_NAME, NAMESPACE, Directory, host_name, node_broker_address
+from .ray_hosts import DIRECTORY_NAME, NAMESPACE, Directory, host_name, node_broker_address, pack, unpack
 from .store import KVStore
 
 BACKENDS = ("auto", "ray", "broker")
@@ -195,7 +195,7 @@ class RoutedStore:
             return await getattr(await self._local_store(key), method)(*args)
         host = await self._host(node)
         try:
-            return await host.run.remote(key, method, args)
+            return unpack(await host.run.remote(key, method, tuple(pack(a) for a in args)), copy=True)
         except self._ray.exceptions.RayTaskError as exc:
             cause = exc.cause  # the call's own error (ValueError for a missing key, ...), as on one node
             if isinstance(cause, Exception):
