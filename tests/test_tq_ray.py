@@ -25,6 +25,7 @@ tensordict = pytest.importorskip("tensordict")
 
 import persisting.compat.transfer_queue as tq  # noqa: E402
 import persisting.ray as pray  # noqa: E402 - after the skips: it needs ray
+from persisting.compat.transfer_queue import ray_hosts  # noqa: E402
 from persisting.tensors.arena import default_path  # noqa: E402
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
@@ -78,10 +79,13 @@ class Rollout:
         got["responses"].values()[:] = -1
         return self.tq.kv_batch_get(keys=keys, partition_id=partition)
 
-    def put_stream(self, partition: str, n: int, acks: str, pause_s: float = 0.0) -> int:
-        """Put keys w0..w<n-1> one call each; a key's name goes to ``acks`` once its put returned."""
+    def put_stream(self, partition: str, n: int, acks: str, pause_s: float = 0.0, stop: str = "") -> int:
+        """Put keys w0..w<n-1> one call each (until the file ``stop`` exists); a key's name goes to ``acks`` once
+        its put returned. Returns how many were put."""
         with open(acks, "a") as out:
             for i in range(n):
+                if stop and os.path.exists(stop):
+                    return i
                 self.tq.kv_batch_put(keys=[f"w{i}"], partition_id=partition, fields=sample(i), tags=[{"i": i}])
                 out.write(f"{i}\n")
                 out.flush()
@@ -201,6 +205,22 @@ def test_kv_list_and_kv_clear_across_nodes(nodes: Any) -> None:
     assert tq.kv_list("val")["val"]["v0"] == {"again": 1}  # re-created: a fresh tag
 
 
+def _acked(acks: Path) -> int:
+    return len(acks.read_text().split()) if acks.exists() else 0
+
+
+def _wait_acks(acks: Path, count: int, stream: Any, timeout_s: float = 60.0) -> None:
+    """Until ``count`` puts were acknowledged (a worker's start takes seconds on a loaded machine); the stream's
+    error if it ended first."""
+    deadline = time.monotonic() + timeout_s
+    while _acked(acks) < count:
+        if ray.wait([stream], timeout=0)[0]:
+            ray.get(stream)  # its error, if it failed
+            raise AssertionError(f"the stream ended after {_acked(acks)} puts, before {count}")
+        assert time.monotonic() < deadline, f"{_acked(acks)} of {count} puts acknowledged after {timeout_s} s"
+        time.sleep(0.02)
+
+
 def _check_acknowledged(partition: str, acks: Path) -> int:
     done = sorted({int(line) for line in acks.read_text().split()})
     assert done, "nothing was acknowledged before the kill: the kill came too early"
@@ -218,13 +238,14 @@ def _check_acknowledged(partition: str, acks: Path) -> int:
 
 def test_kill_9_of_a_worker_loses_nothing_it_was_acknowledged(nodes: Any, tmp_path: Path) -> None:
     seed = random.randrange(1 << 30)
-    delay_s = random.Random(seed).uniform(0.5, 1.5)
+    delay_s = random.Random(seed).uniform(0.1, 0.8)
     print(f"seed={seed} kill after {delay_s:.2f} s")
     tq.kv_batch_put(keys=["first"], partition_id="kill-worker", tags=[{}])  # A owns it: B's puts cross nodes
     worker = RolloutActor.options(**on("node_b"), max_restarts=0).remote()
     _, pid, _ = ray.get(worker.where.remote())
     acks = tmp_path / "acks"
     stream = worker.put_stream.remote("kill-worker", 10_000, str(acks))
+    _wait_acks(acks, 1, stream)
     time.sleep(delay_s)
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(ray.exceptions.RayActorError):
@@ -235,18 +256,44 @@ def test_kill_9_of_a_worker_loses_nothing_it_was_acknowledged(nodes: Any, tmp_pa
 
 def test_kill_9_of_node_b_broker_loses_nothing_acknowledged(nodes: Any, tmp_path: Path) -> None:
     seed = random.randrange(1 << 30)
-    delay_s = random.Random(seed).uniform(0.5, 1.5)
+    delay_s = random.Random(seed).uniform(0.1, 0.8)
     print(f"seed={seed} kill after {delay_s:.2f} s")
     node_b = nodes["b"]
     actor, key = pray.node_actor(node_b), pray.node_key(node_b)
     before = ray.get(actor.restarts.remote(key))
     worker = RolloutActor.options(**on("node_b")).remote()
-    acks = tmp_path / "acks"
-    n = 150
-    stream = worker.put_stream.remote("kill-broker", n, str(acks), 0.01)  # B owns it: its own broker, over ipc
+    acks, stop = tmp_path / "acks", tmp_path / "stop"
+    stream = worker.put_stream.remote("kill-broker", 10**6, str(acks), 0.0, str(stop))  # B owns it: over ipc
+    _wait_acks(acks, 1, stream)
     time.sleep(delay_s)
     os.kill(ray.get(actor.broker_pid.remote(key)), signal.SIGKILL)
-    assert ray.get(stream, timeout=120) == n  # the worker went on once the broker was back
+    _wait_acks(acks, _acked(acks) + 20, stream)  # the worker goes on once the broker is back
+    stop.touch()
+    n = ray.get(stream, timeout=120)
     assert owner_of("kill-broker") == node_b
     assert ray.get(actor.restarts.remote(key)) == before + 1
     assert _check_acknowledged("kill-broker", acks) == n  # read from A, through B's host
+
+
+def test_kill_9_of_the_owner_nodes_kv_host_is_survived(nodes: Any, tmp_path: Path) -> None:
+    """The host serving B's calls on A's partition dies mid-stream: Ray restarts it on A, the worker's call is made
+    again there, and the stream goes on with nothing acknowledged lost."""
+    seed = random.randrange(1 << 30)
+    delay_s = random.Random(seed).uniform(0.1, 0.8)
+    print(f"seed={seed} kill after {delay_s:.2f} s")
+    tq.kv_batch_put(keys=["first"], partition_id="kill-host", tags=[{}])  # A owns it: B's puts run in A's host
+    worker = RolloutActor.options(**on("node_b")).remote()
+    acks = tmp_path / "acks"
+    stop = tmp_path / "stop"
+    stream = worker.put_stream.remote("kill-host", 10**6, str(acks), 0.0, str(stop))  # back to back: a call is
+    _wait_acks(acks, 1, stream)
+    time.sleep(delay_s)  # in flight at the kill
+    directory = ray.get_actor(ray_hosts.DIRECTORY_NAME, namespace=ray_hosts.NAMESPACE)
+    host = ray.get(directory.host.remote(nodes["a"]))[0]  # A's host (made by B's first call if not before)
+    pid = ray.get(host.pid.remote())
+    os.kill(pid, signal.SIGKILL)
+    _wait_acks(acks, _acked(acks) + 20, stream)  # the stream goes on past the kill
+    stop.touch()
+    n = ray.get(stream, timeout=120)
+    assert ray.get(host.pid.remote()) != pid  # Ray restarted it
+    assert _check_acknowledged("kill-host", acks) == n

@@ -18,6 +18,7 @@ another node is rebuilt over a private copy of the arrays (one memcpy), so verl 
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,9 @@ class KVHost:
 
     def ping(self) -> str:
         return self.node_id
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def _store(self, key: str) -> KVStore:
         with self._lock:
