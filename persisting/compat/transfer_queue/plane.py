@@ -19,6 +19,7 @@ Configuration (``conf`` is TransferQueue's config; persisting reads only its opt
     persisting.metrics        the broker's Prometheus endpoint, "HOST:PORT" (default off)
     persisting.objects        "pickle" (default: NonTensorStack entries pickled in the clients) or "codec"
     persisting.durability     "process" (default: survives kill -9 of any process) or "sync" (power loss too)
+    persisting.backend        "auto" (default), "ray" or "broker": on several nodes, ``ray_plane.py``
 """
 
 from __future__ import annotations
