@@ -79,6 +79,21 @@ class Rollout:
         got["responses"].values()[:] = -1
         return self.tq.kv_batch_get(keys=keys, partition_id=partition)
 
+    def bridge(self, keys: list[str], partition: str) -> Any:
+        """verl's worker-group bridge on another node: the keys' meta, their columns, an output column written
+        back by meta (``put(data, metadata=)``), then the meta again."""
+        client = self.tq.get_client()
+        meta = client.kv_retrieve_meta(keys=keys, partition_id=partition, create=False)
+        data = client.get_data(meta.select_fields(["responses"]))
+        out = tensordict.TensorDict(
+            {"old_log_probs": torch.stack([r.float().sum() for r in data["responses"].unbind()])},
+            batch_size=[len(keys)],
+        )
+        client.put(data=out, metadata=meta)
+        return client.kv_retrieve_meta(keys=keys, partition_id=partition, create=False), client.kv_retrieve_keys(
+            global_indexes=meta.global_indexes, partition_id=partition
+        )
+
     def put_stream(self, partition: str, n: int, acks: str, pause_s: float = 0.0, stop: str = "") -> int:
         """Put keys w0..w<n-1> one call each (until the file ``stop`` exists); a key's name goes to ``acks`` once
         its put returned. Returns how many were put."""
@@ -178,6 +193,10 @@ def test_a_worker_on_b_writes_into_a_partition_a_owns(nodes: Any) -> None:
     remote = ray.get(worker.call.remote("kv_batch_get", keys=keys[::-1], partition_id="train"))  # B reads A's
     same_rows(remote, want, list(want.keys()), list(range(len(keys)))[::-1])
     same_rows(ray.get(worker.scribble.remote(keys, "train")), want, list(want.keys()))  # a private copy was read
+    meta, named = ray.get(worker.bridge.remote(keys, "train"))
+    assert named == keys and "old_log_probs" in meta.field_names
+    written = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["old_log_probs"])["old_log_probs"]
+    assert torch.equal(written, torch.stack([r.float().sum() for r in want["responses"].unbind()]))
     listed = tq.kv_list("train")["train"]
     assert listed == {k: {"uid": k, **t} for k, t in zip(keys, tags, strict=True)}  # merged, not replaced
     assert ray.get(worker.call.remote("kv_list", "train")) == {"train": listed}

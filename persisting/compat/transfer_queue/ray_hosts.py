@@ -28,19 +28,12 @@ from .. import _engine
 from .plane import open_store
 from .store import KVStore
 
-# The KVStore calls that run on the node owning their partition, with the position of the partition argument.
-# (put takes it from its BatchMeta when it has one: ray_plane.RoutedStore.put.)
-ROUTES: dict[str, int] = {
-    "kv_batch_put": 1,
-    "kv_batch_get": 1,
-    "kv_clear": 1,
-    "kv_list": 0,
-    "retrieve_meta": 1,
-    "retrieve_keys": 1,
-    "get_data": 0,
-    "put": 2,
-    "_tq_meta": 0,
-}
+# The KVStore calls a process on another node may have run here (``ray_plane.RoutedStore`` names the partition
+# each one is routed by); nothing else runs from a remote call.
+ROUTES = frozenset(
+    {"kv_batch_put", "kv_batch_get", "kv_clear", "kv_list", "retrieve_meta", "retrieve_keys", "get_data", "put"}
+    | {"_tq_meta", "lookup"}
+)
 NAMESPACE = "persisting"
 DIRECTORY_NAME = "persisting-tq"
 HOST_CONCURRENCY = 16  # KV calls one node's host serves at once (each blocks a thread on the engine loop)

@@ -106,27 +106,31 @@ class RoutedStore:
         self._local.clear()
         await self.data.aclose()
 
-    # -- the KV calls -------------------------------------------------------------------------------
-    async def kv_batch_put(self, keys: list[str], partition: str, fields: Any = None, tags: Any = None) -> Any:
-        return await self._run(partition, "kv_batch_put", (keys, partition, fields, tags), claim=True)
+    # -- the KV calls (each passes what it is given on: ``KVStore``'s signatures are the contract) ----------------
+    async def kv_batch_put(self, keys: list[str], partition: str, *rest: Any) -> Any:
+        return await self._run(partition, "kv_batch_put", (keys, partition, *rest), claim=True)
 
-    async def kv_batch_get(self, keys: list[str], partition: str, select_fields: list[str] | None) -> Any:
-        return await self._run(partition, "kv_batch_get", (keys, partition, select_fields))
+    async def kv_batch_get(self, keys: list[str], partition: str, *rest: Any) -> Any:
+        return await self._run(partition, "kv_batch_get", (keys, partition, *rest))
 
-    async def kv_clear(self, keys: list[str], partition: str) -> None:
-        await self._run(partition, "kv_clear", (keys, partition))
+    async def kv_clear(self, keys: list[str], partition: str, *rest: Any) -> None:
+        await self._run(partition, "kv_clear", (keys, partition, *rest))
 
-    async def retrieve_meta(self, keys: list[str], partition: str, create: bool) -> BatchMeta:
-        return await self._run(partition, "retrieve_meta", (keys, partition, create), claim=create)
+    async def retrieve_meta(self, keys: list[str], partition: str, create: bool, *rest: Any) -> BatchMeta:
+        return await self._run(partition, "retrieve_meta", (keys, partition, create, *rest), claim=create)
 
-    async def retrieve_keys(self, indexes: list[int], partition: str) -> list[str | None]:
-        return await self._run(partition, "retrieve_keys", (indexes, partition))
+    async def retrieve_keys(self, indexes: list[int], partition: str, *rest: Any) -> list[str | None]:
+        return await self._run(partition, "retrieve_keys", (indexes, partition, *rest))
 
-    async def get_data(self, partition: str, indexes: list[int], names: list[str]) -> Any:
-        return await self._run(partition, "get_data", (partition, indexes, names))
+    async def lookup(self, keys: list[str], partition: str, *rest: Any) -> Any:
+        """The engine key index's store (``KVStore.lookup``, once the key index is the engine's) for checkpoints."""
+        return await self._run(partition, "lookup", (keys, partition, *rest))
 
-    async def _tq_meta(self, partition: str, indexes: list[int], tags: Any = None) -> BatchMeta:
-        return await self._run(partition, "_tq_meta", (partition, indexes, tags))
+    async def get_data(self, partition: str, *rest: Any) -> Any:
+        return await self._run(partition, "get_data", (partition, *rest))
+
+    async def _tq_meta(self, partition: str, *rest: Any) -> BatchMeta:
+        return await self._run(partition, "_tq_meta", (partition, *rest))
 
     async def put(self, data: Any, metadata: BatchMeta | None, partition: str | None) -> BatchMeta:
         named = metadata.partition_ids[0] if metadata is not None and metadata.size else partition
