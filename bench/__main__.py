@@ -3,7 +3,8 @@
 ``python -m bench storage`` (needs the s3 extra); each takes ``--plot DIR`` (PNG charts of the run); ``python -m bench
 pq`` (persist-queue's API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format
 console|rst|json``); ``python -m bench verl`` (a verl-shaped step through persisting's TransferQueue layer and
-TransferQueue 0.1.11); ``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py)"""
+TransferQueue 0.1.11); ``python -m bench verl-nodes`` (the layer on two Ray nodes against one, bench/verl_nodes.py);
+``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py)"""
 
 from __future__ import annotations
 
@@ -376,6 +377,7 @@ _STANDALONE = {
     "chaos": ".chaos",
     "pq": ".pq_bench",
     "verl": ".verl_bench",
+    "verl-nodes": ".verl_nodes",
     "multimodal": ".multimodal",
 }
 

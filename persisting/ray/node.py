@@ -19,25 +19,8 @@ from ..client.sync import SyncQueue
 from ..errors import ConfigError
 from . import transfer
 from .broker_process import BrokerProcess, socket_address
+from .methods import REMOTE_METHODS
 from .storage import BrokerStorage
-
-# The Queue methods another node may call on a partition this node owns; nothing else runs from a remote call.
-REMOTE_METHODS = frozenset(
-    {
-        "put",
-        "put_batch",
-        "get_meta",
-        "get_data",
-        "get_batch",
-        "check_ready",
-        "mark_consumed",
-        "reset_consumption",
-        "clear",
-        "set_custom_meta",
-        "partitions",
-        "flush",
-    }
-)
 
 
 class NodeBroker:

@@ -13,8 +13,9 @@ call is made again until then (``PERSISTING_OWNER_LEASE_S`` plus ``TAKEOVER_SLAC
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..client.queue import Queue as LocalQueue
@@ -22,12 +23,43 @@ from ..errors import BrokerUnavailableError, ConfigError, TopicLockedError
 from ..tensors import tensordicts
 from ..tensors.meta import BatchMeta
 from . import cluster, transfer
+from .methods import ROUTED
 
 RELOCATE_ATTEMPTS = 2  # an owner moved once can be gone again before the call lands; then give up
 # A moved broker's topic is refused while the dead writer's lease runs (at most the lease after its last renewal);
 # past the lease and this slack the holder is alive after all (a partitioned node): the refusal is raised.
 TAKEOVER_SLACK_S = 10.0
 TAKEOVER_POLL_S = 0.5
+
+
+def _routed(name: str, *, claim: bool = False) -> Callable[..., Any]:
+    """``Queue.<name>`` made on the broker owning the partition the call names: its ``partition_id`` argument if
+    it is a str, else the one partition of its ``BatchMeta`` argument. ``claim``: a call that writes, so its
+    partition is claimed for this node's broker if nobody owns it yet. A call on a partition nobody owns (and that
+    does not claim) returns None. The names are ``methods.ROUTED``."""
+    signature = inspect.signature(getattr(LocalQueue, name))
+
+    async def call(self: Queue, *args: Any, **kw: Any) -> Any:
+        try:
+            bound = signature.bind(None, *args, **kw)
+        except TypeError as exc:
+            raise ConfigError(f"persisting.ray.Queue.{name}: {exc}") from exc
+        bound.apply_defaults()
+        return await self._call(_partition_of(name, bound.arguments), name, args, kw, claim=claim)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``Queue.{name}`` on the broker owning the partition. " + (getattr(LocalQueue, name).__doc__ or "")
+    return call
+
+
+def _partition_of(name: str, arguments: Mapping[str, Any]) -> str:
+    partition = arguments.get("partition_id")
+    if isinstance(partition, str):
+        return partition
+    for value in arguments.values():
+        if isinstance(value, BatchMeta):
+            return _one(value)
+    raise ConfigError(f"persisting.ray.Queue.{name} names no partition: pass partition_id= or a BatchMeta")
 
 
 class Queue:
@@ -51,9 +83,6 @@ class Queue:
         """Store a tensor batch (or ``batch_meta=`` fields of samples) in ``partition_id``; claims it for this
         node's broker if nobody owns it yet."""
         return await self._call(partition_id, "put", (data, partition_id), kw, claim=True)
-
-    async def put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str = "default") -> None:
-        await self._call(partition_id, "put_batch", (records, partition_id), {}, claim=True)
 
     async def get_meta(
         self,
@@ -91,20 +120,6 @@ class Queue:
         args = (fields, batch_size, task_name, partition_id, sampler, device)
         result = await self._call(partition_id, "get_batch", args, kw, wait=_wait_s(kw))
         return ({}, BatchMeta()) if result is None else result
-
-    async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
-        return await self._call(_one(batch_meta), "check_ready", (batch_meta, fields), {})
-
-    async def set_custom_meta(self, batch_meta: BatchMeta) -> None:
-        await self._call(_one(batch_meta), "set_custom_meta", (batch_meta,), {})
-
-    async def mark_consumed(
-        self, task_name: str, global_indexes: Sequence[int] | BatchMeta, partition_id: str = "default"
-    ) -> None:
-        await self._call(partition_id, "mark_consumed", (task_name, global_indexes, partition_id), {})
-
-    async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
-        await self._call(partition_id, "reset_consumption", (task_name, partition_id), {})
 
     async def clear(self, global_indexes: Any = None, partition_id: str = "default") -> int:
         result = await self._call(partition_id, "clear", (global_indexes, partition_id), {})
@@ -214,6 +229,10 @@ class Queue:
             await queue.open()
             self._local[key] = queue
         return queue
+
+
+for _name, _writes in ROUTED.items():
+    setattr(Queue, _name, _routed(_name, claim=_writes))
 
 
 def _arrived(packed: tuple[dict[str, Any], dict[str, str]], device: Any, kw: dict[str, Any], n: int = -1) -> Any:

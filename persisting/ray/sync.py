@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..client import _loop
+from .methods import ROUTED
 from .queue import Queue
 
 
@@ -28,14 +29,9 @@ class SyncQueue:
     """Same constructor and methods as ``persisting.ray.Queue``, without ``await``; ``with`` closes it."""
 
     put = _blocking("put")
-    put_batch = _blocking("put_batch")
     get_meta = _blocking("get_meta")
     get_data = _blocking("get_data")
     get_batch = _blocking("get_batch")
-    check_ready = _blocking("check_ready")
-    set_custom_meta = _blocking("set_custom_meta")
-    mark_consumed = _blocking("mark_consumed")
-    reset_consumption = _blocking("reset_consumption")
     clear = _blocking("clear")
     flush = _blocking("flush")
     owner = _blocking("owner")
@@ -57,3 +53,7 @@ class SyncQueue:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+for _name in ROUTED:  # the blocking twin of every forwarded method
+    setattr(SyncQueue, _name, _blocking(_name))

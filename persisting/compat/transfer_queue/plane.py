@@ -19,6 +19,7 @@ Configuration (``conf`` is TransferQueue's config; persisting reads only its opt
     persisting.metrics        the broker's Prometheus endpoint, "HOST:PORT" (default off)
     persisting.objects        "pickle" (default: NonTensorStack entries pickled in the clients) or "codec"
     persisting.durability     "process" (default: survives kill -9 of any process) or "sync" (power loss too)
+    persisting.backend        "auto" (default), "ray" or "broker": on several nodes, ``ray_plane.py``
 """
 
 from __future__ import annotations
@@ -120,11 +121,16 @@ def _locked() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _start_broker(section: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes]]:
+def storage_path(section: dict[str, Any]) -> str:
     storage = section.get("storage_path") or os.environ.get("PERSISTING_STORAGE_PATH")
     if not storage:
         state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         storage = str(Path(state) / "persisting" / "transfer_queue")
+    return str(storage)
+
+
+def _start_broker(section: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes]]:
+    storage = storage_path(section)
     address = section.get("socket") or f"ipc://{runtime_dir() / f'tq-broker{scope()}.sock'}"
     arena = int(section.get("arena_bytes") or DEFAULT_ARENA_BYTES)
     log_path = runtime_dir() / f"tq-broker{scope()}.log"
@@ -150,6 +156,20 @@ def _start_broker(section: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes]
     raise RuntimeError(f"persisting-broker did not get ready in {BROKER_START_TIMEOUT_S} s (log: {log_path})")
 
 
+def open_store(address: str, section: dict[str, Any]) -> KVStore:
+    """The layer's store over the broker at ``address``: the data topic and its key log, as ``section`` says."""
+    topic = str(section.get("topic") or "transfer_queue")
+    # "process" durability: a put is acknowledged once written to the broker's log (survives kill -9 of any
+    # process, not a power loss); TransferQueue keeps everything in RAM, so this is already far more.
+    durability = str(section.get("durability") or "process")
+    # Python objects (NonTensorStack entries) are pickled and unpickled in the clients, never in the broker
+    # (TransferQueue pickles everything); "codec" stores only what the record codec types exactly.
+    objects = None if section.get("objects") == "codec" else "pickle"
+    data = Queue(topic, broker=address, durability=durability, num_buckets=1, objects=objects)
+    log = Queue(f"{topic}.keys", broker=address, durability=durability, num_buckets=1)
+    return KVStore(data, log)
+
+
 class Plane:
     """This process's handle on the data plane: the store, and the broker if this process started it."""
 
@@ -161,16 +181,7 @@ class Plane:
         self.metrics_endpoint: str | None = None
         if metrics:
             self.metrics_endpoint = f"127.0.0.1:{metrics}" if str(metrics).isdigit() else str(metrics)
-        topic = str(section.get("topic") or "transfer_queue")
-        # "process" durability: a put is acknowledged once written to the broker's log (survives kill -9 of any
-        # process, not a power loss); TransferQueue keeps everything in RAM, so this is already far more.
-        durability = str(section.get("durability") or "process")
-        # Python objects (NonTensorStack entries) are pickled and unpickled in the clients, never in the broker
-        # (TransferQueue pickles everything); "codec" stores only what the record codec types exactly.
-        objects = None if section.get("objects") == "codec" else "pickle"
-        data = Queue(topic, broker=address, durability=durability, num_buckets=1, objects=objects)
-        log = Queue(f"{topic}.keys", broker=address, durability=durability, num_buckets=1)
-        self.store = KVStore(data, log)
+        self.store = open_store(address, section)
 
     @property
     def owner(self) -> bool:
@@ -192,13 +203,17 @@ class Plane:
                     discovery_file().unlink()
 
 
-def connect(conf: Any) -> Plane:
+def connect(conf: Any) -> Any:
     """Attach to the node's broker (``PERSISTING_BROKER``, else the one ``transfer_queue.json`` names), or start
-    one with ``conf`` if none runs."""
+    one with ``conf`` if none runs; on several nodes, the plane of ``ray_plane.py`` (``backend``)."""
     section = _section(conf)
     env = os.environ.get("PERSISTING_BROKER")
     if env:
         return Plane(env, None, section)
+    from . import ray_plane  # Ray only where it is used
+
+    if ray_plane.wanted(section):
+        return ray_plane.connect(section)
     with _locked():
         found = _read_discovery()
         if found is not None:
