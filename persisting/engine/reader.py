@@ -221,13 +221,13 @@ class Reader:
                 name: [col.kind, col.dtype_name, list(col.sample_shape)] for name, col in chunk.arena.columns.items()
             }
             first = indexes[at] - chunk.first
+            kinds = self._schema.kinds
             for n, other in enumerate(chunk.other[first : first + count], start=at):
-                if other:
-                    desc = dict(base)
-                    desc.update({k: [self._schema.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
-                    descs[n] = desc
-                else:
-                    descs[n] = base
+                # the engine's columns (a keyed sample's key) are no fields
+                own = {k: [kinds.get(k, ""), "", []] for k, v in other.items() if v is not None} if other else None
+                if own and any(k.startswith(RESERVED_PREFIX) for k in own):
+                    own = {k: v for k, v in own.items() if not k.startswith(RESERVED_PREFIX)}
+                descs[n] = {**base, **own} if own else base
         if need:
             rows, kinds = await self.rows_at([indexes[n] for n in need], lenient)
             for n, row in zip(need, rows, strict=True):
