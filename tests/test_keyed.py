@@ -81,7 +81,7 @@ def test_concurrent_creators_of_one_key_share_its_sample(tmp_path: Path) -> None
                 q2.kv_put(["k"], {"z": np.ones((1, 2), dtype=np.int64)}, "p", tags=[{"two": 2}]),
             )
             assert m1.global_indexes == m2.global_indexes
-            data, meta = await q1.kv_get(["k"], "p")
+            _data, meta = await q1.kv_get(["k"], "p")
             assert sorted(meta.extra_info["fields"]) == ["x", "z"]
             assert meta.samples[0].custom_meta == {"one": 1, "two": 2}
             await q1.aclose()
@@ -115,7 +115,7 @@ def test_broker_kill9_keeps_every_acknowledged_key(tmp_path: Path) -> None:
                 assert listed[f"s{step}k1"] == {"step": step, "done": True}
                 assert listed[f"s{step}k3"] == {"step": step}
             keys = [k for k in listed if k.startswith("s2")]
-            data, meta = await q.kv_get(keys, "p", fields=["x"])
+            data, _meta = await q.kv_get(keys, "p", fields=["x"])
             assert np.array_equal(np.asarray(data["x"]), np.full((4, 5), 2))
             await q.aclose()
 

@@ -101,11 +101,11 @@ class KeyIndex:
         return keys
 
     async def _settled(self, partition: str, keys: list[str]) -> dict[str, int]:
-        """The partition's map once no call in flight is creating one of ``keys``."""
+        """The partition's map (empty if it has none yet) once no call in flight is creating one of ``keys``."""
         while True:
             waits = [f for k in keys if (f := self._pending.get((partition, k))) is not None]
             if not waits:
-                return (await self._ready()).setdefault(partition, {})
+                return (await self._ready()).get(partition, {})
             await asyncio.wait(waits)
 
     async def lookup(self, partition: str, keys: list[str]) -> list[int | None]:
@@ -123,11 +123,12 @@ class KeyIndex:
         return out
 
     async def listing(self, partition: str | None) -> dict[str, dict[str, dict[str, Any]]]:
-        """``{partition: {key: tags}}`` of every key (of ``partition`` only if given), keys in creation order."""
+        """``{partition: {key: tags}}`` of every key (of ``partition`` only if given), keys in creation order; a
+        partition that had keys stays listed (empty) once they are cleared, until a restart."""
         keys = await self._ready()
         tags = self._clears.tags
-        chosen = keys if partition is None else {partition: keys.get(partition, {})}
-        return {p: {k: dict(tags.get(i) or {}) for k, i in named.items()} for p, named in chosen.items() if named}
+        chosen = keys if partition is None else {p: v for p, v in keys.items() if p == partition}
+        return {p: {k: dict(tags.get(i) or {}) for k, i in named.items()} for p, named in chosen.items()}
 
     # -- writes -------------------------------------------------------------------------------------
 
@@ -172,6 +173,8 @@ class KeyIndex:
                 if has_fields and batch is not None and rows_blob is not None:
                     targets = [int(i) for i in indexes if i is not None]
                     first, count = await self._append(batch, partition, rows_blob, key, arena, targets)
+            if new:  # a partition is listed from its first key on, also once its keys are cleared
+                named = (await self._ready()).setdefault(partition, {})
             for n in new:
                 i = indexes[n]
                 if i is not None:
