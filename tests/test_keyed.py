@@ -120,3 +120,28 @@ def test_broker_kill9_keeps_every_acknowledged_key(tmp_path: Path) -> None:
             await q.aclose()
 
         asyncio.run(read())
+
+
+def test_samples_cleared_before_their_flush_are_never_written(tmp_path: Path) -> None:
+    """A step's data cleared before the flush costs no Lance write (nor a purge later); the clear holds across a
+    reopen, and indexes are never reused."""
+
+    async def scenario() -> None:
+        q = Queue("t", tmp_path / "d", num_buckets=1)
+        gone = await q.put({"x": np.zeros((4, 3))}, partition_id="p")
+        kept = await q.put({"x": np.ones((2, 3))}, partition_id="p")
+        await q.clear(gone.global_indexes, partition_id="p")
+        await q.flush()
+        stats = await q.stats()
+        assert stats["flushed"] == 6 and stats["buckets"][0]["stored"] == 2
+        await q.aclose()
+        q = Queue("t", tmp_path / "d", num_buckets=1)
+        got = await q.get_data(kept)
+        assert np.array_equal(np.asarray(got["x"]), np.ones((2, 3)))
+        with pytest.raises(ConfigError, match="cleared"):
+            await q.get_data(gone)
+        again = await q.put({"x": np.zeros((1, 3))}, partition_id="p")
+        assert again.global_indexes == [6]
+        await q.aclose()
+
+    asyncio.run(scenario())
