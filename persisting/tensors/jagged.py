@@ -229,7 +229,16 @@ def joined(name: str, cols: list[JaggedColumn], mode: str, device: Any) -> tuple
             "nested tensor needs a copy; zerocopy_mode='force' refuses it (ask per put, or use 'auto')"
         )
     first = cols[0]
-    if all(c.dtype_name == first.dtype_name and c.ragged_dim == first.ragged_dim for c in cols):
+    same = [c.dtype_name == first.dtype_name and c.ragged_dim == first.ragged_dim for c in cols]
+    exact = all(c.values.shape[c.ragged_dim] == c.offsets[-1] and c.offsets[0] == 0 for c in cols)
+    if all(same) and exact and all(_rest(c) == _rest(first) for c in cols):
+        # One values array and one offsets array from the runs' own: no Python work per sample.
+        values = np.concatenate([c.values for c in cols], axis=first.ragged_dim)
+        starts = np.cumsum([0] + [int(c.offsets[-1]) for c in cols[:-1]])
+        tails = [c.offsets[1:] + at for c, at in zip(cols, starts, strict=True)]
+        offsets = np.concatenate([cols[0].offsets[:1], *tails])
+        return column_to_user(JaggedColumn(first.dtype_name, values, offsets, first.ragged_dim), device), True
+    if all(same):
         samples = [c.sample(i) for c in cols for i in range(c.count)]
         col = assemble(samples, first.dtype_name, first.ragged_dim)
         if col is not None:
@@ -238,6 +247,13 @@ def joined(name: str, cols: list[JaggedColumn], mode: str, device: Any) -> tuple
 
     each = [(c.dtype_name, c.sample(i)) for c in cols for i in range(c.count)]
     return [tensor_to_user(np.ascontiguousarray(s), "tensor", d, device) for d, s in each], True
+
+
+def _rest(col: JaggedColumn) -> tuple[int, ...]:
+    """The values' shape but for the ragged dimension (runs with the same one join into one values array)."""
+    shape = list(col.values.shape)
+    del shape[col.ragged_dim]
+    return tuple(shape)
 
 
 RUN_ENTRY_LEN = 8  # a jagged field's entry in a get_data reply's runs (dense fields: 7)

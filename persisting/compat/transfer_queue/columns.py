@@ -68,6 +68,9 @@ def with_seqlens(nt: Any) -> Any:
     torch = _torch()
     if nt.layout != torch.jagged or nt._ragged_idx != 1 or nt._lengths is not None:
         return nt
+    known = getattr(nt, "_metadata_cache", None) or {}
+    if "min_seqlen" in known and "max_seqlen" in known:  # made so (persisting's reads): no second view to make
+        return nt
     offsets = nt.offsets()
     lengths = offsets[1:] - offsets[:-1]
     if lengths.numel() == 0:
