@@ -145,3 +145,20 @@ def test_samples_cleared_before_their_flush_are_never_written(tmp_path: Path) ->
         await q.aclose()
 
     asyncio.run(scenario())
+
+
+def test_keys_of_samples_cleared_by_index_are_gone(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        q = Queue("t", tmp_path / "d", num_buckets=1)
+        m = await q.kv_put(["a", "b"], {"x": np.zeros((2, 2))}, "p", tags=[{"v": 1}, {"v": 2}])
+        await q.clear([m.global_indexes[0]], partition_id="p")
+        assert await q.kv_list("p") == {"p": {"b": {"v": 2}}}
+        assert await q.kv_names(m.global_indexes, "p") == [None, "b"]
+        _, meta = await q.kv_get(["a", "b"], "p")
+        assert meta.extra_info["missing"] == ["a"]
+        await q.clear(None, partition_id="p")
+        again = await q.kv_put(["b"], None, "p", tags=[{"w": 1}])
+        assert again.samples[0].custom_meta == {"w": 1} and again.global_indexes[0] not in m.global_indexes
+        await q.aclose()
+
+    asyncio.run(scenario())

@@ -101,12 +101,21 @@ class KeyIndex:
         return keys
 
     async def _settled(self, partition: str, keys: list[str]) -> dict[str, int]:
-        """The partition's map (empty if it has none yet) once no call in flight is creating one of ``keys``."""
+        """The partition's map (empty if it has none yet) once no call in flight is creating one of ``keys``, less
+        the keys whose sample was cleared some other way (``Topic.clear`` by index, or of the whole partition)."""
         while True:
             waits = [f for k in keys if (f := self._pending.get((partition, k))) is not None]
             if not waits:
-                return (await self._ready()).get(partition, {})
+                break
             await asyncio.wait(waits)
+        named = (await self._ready()).get(partition, {})
+        cleared = self._clears.cleared
+        for k in keys:
+            i = named.get(k)
+            if i is not None and i in cleared:
+                del named[k]
+                self._names.pop(i, None)
+        return named
 
     async def lookup(self, partition: str, keys: list[str]) -> list[int | None]:
         """The sample each key names (None: none)."""
@@ -119,16 +128,19 @@ class KeyIndex:
         out: list[str | None] = []
         for i in indexes:
             name = self._names.get(int(i))
-            out.append(name if name is not None and named.get(name) == int(i) else None)
+            live = name is not None and named.get(name) == int(i) and int(i) not in self._clears.cleared
+            out.append(name if live else None)
         return out
 
     async def listing(self, partition: str | None) -> dict[str, dict[str, dict[str, Any]]]:
         """``{partition: {key: tags}}`` of every key (of ``partition`` only if given), keys in creation order; a
         partition that had keys stays listed (empty) once they are cleared, until a restart."""
         keys = await self._ready()
-        tags = self._clears.tags
+        tags, cleared = self._clears.tags, self._clears.cleared
         chosen = keys if partition is None else {p: v for p, v in keys.items() if p == partition}
-        return {p: {k: dict(tags.get(i) or {}) for k, i in named.items()} for p, named in chosen.items()}
+        return {
+            p: {k: dict(tags.get(i) or {}) for k, i in named.items() if i not in cleared} for p, named in chosen.items()
+        }
 
     # -- writes -------------------------------------------------------------------------------------
 
