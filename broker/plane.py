@@ -42,7 +42,7 @@ from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks
+from . import givebacks, keys
 from .extents import Extents, Peer
 from .givebacks import int_list
 from .retries import RetriedPuts
@@ -351,9 +351,12 @@ class TensorPlane:
             # Sealed before the await: the reaper must not free it if the producer dies while we log it.
             extents.seal(ext, topic.name, 2**62)
             of = None if req.args.get("of") is None else int_list(req.args["of"], "of")
-            first, n = await topic.append(
-                codec.EncodedBatch(rows, all_kinds), partition, req.buffers[0], key, arena=payload, of=of
-            )
+            batch = codec.EncodedBatch(rows, all_kinds)
+            kv = req.args.get("kv")
+            if kv is not None:  # a keyed put (Queue.kv_put): the engine's key index decides new samples or a patch
+                first, n, keyed = await keys.put(topic, kv, batch, partition, req.buffers[0], key, payload)
+            else:
+                (first, n), keyed = await topic.append(batch, partition, req.buffers[0], key, arena=payload, of=of), []
         except BaseException:
             extents.abandon(ext)
             raise
@@ -367,15 +370,19 @@ class TensorPlane:
             if extents.unpersisted_bytes() > self.size_bytes * FLUSH_AT_ARENA_SHARE:
                 topic.flush_soon()  # before producers have to wait for space
         nxt = req.args.get("lease_next")
+        out: list[Any] = [first, n]
         if type(nxt) is int and nxt > 0:
             # The producer's next extent, if one is free now (never waits): its next put skips the lease request.
             spare = extents.try_lease(nxt, peer)
             if spare is not None:
                 self._retried.leased_ahead(key, spare.id)
-                return [first, n, [spare.id, spare.offset, spare.nbytes, arena.generation]]
-        return [first, n]
+                out.append([spare.id, spare.offset, spare.nbytes, arena.generation])
+        if kv is not None:
+            out += [None] * (3 - len(out)) + keyed
+        return out
 
     async def _get(self, req: Request, topic: Topic, peer: Peer | None, taken: list[int] | None = None) -> Reply:
+        # Also broker/keys.py's kv_get (``taken``: the keys' samples).
         arena, extents = self.arena, self.extents
         indexes = int_list(req.args.get("indexes"), "indexes") if taken is None else taken
         fields = req.args.get("fields")

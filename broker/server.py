@@ -28,7 +28,7 @@ from persisting.errors import ConfigError, PersistingError, ProtocolError, Proto
 from persisting.wire import protocol
 from persisting.wire.protocol import Reply, Request
 
-from . import complaints, inline, records, status
+from . import complaints, inline, keys, records, status
 from .complaints import Complaints
 from .connections import Connections
 from .peers import Peers
@@ -293,6 +293,8 @@ class Broker:
         topic = await self._topics.get(req)
         if req.op in PLANE_OPS:
             return await self.plane.handle(req, topic, sender)
+        if req.op in keys.OPS:
+            return await keys.handle(req, topic, self.plane, sender)
         reply = await records.handle(req, topic)
         if reply is None:
             raise ProtocolError(f"unknown operation {req.op!r}")

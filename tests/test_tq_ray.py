@@ -222,6 +222,30 @@ def test_kv_list_and_kv_clear_across_nodes(nodes: Any) -> None:
     assert tq.kv_list("nobody-owns-this") == {}
     ray.get(worker.call.remote("kv_batch_put", keys=["v0"], partition_id="val", tags=[{"again": 1}]))
     assert tq.kv_list("val")["val"]["v0"] == {"again": 1}  # re-created: a fresh tag
+    with pytest.raises(NotImplementedError, match="several nodes"):
+        tq.save_checkpoint(nodes["root"] / "ckpt")  # not gathered across nodes: refused, nothing half written
+    assert not (nodes["root"] / "ckpt").exists()
+
+
+@ray.remote(num_cpus=0)
+def keyed_put_on_b(topic: str, partition: str) -> str:
+    """The engine's key index through persisting.ray from node B: the put claims ``partition`` for B."""
+    batch = tensordict.TensorDict({"x": torch.arange(6.0).reshape(2, 3)}, batch_size=[2])
+    with pray.SyncQueue(topic, num_buckets=1) as q:
+        q.kv_put(["a", "b"], batch, partition_id=partition, tags=[{"t": 1}, {"t": 2}])
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def test_persisting_ray_forwards_the_key_index_to_the_owner(nodes: Any) -> None:
+    assert ray.get(keyed_put_on_b.options(**on("node_b")).remote("keyed", "p")) == nodes["b"]
+    with pray.SyncQueue("keyed", num_buckets=1) as q:  # on A: every call below runs on B's broker
+        assert q.kv_list("p") == {"p": {"a": {"t": 1}, "b": {"t": 2}}}
+        data, meta = q.kv_get(["b", "a"], partition_id="p", fields=["x"])
+        assert data["x"].tolist() == [[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]]
+        assert q.kv_names(meta.global_indexes, partition_id="p") == ["b", "a"]
+        q.kv_put(["a"], partition_id="p", tags=[{"seen": True}])  # a tag-only write from A, on B
+        assert q.kv_clear(["b"], partition_id="p") == 1
+        assert q.kv_list("p") == {"p": {"a": {"t": 1, "seen": True}}}
 
 
 def _acked(acks: Path) -> int:

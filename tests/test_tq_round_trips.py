@@ -1,6 +1,6 @@
-"""persisting.compat.transfer_queue: how many broker round trips in a row each KV call waits for, and that the
-calls which go ahead on this process's key map (writes, descriptions and the key log's catch-up at once) still
-act on what the keys name now when another process cleared or re-created them meanwhile."""
+"""persisting.compat.transfer_queue: how many broker round trips in a row each KV call waits for (one: the key
+index lives in the broker's engine), and that every call acts on what the keys name now when another process
+cleared or re-created them (no process keeps a key map that could be stale)."""
 
 from __future__ import annotations
 
@@ -82,17 +82,22 @@ def test_kv_calls_wait_for_few_round_trips(tq: Any, monkeypatch: pytest.MonkeyPa
     keys = [f"k{i}" for i in range(4)]
     tq.kv_batch_put(keys=["warm"], partition_id="p", fields=_fields("a", 1), tags=[{"s": 0}])  # connects
     trips = RoundTrips(monkeypatch)
-    # new keys: catch up on the key log, the data, then the key log's records and the tags together
+    # every KV call is one engine call, one round trip: new keys (data, keys and tags together), known keys
+    # (verl's tag updates, the trainer's column writes), a mix, reads with or without select_fields, list, clear
     new_keys = _fields("a", 4)
-    assert trips.of(lambda: tq.kv_batch_put(keys=keys, partition_id="p", fields=new_keys, tags=[{"s": 1}] * 4)) == 3
-    # known keys (verl's tag updates, the trainer's column writes, its reads): one
+    assert trips.of(lambda: tq.kv_batch_put(keys=keys, partition_id="p", fields=new_keys, tags=[{"s": 1}] * 4)) == 1
     assert trips.of(lambda: tq.kv_put(key="k0", partition_id="p", tag={"s": 2})) == 1
     assert trips.of(lambda: tq.kv_batch_put(keys=keys, partition_id="p", fields=_fields("b", 4))) == 1
+    mixed = ["k3", "k4"]
+    assert trips.of(lambda: tq.kv_batch_put(keys=mixed, partition_id="p", fields=_fields("c", 2), tags=[{}] * 2)) == 1
     got: dict[str, Any] = {}
     assert trips.of(lambda: got.update(td=tq.kv_batch_get(keys=keys, partition_id="p", select_fields=["b"]))) == 1
     assert got["td"]["b"].offsets().tolist() == [0, 3, 7, 12, 18]
-    # the key log first, then the data
-    assert trips.of(lambda: tq.kv_clear(keys=keys, partition_id="p")) == 3
+    assert trips.of(lambda: got.update(td=tq.kv_batch_get(keys=keys, partition_id="p"))) == 1
+    assert sorted(got["td"].keys()) == ["a", "b"]
+    assert trips.of(lambda: got.update(listed=tq.kv_list("p"))) == 1
+    assert list(got["listed"]["p"]) == ["warm", *keys, "k4"]
+    assert trips.of(lambda: tq.kv_clear(keys=[*keys, "k4"], partition_id="p")) == 1
 
 
 ELSEWHERE = """

@@ -22,7 +22,7 @@ from ..tensors import objects
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation, Reserving
 from ..wire import codec
-from . import _loop
+from . import _loop, keyed
 from .data_api import DataAPI, on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
@@ -362,6 +362,46 @@ class Queue(DataAPI):
         if isinstance(topic, RemoteTopic) and not _loop.on_engine_loop():
             return _loop.run(topic.fetch_count())
         return topic.count()
+
+    async def kv_put(
+        self,
+        keys: Sequence[str],
+        data: Any = None,
+        partition_id: str = "default",
+        *,
+        tags: Sequence[Mapping[str, Any] | None] | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> BatchMeta:
+        """Keyed samples (engine/keys.py): write their fields (row k of ``data``, a tensor batch, or None, is
+        ``keys[k]``'s) and merge ``tags`` (a dict per key) in one round trip. A key naming no sample gets a new one
+        (data, key, tags stored together); one that does, the fields written again. Returns the keys' samples."""
+        key = await self._put_key(idempotency_key)
+        try:
+            return await keyed.put(self._handle, self._tensors, keys, data, partition_id, tags, timeout, key)
+        except BrokerUnavailableError as exc:
+            exc.idempotency_key = key
+            raise
+
+    async def kv_get(
+        self, keys: Sequence[str], partition_id: str = "default", *, fields: Any = None, device: Any = None
+    ) -> tuple[Any, BatchMeta]:
+        """(data, meta) of the keys' samples in one round trip: meta of those found (``extra_info``: keys, missing),
+        data: ``fields`` all of them have (None: all they share), as ``get_data`` gives; None if nothing to read."""
+        data, meta = await keyed.get(self._handle, keys, partition_id, fields, device)
+        return (None if data is None else self._shaped(data, meta.size, None)), meta
+
+    async def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{partition: {key: tags}}`` of every key (of ``partition_id`` only, if given)."""
+        return await keyed.listing(self._handle, partition_id)
+
+    async def kv_clear(self, keys: Sequence[str], partition_id: str = "default") -> int:
+        """Clear the samples ``keys`` name (others are skipped); returns how many. A key put again starts anew."""
+        return await keyed.clear(self._handle, keys, partition_id)
+
+    async def kv_names(self, global_indexes: Sequence[int], partition_id: str = "default") -> list[str | None]:
+        """The key each sample carries (None: none, or it was cleared)."""
+        return await keyed.names(self._handle, global_indexes, partition_id)
 
 
 def _one_partition(meta: BatchMeta) -> str:

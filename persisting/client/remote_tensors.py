@@ -116,7 +116,9 @@ class ArenaClient:
         timeout: float,
         of: list[int] | None = None,
         key: str | None = None,
-    ) -> tuple[int, int, dict[str, str]]:
+        kv: dict[str, Any] | None = None,
+    ) -> tuple[int, int, dict[str, str], list[Any]]:
+        """(first, count, kinds, what a keyed put's reply adds: ``kv`` {keys, tags}, see broker/keys.py)."""
         places, total = batches.layout(columns)
         need = max(total, 1)
         fields = [batches.wire_field(name, col, off) for name, col, off, _nb in places]
@@ -124,7 +126,7 @@ class ArenaClient:
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
 
-        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key)
+        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key, kv)
 
     async def put_reserved(
         self,
@@ -147,7 +149,7 @@ class ArenaClient:
                 await self._move(lease, timeout)
             return lease.extent, lease.arena.generation
 
-        return await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of, key)
+        return (await self._seal(fields, lease.nbytes, extent_for, other, other_blob, n, partition, of, key))[:3]
 
     async def _seal(
         self,
@@ -160,7 +162,8 @@ class ArenaClient:
         partition: str,
         of: list[int] | None,
         key: str | None = None,
-    ) -> tuple[int, int, dict[str, str]]:
+        kv: dict[str, Any] | None = None,
+    ) -> tuple[int, int, dict[str, str], list[Any]]:
         """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
         if key is None:
@@ -181,6 +184,8 @@ class ArenaClient:
             )
             if of is not None:
                 args["of"] = of
+            if kv is not None:
+                args["kv"] = kv
             try:
                 result = (await self._conn.request("put_tensors", args, [other_blob])).result
                 break
@@ -194,7 +199,7 @@ class ArenaClient:
             self._spare = list(result[2])
         kinds = dict(other.kinds)
         kinds.update({str(f[0]): str(f[1]) for f in fields})
-        return int(first), int(count), kinds
+        return int(first), int(count), kinds, list(result[3:])
 
     async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
         """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset

@@ -51,6 +51,11 @@ class SyncQueue:
     stats = _blocking("stats")
     abandon = _blocking("abandon")
     close = _blocking("aclose")
+    kv_put = _blocking("kv_put")
+    kv_get = _blocking("kv_get")
+    kv_list = _blocking("kv_list")
+    kv_clear = _blocking("kv_clear")
+    kv_names = _blocking("kv_names")
 
     def __init__(self, name: str, storage_path: Any = "./data", **options: Any) -> None:
         self._queue = Queue(name, storage_path, **options)

@@ -71,7 +71,7 @@ class TensorPuts:
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout
                 blob = codec.pack(plain.rows)
                 sealed = await remote.arena.put_tensors(columns, plain, blob, n, partition, wait, of, key)
-                first, n = remote.stored(*sealed)
+                first, n = remote.stored(*sealed[:3])
                 self._handle.moved("put_zero_copy_bytes", payload)
                 return batches.batch_meta(first, n, partition, columns, other, patch)
             except ConfigError as exc:

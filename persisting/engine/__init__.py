@@ -18,6 +18,8 @@ The interface::
                     await plain_values(indexes, names); await field_index()
         arena       arena_runs(indexes, fields); forget_arena(extent_id); ArenaPayload for append's ``arena``
         state       name, path, config, kinds, metrics, next_index, visible_upto, flushed_upto; await stats()
+        keys        keys: KeyIndex (keys.py): await put(partition, keys, tags, batch, rows_blob, key, arena),
+                    lookup(partition, keys), names(partition, indexes), listing(partition), clear(partition, keys)
     TopicConfig, DURABILITY_MODES, Metrics      settings and counters
     stored_topics(storage_path, backend_kwargs) the topics on disk with their creation settings
     parse_location(storage_path, storage_options, local_path) -> Location   a folder or an object-store URI
@@ -31,6 +33,7 @@ the engine needs no locks: the steps between two ``await`` are atomic. How a top
 
 from .config import DURABILITY_MODES, Metrics, TopicConfig
 from .fields import FieldIndex
+from .keys import KEY_COLUMN, KeyIndex, check_keys, shared_fields
 from .layout import topic_dirname
 from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
 from .opening import ArenaResolver, stored_topics
@@ -40,18 +43,22 @@ from .topic import BackendFactory, Topic
 
 __all__ = [
     "DURABILITY_MODES",
+    "KEY_COLUMN",
     "ArenaPayload",
     "ArenaResolver",
     "BackendFactory",
     "FieldIndex",
+    "KeyIndex",
     "Location",
     "Metrics",
     "ObjectStoreTopic",
     "Topic",
     "TopicConfig",
+    "check_keys",
     "object_store_topic",
     "parse_location",
     "sampler_from_wire",
+    "shared_fields",
     "stored_topics",
     "topic_dirname",
 ]

@@ -89,7 +89,11 @@ class WriteBehind:
 
 
 class Housekeeping(Protocol):
-    """Work the flush loop also schedules (the purge of cleared rows, partitions.Clears)."""
+    """Work the flush loop also schedules (the purge of cleared rows, partitions.Clears), and the cleared samples
+    (a chunk whose samples are all cleared is not written: its clear is logged, nothing can read it)."""
+
+    @property
+    def cleared(self) -> set[int]: ...
 
     def wait(self) -> float | None: ...
 
@@ -261,12 +265,15 @@ class Flusher:
             col, n = self._config.bucket_column, self._config.num_buckets
             columnar = buckets.columnar
             fields = self._index.fields
-            whole = {id(c) for c in chunks if whole_batch(c, col)}
-            slow = [c for c in chunks if c.arena is not None and not (columnar and id(c) in whole)]
+            # Chunks cleared before their flush (a step's data in RL) are never written, so never purged either.
+            cleared = self._housekeeping.cleared
+            live = [c for c in chunks if not (cleared and _all_cleared(c, cleared))]
+            whole = {id(c) for c in live if whole_batch(c, col)}
+            slow = [c for c in live if c.arena is not None and not (columnar and id(c) in whole)]
             if slow:
                 # Encoding tensor samples copies megabytes: off the loop, so hand-overs go on meanwhile.
                 await asyncio.to_thread(lambda: [c.rows for c in slow])
-            for chunk in chunks:
+            for chunk in live:
                 batch_b = batch_bucket(chunk.first, n) if id(chunk) in whole else None
                 if chunk.arena is not None and columnar and batch_b is not None:
                     # A tensor batch without the bucket column goes to one bucket whole, so its payload is
@@ -338,6 +345,12 @@ class Flusher:
         if segments:
             write_json_atomic(self._path / "state.json", {"flushed_upto": cut})
             wal.drop(segments)
+
+
+def _all_cleared(chunk: Chunk, cleared: set[int]) -> bool:
+    """Whether every sample ``chunk`` holds (or, a patch, writes to) is cleared."""
+    targets = chunk.of if chunk.of is not None else range(chunk.first, chunk.first + chunk.count)
+    return all(i in cleared for i in targets)
 
 
 def _mark_fields(out: dict[str, Any], chunk: Chunk, i: int, fields: FieldIndex) -> None:

@@ -30,10 +30,14 @@ def jagged_entry(name: str, col: JaggedColumn, i: int, count: int) -> list[Any]:
     address, count, values along the ragged dimension from there, offsets (count + 1 int64 bytes, into those
     values)]``. Ragged dimension 0: just those samples' values; another: the whole values block (the samples
     are not contiguous in it)."""
-    part = col.rows(i, i + count) if col.ragged_dim == 0 else col
-    offsets = part.offsets if col.ragged_dim == 0 else col.offsets[i : i + count + 1]
-    addr = part.values.__array_interface__["data"][0]
-    total = part.total
+    values = col.values
+    addr = values.__array_interface__["data"][0]
+    if col.ragged_dim == 0:  # the samples' own values (no column object per run: a selection makes many runs)
+        lo, hi = int(col.offsets[i]), int(col.offsets[i + count])
+        addr += lo * values.strides[0]
+        offsets, total = col.offsets[i : i + count + 1] - lo, hi - lo
+    else:
+        offsets, total = col.offsets[i : i + count + 1], col.total
     return [name, col.kind, col.dtype_name, list(col.sample_shape), addr, count, total, offsets.tobytes()]
 
 
@@ -221,13 +225,13 @@ class Reader:
                 name: [col.kind, col.dtype_name, list(col.sample_shape)] for name, col in chunk.arena.columns.items()
             }
             first = indexes[at] - chunk.first
+            kinds = self._schema.kinds
             for n, other in enumerate(chunk.other[first : first + count], start=at):
-                if other:
-                    desc = dict(base)
-                    desc.update({k: [self._schema.kinds.get(k, ""), "", []] for k, v in other.items() if v is not None})
-                    descs[n] = desc
-                else:
-                    descs[n] = base
+                # the engine's columns (a keyed sample's key) are no fields
+                own = {k: [kinds.get(k, ""), "", []] for k, v in other.items() if v is not None} if other else None
+                if own and any(k.startswith(RESERVED_PREFIX) for k in own):
+                    own = {k: v for k, v in own.items() if not k.startswith(RESERVED_PREFIX)}
+                descs[n] = {**base, **own} if own else base
         if need:
             rows, kinds = await self.rows_at([indexes[n] for n in need], lenient)
             for n, row in zip(need, rows, strict=True):

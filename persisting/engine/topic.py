@@ -29,7 +29,8 @@ Topic is composed of parts, each the one owner of its state, each given the othe
      ├─ Clears       partitions.py  cleared samples, tags, the purge (with the read gate)
      ├─ Reader       reader.py      rows by index; where a sample's fields lie (tail, arena, backends)
      ├─ Takes        takes.py       consume-on-fetch, leases, samplers (the consumption log, with Clears)
-     └─ Flusher      flushing.py    tail -> backends, and when (write-behind of arena batches)
+     ├─ Flusher      flushing.py    tail -> backends, and when (write-behind of arena batches)
+     └─ KeyIndex     keys.py        which sample each (partition, key) names (``keys``, public)
     opening.py: lock, settings, recovery (open_files, replay), called by ``open``
 
 The flush lock is shared by the Flusher, the SampleIndex's build and the purge: each needs the tail and the
@@ -57,6 +58,7 @@ from .consumption import ConsumptionLog
 from .fields import FieldIndex
 from .flushing import Flusher
 from .index import SampleIndex
+from .keys import KeyIndex
 from .layout import topic_dirname, write_json_atomic
 from .location import ObjectStoreTopic
 from .opening import ArenaResolver
@@ -106,19 +108,9 @@ class Topic:
         self._clears = Clears(config, self._log, self._index, self._tail, self._buckets, flush_lock)
         self._reader = Reader(name, self._tail, self._buckets, self._index, self._clears, self._schema, self.metrics)
         self._takes = Takes(self._log, self._index, self._tail, self._clears, self._reader, self._check_open)
+        parts = (self._tail, self._buckets, self._index, self._schema, self.metrics, flush_lock)
         self._flusher = Flusher(
-            name,
-            self.path,
-            config,
-            self._tail,
-            self._buckets,
-            self._index,
-            self._schema,
-            self.metrics,
-            flush_lock,
-            housekeeping=self._clears,
-            on_flushed=on_flushed,
-            remote=remote,
+            name, self.path, config, *parts, housekeeping=self._clears, on_flushed=on_flushed, remote=remote
         )
         self._appender = Appender(
             name,
@@ -131,6 +123,8 @@ class Topic:
             self.metrics,
             self._accepting,
         )
+        # Which sample each (partition, key) names (engine/keys.py): the KV calls' index, derived from the rows.
+        self.keys = KeyIndex(self._buckets, self._tail, self._clears, flush_lock, self.append, self.clear)
 
     # -- the marks and the schema -------------------------------------------------------------------
 

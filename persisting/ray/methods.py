@@ -15,6 +15,12 @@ ROUTED: dict[str, bool] = {
     "set_custom_meta": False,
     "mark_consumed": False,
     "reset_consumption": False,
+    # the engine's key index (client/keyed.py): a kv_put claims; kv_list needs its partition_id here (one owner)
+    "kv_put": True,
+    "kv_get": False,
+    "kv_list": False,
+    "kv_clear": False,
+    "kv_names": False,
 }
 
 # Forwarded with handling of their own in ``queue.py`` (tensors packed for Ray, waits, several owners).

@@ -80,7 +80,12 @@ class NodeBroker:
         queue = self._queue(key, topic, options)
         if method == "put" and args:
             args = (transfer.unpack(*args[0]), *args[1:])
+        if method == "kv_put":
+            args, kw = transfer.unpack_argument(args, kw, 1, "data")
         result = getattr(queue, method)(*args, **kw)
+        if method == "kv_get":
+            data, meta = result
+            return (None if data is None else transfer.pack(data)), meta
         if method == "get_data":
             return transfer.pack(result)
         if method == "get_batch":

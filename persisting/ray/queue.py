@@ -212,8 +212,16 @@ class Queue:
             if not isinstance(args[0], Mapping):
                 raise ConfigError("a put to another node's partition takes a mapping of arrays (not a reservation)")
             args = (transfer.pack(args[0]), *args[1:])
+        if method == "kv_get":
+            device = kw.pop("device", None)
+            local_only = {"as_tensordict": bool(self._options.get("as_tensordict"))}
+        if method == "kv_put":
+            args, kw = transfer.pack_argument(args, kw, 1, "data")
         actor = cluster.node_actor(node)
         result = await self._ray_call(actor.call.remote(key, self.name, self._options, method, args, kw))
+        if method == "kv_get":
+            packed, meta = result
+            return (None if packed is None else _arrived(packed, device, local_only, meta.size)), meta
         if method == "get_data":
             return _arrived(result, device, local_only)
         if method == "get_batch":

@@ -86,3 +86,25 @@ def _as_torch(arr: np.ndarray, kind: str) -> Any:
         warnings.simplefilter("ignore", UserWarning)  # views on Ray's object store are read-only, as arena views are
         t = torch.from_numpy(arr)
     return t.view(torch.bfloat16) if kind == _BFLOAT16 else t
+
+
+def pack_argument(
+    args: tuple[Any, ...], kw: dict[str, Any], at: int, name: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args``/``kw`` with the batch argument (position ``at`` or keyword ``name``) packed, if given and not None."""
+    if len(args) > at and args[at] is not None:
+        return (*args[:at], pack(args[at]), *args[at + 1 :]), kw
+    if kw.get(name) is not None:
+        return args, {**kw, name: pack(kw[name])}
+    return args, kw
+
+
+def unpack_argument(
+    args: tuple[Any, ...], kw: dict[str, Any], at: int, name: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The inverse of ``pack_argument``."""
+    if len(args) > at and args[at] is not None:
+        return (*args[:at], unpack(*args[at]), *args[at + 1 :]), kw
+    if kw.get(name) is not None:
+        return args, {**kw, name: unpack(*kw[name])}
+    return args, kw

@@ -19,6 +19,7 @@ A sample's shape is described with ``-1`` at the ragged dimension (``(-1,)`` for
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -203,16 +204,19 @@ def from_views(entry: Any, view: Any, track: Any) -> JaggedColumn:
     if type(count) is not int or type(total) is not int or total < 0 or len(raw) != (count + 1) * 8:
         raise ProtocolError(f"jagged field {name!r}: {len(raw)} offset bytes for {count!r} samples")
     offsets = np.frombuffer(raw, dtype="<i8").astype(np.int64)
-    if offsets[0] < 0 or offsets[-1] > total or np.any(np.diff(offsets) < 0):
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    # one sample (the usual run of a selection): two offsets, checked without numpy's per-call cost
+    ascending = hi >= lo if count == 1 else not (offsets[1:] < offsets[:-1]).any()
+    if lo < 0 or hi > total or not ascending:
         raise ProtocolError(f"jagged field {name!r}: offsets outside the values ({total})")
     ragged = shape.index(RAGGED)
     full = [total if d == RAGGED else int(d) for d in shape]
-    owner = view(offset, int(np.prod(full, dtype=np.int64)) * dtype.itemsize)
+    owner = view(offset, math.prod(full) * dtype.itemsize)
     track(owner)
     col = JaggedColumn(str(dtype_name), owner.view(dtype).reshape(full), offsets, ragged)
-    if offsets[0] or offsets[-1] != total:  # some samples of the block: those, offsets rebased
+    if lo or hi != total:  # some samples of the block: those, offsets rebased
         cut: list[slice] = [slice(None)] * len(full)
-        cut[ragged] = slice(int(offsets[0]), int(offsets[-1]))
+        cut[ragged] = slice(lo, hi)
         col = JaggedColumn(col.dtype_name, col.values[tuple(cut)], offsets - offsets[0], ragged)
     return col
 
@@ -229,7 +233,16 @@ def joined(name: str, cols: list[JaggedColumn], mode: str, device: Any) -> tuple
             "nested tensor needs a copy; zerocopy_mode='force' refuses it (ask per put, or use 'auto')"
         )
     first = cols[0]
-    if all(c.dtype_name == first.dtype_name and c.ragged_dim == first.ragged_dim for c in cols):
+    same = [c.dtype_name == first.dtype_name and c.ragged_dim == first.ragged_dim for c in cols]
+    exact = all(c.values.shape[c.ragged_dim] == c.offsets[-1] and c.offsets[0] == 0 for c in cols)
+    if all(same) and exact and all(_rest(c) == _rest(first) for c in cols):
+        # One values array and one offsets array from the runs' own: no Python work per sample.
+        values = np.concatenate([c.values for c in cols], axis=first.ragged_dim)
+        starts = np.cumsum([0] + [int(c.offsets[-1]) for c in cols[:-1]])
+        tails = [c.offsets[1:] + at for c, at in zip(cols, starts, strict=True)]
+        offsets = np.concatenate([cols[0].offsets[:1], *tails])
+        return column_to_user(JaggedColumn(first.dtype_name, values, offsets, first.ragged_dim), device), True
+    if all(same):
         samples = [c.sample(i) for c in cols for i in range(c.count)]
         col = assemble(samples, first.dtype_name, first.ragged_dim)
         if col is not None:
@@ -238,6 +251,13 @@ def joined(name: str, cols: list[JaggedColumn], mode: str, device: Any) -> tuple
 
     each = [(c.dtype_name, c.sample(i)) for c in cols for i in range(c.count)]
     return [tensor_to_user(np.ascontiguousarray(s), "tensor", d, device) for d, s in each], True
+
+
+def _rest(col: JaggedColumn) -> tuple[int, ...]:
+    """The values' shape but for the ragged dimension (runs with the same one join into one values array)."""
+    shape = list(col.values.shape)
+    del shape[col.ragged_dim]
+    return tuple(shape)
 
 
 RUN_ENTRY_LEN = 8  # a jagged field's entry in a get_data reply's runs (dense fields: 7)

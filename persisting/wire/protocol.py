@@ -72,6 +72,7 @@ OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
     | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
     | {"clear", "partitions", "set_tags", "status", "give_back"}
+    | {"kv_put", "kv_get", "kv_list", "kv_clear", "kv_names"}  # keyed samples (broker/keys.py)
 )
 
 

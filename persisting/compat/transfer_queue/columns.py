@@ -20,8 +20,6 @@ from typing import Any
 
 import numpy as np
 
-KEY_FIELD = "_tq_key"  # the key of a sample, stored with it (the key index is rebuilt from the key log)
-
 
 def _torch() -> Any:
     import torch
@@ -29,7 +27,7 @@ def _torch() -> Any:
     return torch
 
 
-def to_store(td: Any, keys: list[str] | None = None) -> Any:
+def to_store(td: Any) -> Any:
     """A TensorDict's columns as ``Queue.put`` input (a TensorDict; the first batch dimension is the sample).
 
     Every tensor column whose samples are not 0-d is stored jagged (values + offsets), whether it was put jagged
@@ -41,8 +39,6 @@ def to_store(td: Any, keys: list[str] | None = None) -> Any:
     n = td.batch_size[0]
     out: dict[str, Any] = {}
     for name in td.keys():  # noqa: SIM118 (iterating a TensorDict walks its batch dimension, not its keys)
-        if name == KEY_FIELD:
-            raise ValueError(f"field name {KEY_FIELD!r} is reserved by persisting's TransferQueue layer")
         value = td.get(name)
         if isinstance(value, NonTensorStack | NonTensorData):
             out[name] = value
@@ -54,8 +50,6 @@ def to_store(td: Any, keys: list[str] | None = None) -> Any:
             raise ValueError(f"field {name!r} is a nested TensorDict: TransferQueue stores flat columns; flatten it")
         else:
             raise ValueError(f"field {name!r} holds a {type(value).__qualname__}, not a tensor or non-tensor stack")
-    if keys is not None:
-        out[KEY_FIELD] = NonTensorStack(*keys)
     return TensorDict(out, batch_size=[n])
 
 
@@ -73,6 +67,9 @@ def with_seqlens(nt: Any) -> Any:
     ``to_padded_tensor`` pads every sample to the length of all values together (n times too long)."""
     torch = _torch()
     if nt.layout != torch.jagged or nt._ragged_idx != 1 or nt._lengths is not None:
+        return nt
+    known = getattr(nt, "_metadata_cache", None) or {}
+    if "min_seqlen" in known and "max_seqlen" in known:  # made so (persisting's reads): no second view to make
         return nt
     offsets = nt.offsets()
     lengths = offsets[1:] - offsets[:-1]

@@ -157,7 +157,7 @@ def _start_broker(section: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes]
 
 
 def open_store(address: str, section: dict[str, Any]) -> KVStore:
-    """The layer's store over the broker at ``address``: the data topic and its key log, as ``section`` says."""
+    """The layer's store over the broker at ``address``: the data topic (its keys are the engine's index)."""
     topic = str(section.get("topic") or "transfer_queue")
     # "process" durability: a put is acknowledged once written to the broker's log (survives kill -9 of any
     # process, not a power loss); TransferQueue keeps everything in RAM, so this is already far more.
@@ -165,9 +165,7 @@ def open_store(address: str, section: dict[str, Any]) -> KVStore:
     # Python objects (NonTensorStack entries) are pickled and unpickled in the clients, never in the broker
     # (TransferQueue pickles everything); "codec" stores only what the record codec types exactly.
     objects = None if section.get("objects") == "codec" else "pickle"
-    data = Queue(topic, broker=address, durability=durability, num_buckets=1, objects=objects)
-    log = Queue(f"{topic}.keys", broker=address, durability=durability, num_buckets=1)
-    return KVStore(data, log)
+    return KVStore(Queue(topic, broker=address, durability=durability, num_buckets=1, objects=objects))
 
 
 class Plane:

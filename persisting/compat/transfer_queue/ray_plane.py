@@ -11,8 +11,8 @@ Which plane ``init(conf)`` uses (``persisting.backend``):
 How it works. The first ``init`` starts ``persisting.ray`` (one broker per node, the registry of partition
 owners) unless it runs already, and the run's directory (``ray_hosts.Directory``, with the conf section). A
 partition (verl's ``train``, a step) is owned by the node whose process first writes to it (``kv_batch_put``,
-``kv_put``, a ``put``, ``kv_retrieve_meta(create=True)``): the registry's first claim wins. Its data and its key
-log live in that node's broker, so its key index is complete there. A KV call on a partition:
+``kv_put``, a ``put``, ``kv_retrieve_meta(create=True)``): the registry's first claim wins. Its data and its keys
+live in that node's broker, so its key index is complete there. A KV call on a partition:
 
 - owned by this node, or by nobody yet (a read then finds nothing, as on one node): runs here on the store over
   this node's broker (ipc, arena views: the same path and cost as on one node);
@@ -92,13 +92,6 @@ class RoutedStore:
         durability = str(section.get("durability") or "process")
         self.data = pray.Queue(self._topic, durability=durability, num_buckets=1, objects=objects)
 
-    @property
-    def index(self) -> Any:
-        raise NotImplementedError(
-            "save_checkpoint/load_checkpoint are not covered on several nodes: every acknowledged key is on disk "
-            "with its owner node already (a restarted process finds it); use persisting.backend=broker on one node"
-        )
-
     async def aclose(self) -> None:
         for store in self._local.values():
             with contextlib.suppress(Exception):
@@ -123,7 +116,7 @@ class RoutedStore:
         return await self._run(partition, "retrieve_keys", (indexes, partition, *rest))
 
     async def lookup(self, keys: list[str], partition: str, *rest: Any) -> Any:
-        """The engine key index's store (``KVStore.lookup``, once the key index is the engine's) for checkpoints."""
+        """``KVStore.lookup`` on the owner node (the engine's key index there)."""
         return await self._run(partition, "lookup", (keys, partition, *rest))
 
     async def get_data(self, partition: str, *rest: Any) -> Any:
