@@ -255,8 +255,14 @@ class Broker:
             self._recent.abandon(name)
             raise
         except Exception as exc:
-            log.exception("request %d failed", req.id)
-            reply = protocol.error_reply(req.id, exc)
+            odd = protocol.plain(req.args)  # msgspec decodes what msgpack's strict mode refused: name it
+            if odd is None:
+                log.exception("request %d failed", req.id)
+                reply = protocol.error_reply(req.id, exc)
+            else:
+                bad = ProtocolError(f"operation {req.op!r}: its args hold {odd}")
+                self._complain(identity, bad)
+                reply = protocol.error_reply(req.id, bad)
         if metrics is not None:
             metrics.request(req, reply, time.perf_counter() - started)
         out = protocol.encode_reply(reply)
