@@ -189,7 +189,7 @@ def plain(value: Any, depth: int = 0) -> str | None:
                 return f"a map key {shown(key)} (map keys must be str)"
             if (found := plain(item, depth + 1)) is not None:
                 return found
-    elif isinstance(value, list | tuple):
+    elif type(value) is list or type(value) is tuple:  # (a namedtuple such as an ExtType is not plain)
         for item in value:
             if (found := plain(item, depth + 1)) is not None:
                 return found
