@@ -73,7 +73,8 @@ def test_odd_values_in_args_get_error_replies_and_no_traceback(logged_broker: Br
 def test_envelope_bytes_are_plain_msgpack_both_ways() -> None:
     req = protocol.Request(7, "put_batch", {"topic": "t", "count": 2, "kinds": {"a": "int"}}, [b"rows"])
     frames = protocol.encode_request(req)
-    assert msgpack.unpackb(frames[0], raw=False) == {"v": PROTOCOL_VERSION, "id": 7, "op": "put_batch", "args": req.args}
+    want = {"v": PROTOCOL_VERSION, "id": 7, "op": "put_batch", "args": req.args}
+    assert msgpack.unpackb(frames[0], raw=False) == want
     assert frames[1:] == [b"rows"]
     old = msgpack.packb({"v": PROTOCOL_VERSION, "id": 9, "ok": True, "result": [1, b"x", None, 2.5]}, use_bin_type=True)
     reply = protocol.decode_reply([old])
