@@ -288,6 +288,7 @@ class Broker:
                 "max_message_bytes": self.max_message_bytes,
                 "arena": self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
                 "arena_stats": self.plane.stats(),
+                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
             }
             return Reply(req.id, True, info)
         if req.op == "status":

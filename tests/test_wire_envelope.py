@@ -4,6 +4,7 @@ traceback in the broker's log; and the bytes are the msgpack an older peer reads
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,3 +97,28 @@ def test_plain_names_what_strict_msgpack_refused() -> None:
     decoded = msgspec.msgpack.decode(msgpack.packb({"a": msgpack.ExtType(1, b""), "b": msgpack.Timestamp(0)}))
     assert "extension type" in str(protocol.plain({"a": decoded["a"]}))
     assert "extension type" in str(protocol.plain([decoded["b"]]))
+
+
+async def _event_loop_of(address: str) -> str:
+    from persisting.client.connection import Connection
+
+    conn = Connection(address)
+    try:
+        return str((await conn.request("hello", {})).result["event_loop"])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("choice", ["uvloop", "asyncio"])
+def test_the_broker_serves_on_the_loop_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, choice: str
+) -> None:
+    pytest.importorskip("uvloop")  # a dependency of persisting where it builds (not on Windows)
+    monkeypatch.setenv("PERSISTING_BROKER_LOOP", choice)  # the broker subprocess inherits it
+    b = make_broker(tmp_path)
+    try:
+        b.start()
+        assert asyncio.run(_event_loop_of(b.address)) == choice
+        assert b.stop() == 0
+    finally:
+        b.ensure_dead()
