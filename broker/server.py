@@ -157,6 +157,10 @@ class Broker:
         try:
             for _ in range(DRAIN_BATCH):
                 try:
+                    # Asking first costs less than the zmq.Again a recv on an empty socket raises (an exception
+                    # object per callback); it is also what arms the edge-triggered FD again.
+                    if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                        return
                     # The routing id as a Frame: it carries the sender's kernel credentials (peers.py).
                     first = sock.recv(zmq.NOBLOCK, copy=False)
                     frames = [first.bytes, *(sock.recv_multipart(zmq.NOBLOCK) if first.more else ())]
