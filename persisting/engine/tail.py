@@ -18,9 +18,10 @@ A put takes indexes at ``next_index`` (``assign``), is made visible by ``acknowl
 committed (waking whoever waits in ``changed``), and a flush moves chunks below a cut into the backends
 (``flushed``). Flushed arena batches stay *resident* (their extents mapped) until the arena reuses the extent.
 The other flushed chunks stay *recent* (their rows in memory, up to ``RECENT_ROWS`` rows and about
-``RECENT_BYTES``) so that a reader a little behind the writers reads them from memory instead of from the
-backends: without them a consumer that lags by one flush pays a Lance read per page, falls further behind, and a
-faster writer (``durability="process"``) makes its consumers slower than a durable one.
+``RECENT_BYTES``, estimated from each chunk's first row) so that a reader a little behind the writers reads them
+from memory instead of from the backends: without them a consumer that lags by one flush pays a Lance read per
+page, falls further behind, and a faster writer (``durability="process"``) makes its consumers slower than a
+durable one.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from ..tensors.jagged import JaggedColumn
 from ..wire.codec import encode_sample
 from .fields import FieldIndex
 
-RECENT_ROWS = int(os.environ.get("PERSISTING_RECENT_ROWS", "65536"))  # flushed rows kept readable in memory
-RECENT_BYTES = int(os.environ.get("PERSISTING_RECENT_BYTES", str(32 * 1024 * 1024)))  # ... and about this much
+RECENT_ROWS = int(os.environ.get("PERSISTING_RECENT_ROWS", "262144"))  # flushed rows kept readable in memory
+RECENT_BYTES = int(os.environ.get("PERSISTING_RECENT_BYTES", str(64 * 1024 * 1024)))  # ... and about this much
 
 
 @dataclass(slots=True)
@@ -338,5 +339,5 @@ class Tail:
 
 
 def _row_bytes(row: dict[str, Any]) -> int:
-    """About how much memory a row holds (its str and bytes values by length, 8 bytes for anything else)."""
-    return 64 + sum(len(v) if isinstance(v, str | bytes) else 8 for v in row.values())
+    """About how much memory a row holds: a dict, and per value its length (str, bytes) and an object's overhead."""
+    return 100 + sum(50 + (len(v) if isinstance(v, str | bytes) else 8) for v in row.values())
