@@ -10,7 +10,8 @@ the aggregate windows span from the earliest worker start to the latest worker e
 
 1. Latency (``broker_latency``): raw ZeroMQ echo (blocking and asyncio), protocol ``hello``, ``Queue.put``
    with ``durability="process"`` and ``"sync"``, interleaved.
-2. Throughput (``broker_throughput``): 2 producers, 2 consumers through the broker, per durability.
+2. Throughput (``broker_throughput``): 2 producers, 2 consumers through the broker, per durability; then the same
+   with ``PIPELINED_INFLIGHT`` requests in flight per process (pipelined on its one connection).
 3. The same 2x2 shape through persist-queue's ``SQLiteAckQueue`` (``broker_pq``).
 """
 
@@ -29,7 +30,7 @@ from tqdm import tqdm
 from .broker_latency import LatencySeries, echo_server_main, latency, stop_echo
 from .broker_pq import run_persistqueue_2x2
 from .broker_server import broker_process
-from .broker_throughput import PUT_BATCH, Throughput, run_persisting_2x2
+from .broker_throughput import PIPELINED_INFLIGHT, PUT_BATCH, Throughput, run_persisting_2x2
 
 __all__ = ["BrokerBenchResult", "broker_process", "run_broker_bench"]
 
@@ -71,7 +72,7 @@ def run_broker_bench(
     work = base / "work"
     work.mkdir()
     log_path = base / "broker.log"
-    total = 5 * (latency_n + warmup) + 2 * records * len(durabilities) + 2 * pq_records
+    total = 5 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
     result = BrokerBenchResult([], [])
     result.settings = {
         "latency_n": latency_n,
@@ -96,11 +97,14 @@ def run_broker_bench(
                 for topic, n in counts.items():
                     if n != latency_n + warmup:
                         result.broker_log.append(f"topic {topic} holds {n} records, expected {latency_n + warmup}")
-                for durability in durabilities:
-                    bar.set_description(f"persisting 2x2 {durability}")
-                    result.throughput.append(
-                        run_persisting_2x2(broker_addr, broker.pid, durability, records, work, seed, bar.update)
-                    )
+                for inflight in (1, PIPELINED_INFLIGHT):
+                    for durability in durabilities:
+                        bar.set_description(f"persisting 2x2 {durability}, {inflight} in flight")
+                        result.throughput.append(
+                            run_persisting_2x2(
+                                broker_addr, broker.pid, durability, records, work, seed, bar.update, inflight
+                            )
+                        )
                 t_stop = time.perf_counter()
             result.broker_stop_s = time.perf_counter() - t_stop
             result.broker_exit = broker.returncode

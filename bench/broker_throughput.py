@@ -6,6 +6,7 @@ are checked from the (index, id) pairs the consumers read."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
 import time
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,7 @@ from .measure import Tick
 from .records import make_records
 from .workers import START_TIMEOUT_S, gather, guarded, join_all, queue_past_barrier, span, watch, worker, write_result
 
+PIPELINED_INFLIGHT = 4  # requests in flight per process in the pipelined runs
 PUT_BATCH = 100  # records per put_batch in the throughput runs, and the consumers' page size
 WAIT_TIMEOUT_S = 30.0  # a consumer waiting this long for its next page gives up (reported as lost records)
 
@@ -64,15 +66,23 @@ def persisting_producer_main(spec: dict[str, Any]) -> None:
 
 
 async def _persisting_producer(spec: dict[str, Any], info: dict[str, Any]) -> None:
-    count, batch, counter = spec["count"], spec["batch"], spec["counter"]
+    count, batch, counter, inflight = spec["count"], spec["batch"], spec["counter"], spec["inflight"]
     records = make_records(count, spec["seed"], start=spec["index"] * count)
     async with queue_past_barrier(spec, info, durability=spec["durability"]) as q:
+        # inflight > 1: that many put_batch requests in flight on the process's one connection (pipelined); the
+        # broker assigns indexes in the order they arrive, so each producer's order holds.
+        window: list[tuple[asyncio.Future[Any], int]] = []
+        produced = 0
         for i in range(0, count, batch):
             chunk = records[i : i + batch]
-            await q.put_batch(chunk)
-            info["produced"] = i + len(chunk)
-            with counter.get_lock():
-                counter.value += len(chunk)
+            window.append((asyncio.ensure_future(q.put_batch(chunk)), len(chunk)))
+            while window and (len(window) >= inflight or i + batch >= count):
+                task, n = window.pop(0)
+                await task
+                produced += n
+                info["produced"] = produced
+                with counter.get_lock():
+                    counter.value += n
         info["t1"] = time.monotonic()
 
 
@@ -84,32 +94,46 @@ def persisting_consumer_main(spec: dict[str, Any]) -> None:
 
 
 async def _persisting_consumer(spec: dict[str, Any], info: dict[str, Any], pairs: list[tuple[int, int]]) -> None:
-    total, page, counter = spec["total"], spec["page"], spec["counter"]
+    total, page, counter, inflight = spec["total"], spec["page"], spec["counter"], spec["inflight"]
     async with queue_past_barrier(spec, info, durability=spec["durability"], batch_size=page) as q:
-        for start in range(spec["index"] * page, total, spec["consumers"] * page):
-            want = min(page, total - start)
-            got = 0
-            async for rows in q.stream(limit=want, offset=start, wait=True, timeout=WAIT_TIMEOUT_S):
-                pairs.extend((start + got + j, int(r["id"])) for j, r in enumerate(rows))
-                got += len(rows)
-                with counter.get_lock():
-                    counter.value += len(rows)
-            if got < want:
-                info["error"] = f"no record at index {start + got} within {WAIT_TIMEOUT_S:g} s; gave up"
+
+        async def read_page(start: int) -> tuple[int, list[dict[str, Any]]]:
+            got: list[dict[str, Any]] = []
+            async for rows in q.stream(limit=min(page, total - start), offset=start, wait=True, timeout=WAIT_TIMEOUT_S):
+                got.extend(rows)
+            return start, got
+
+        # inflight > 1: the next pages' reads are in flight (long-polls) while this one is handled
+        starts = iter(range(spec["index"] * page, total, spec["consumers"] * page))
+        window = [asyncio.ensure_future(read_page(s)) for s in itertools.islice(starts, inflight)]
+        while window:
+            start, rows = await window.pop(0)
+            nxt = next(starts, None)
+            if nxt is not None:
+                window.append(asyncio.ensure_future(read_page(nxt)))
+            pairs.extend((start + j, int(r["id"])) for j, r in enumerate(rows))
+            with counter.get_lock():
+                counter.value += len(rows)
+            if len(rows) < min(page, total - start):
+                info["error"] = f"no record at index {start + len(rows)} within {WAIT_TIMEOUT_S:g} s; gave up"
+                for task in window:
+                    task.cancel()
                 break
         info["t1"] = time.monotonic()
 
 
 def run_persisting_2x2(
-    broker: str, broker_pid: int, durability: str, total: int, work: Path, seed: int, tick: Tick
+    broker: str, broker_pid: int, durability: str, total: int, work: Path, seed: int, tick: Tick, inflight: int = 1
 ) -> Throughput:
     ctx = multiprocessing.get_context("spawn")
     producers, consumers = 2, 2
     per_producer = total // producers
-    topic = f"throughput-{durability}"
+    suffix = "" if inflight == 1 else f"-pipelined-{inflight}"
+    topic = f"throughput-{durability}{suffix}"
     barrier = ctx.Barrier(producers + consumers + 1)
     counter = ctx.Value("q", 0)
     common = {"broker": broker, "topic": topic, "durability": durability, "barrier": barrier, "counter": counter}
+    common["inflight"] = inflight
     procs = []
     for i in range(producers):
         spec = {**common, "index": i, "count": per_producer, "batch": PUT_BATCH, "seed": seed}
@@ -119,12 +143,13 @@ def run_persisting_2x2(
         spec = {**common, "index": i, "consumers": consumers, "total": total, "page": PUT_BATCH}
         spec["out"] = str(work / f"{topic}-consumer-{i}")
         procs.append(worker(ctx, persisting_consumer_main, spec, f"consumer-{i}"))
+    pipelined = "" if inflight == 1 else f"; {inflight} requests in flight per process (pipelined)"
     row = Throughput(
-        f"persisting-{durability}",
+        f"persisting-{durability}{suffix}",
         "persisting via broker",
         f'durability="{durability}"; 2 producers put_batch({PUT_BATCH}) of their own records; 2 consumers '
         f"split the index space in pages of {PUT_BATCH} (consumer c: pages c, c+2, ...) with "
-        "stream(wait=True); 4 spawned processes, one broker",
+        f"stream(wait=True){pipelined}; 4 spawned processes, one broker",
         total,
     )
     for p in procs:

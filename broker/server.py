@@ -157,6 +157,10 @@ class Broker:
         try:
             for _ in range(DRAIN_BATCH):
                 try:
+                    # Asking first costs less than the zmq.Again a recv on an empty socket raises (an exception
+                    # object per callback); it is also what arms the edge-triggered FD again.
+                    if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                        return
                     # The routing id as a Frame: it carries the sender's kernel credentials (peers.py).
                     first = sock.recv(zmq.NOBLOCK, copy=False)
                     frames = [first.bytes, *(sock.recv_multipart(zmq.NOBLOCK) if first.more else ())]
@@ -255,8 +259,14 @@ class Broker:
             self._recent.abandon(name)
             raise
         except Exception as exc:
-            log.exception("request %d failed", req.id)
-            reply = protocol.error_reply(req.id, exc)
+            odd = protocol.plain(req.args)  # msgspec decodes what msgpack's strict mode refused: name it
+            if odd is None:
+                log.exception("request %d failed", req.id)
+                reply = protocol.error_reply(req.id, exc)
+            else:
+                bad = ProtocolError(f"operation {req.op!r}: its args hold {odd}")
+                self._complain(identity, bad)
+                reply = protocol.error_reply(req.id, bad)
         if metrics is not None:
             metrics.request(req, reply, time.perf_counter() - started)
         out = protocol.encode_reply(reply)
@@ -282,6 +292,7 @@ class Broker:
                 "max_message_bytes": self.max_message_bytes,
                 "arena": self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
                 "arena_stats": self.plane.stats(),
+                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
             }
             return Reply(req.id, True, info)
         if req.op == "status":

@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import zmq
@@ -38,6 +40,18 @@ def _forget_connections() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_connections)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A request sent and not answered yet."""
+
+    fut: asyncio.Future[Reply]
+    frames: list[bytes]
+    due: float  # loop time of its next re-send
+    deadline: float  # loop time it fails at (BrokerUnavailableError)
+    op: str
+    limit: float  # its timeout in seconds, for the error message
 
 
 def connection(address: str) -> Connection:
@@ -71,8 +85,11 @@ class Connection:
         self._monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._lost = False
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Reply]] = {}
-        self._frames: dict[int, list[bytes]] = {}  # request id -> its frames, while it waits for its reply
+        self._waiting: dict[int, _Waiting] = {}  # request id -> the request, while it waits for its reply
+        # One timer for every waiting request (re-sends and timeouts), set for the earliest due one: a request
+        # answered in time (nearly all) then costs no timer of its own.
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
@@ -84,6 +101,9 @@ class Connection:
             loop.remove_reader(self._sock.fileno())
             loop.remove_reader(self._monitor.fileno())
         self._loop = None
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep, self._sweep_at = None, math.inf
         with contextlib.suppress(zmq.ZMQError):
             self._sock.disable_monitor()
         self._monitor.close(linger=0)
@@ -106,11 +126,10 @@ class Connection:
                 self._lost = True
             elif event == zmq.EVENT_CONNECTED and self._lost:
                 self._lost = False
-                log.info("reconnected to %s; sending %d waiting request(s) again", self.address, len(self._frames))
-                for request_id, frames in list(self._frames.items()):
-                    fut = self._pending.get(request_id)
-                    if fut is not None and not fut.done():
-                        self._send(frames)
+                log.info("reconnected to %s; sending %d waiting request(s) again", self.address, len(self._waiting))
+                for waiting in list(self._waiting.values()):
+                    if not waiting.fut.done():
+                        self._send(waiting.frames)
 
     def _kick(self) -> None:
         # ZeroMQ's FD is edge-triggered: a send may consume the edge of a reply that is already waiting.
@@ -120,9 +139,12 @@ class Connection:
 
     def _drain(self) -> None:
         self._drain_pending = False
+        sock = self._sock
         while True:
             try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # cheaper than the zmq.Again of an empty recv
+                    return
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:  # the socket was closed under us
@@ -133,9 +155,9 @@ class Connection:
             except errors.ProtocolError as exc:
                 log.warning("ignoring a malformed reply from %s: %s", self.address, exc)
                 continue
-            fut = self._pending.get(reply.id)
-            if fut is not None and not fut.done():
-                fut.set_result(reply)
+            waiting = self._waiting.get(reply.id)
+            if waiting is not None and not waiting.fut.done():
+                waiting.fut.set_result(reply)
 
     def _send(self, frames: list[bytes]) -> None:
         # zmq.Again: the queue to the broker is full (it is down or stalled); the resend timer tries again.
@@ -165,38 +187,45 @@ class Connection:
         loop = asyncio.get_running_loop()
         self._watch(loop)
         fut: asyncio.Future[Reply] = loop.create_future()
-        self._pending[req.id] = fut
-        self._frames[req.id] = frames
         limit = timeout or hold + REQUEST_TIMEOUT_SECONDS  # a held request may answer only after its hold
-        deadline = loop.time() + limit
-        timer: asyncio.TimerHandle | None = None
-
-        def resend() -> None:
-            # A timer, not wait_for: the common case (a reply within RESEND_SECONDS) then costs one await.
-            nonlocal timer
-            if fut.done():
-                return
-            left = deadline - loop.time()
-            if left <= 0:
-                fut.set_exception(
-                    errors.BrokerUnavailableError(
-                        f"no reply from the broker at {self.address} to {op!r} within {limit:.0f} s; "
-                        "is persisting-broker running there?"
-                    )
-                )
-                return
-            self._send(frames)  # queued by ZeroMQ; delivered once the broker is back
-            timer = loop.call_later(min(RESEND_SECONDS, left), resend)
-
+        now = loop.time()
+        waiting = _Waiting(fut, frames, now + min(hold + RESEND_SECONDS, limit), now + limit, op, limit)
+        self._waiting[req.id] = waiting
         self._send(frames)
-        timer = loop.call_later(min(hold + RESEND_SECONDS, limit), resend)
+        if waiting.due < self._sweep_at:
+            self._sweep_soon(loop, waiting.due)
         try:
             return raise_for(await fut)
         finally:
-            if timer is not None:
-                timer.cancel()
-            self._pending.pop(req.id, None)
-            self._frames.pop(req.id, None)
+            self._waiting.pop(req.id, None)
+
+    def _sweep_soon(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep, self._sweep_at = loop.call_at(when, self._resend_due, loop), when
+
+    def _resend_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Re-send each waiting request that is due (ZeroMQ queues it until the broker is back); fail those past
+        their timeout; then wait for the next one due."""
+        self._sweep, self._sweep_at = None, math.inf
+        now, earliest = loop.time(), math.inf
+        for waiting in list(self._waiting.values()):
+            if waiting.fut.done():
+                continue
+            if now >= waiting.deadline:
+                waiting.fut.set_exception(
+                    errors.BrokerUnavailableError(
+                        f"no reply from the broker at {self.address} to {waiting.op!r} within {waiting.limit:.0f} s; "
+                        "is persisting-broker running there?"
+                    )
+                )
+                continue
+            if now >= waiting.due:
+                self._send(waiting.frames)
+                waiting.due = now + min(RESEND_SECONDS, waiting.deadline - now)
+            earliest = min(earliest, waiting.due)
+        if earliest < math.inf:
+            self._sweep_soon(loop, earliest)
 
     async def long_poll(
         self,

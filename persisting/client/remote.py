@@ -202,6 +202,47 @@ class RemoteTopic:
         indexes, descs = reply.result
         return list(indexes), list(descs)
 
+    async def take_rows(
+        self,
+        partition: str,
+        task: str,
+        batch_size: int,
+        timeout: float | None,
+        sampler: dict[str, Any] | None,
+        lease: float | None,
+        fields: list[str],
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """take and the stored rows of ``fields`` (a later write of a field wins) in one round trip, without
+        field descriptions or batches: the persist-queue layer's ``get`` of one record. Every sample is taken
+        (``ready_fields`` nil), as the embedded ``Topic.take`` followed by ``sample_rows`` does."""
+        request_key = uuid.uuid4().hex  # as in take
+
+        def args(left: float) -> dict[str, Any]:
+            return self._args(
+                key=request_key,
+                partition=partition,
+                task=task,
+                batch_size=batch_size,
+                wait=left,
+                fields=fields,
+                ready_fields=None,
+                zerocopy=False,
+                sampler=sampler,
+                sampler_kw={},
+                lease_seconds=lease,
+                peer=peer_id(),
+                released=releases.take(self.address),
+            )
+
+        reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
+        indexes = reply.result[0]
+        if not indexes:
+            return []
+        if len(reply.buffers) != 1:
+            raise errors.ProtocolError("take reply without its rows buffer")
+        rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
+        return list(zip(indexes, rows, strict=True))
+
     async def clear(self, partition: str, indexes: list[int] | None) -> int:
         reply = await self._conn.request("clear", self._args(partition=partition, indexes=indexes))
         return int(reply.result)

@@ -5,8 +5,8 @@
 - ``call``: awaits a coroutine on the engine's loop from any other loop (the TransferQueue layer's async calls).
 - ``close_soon``: a close from ``close()``, ``__del__`` or exit, on the engine loop without blocking it.
 - ``stop_engine_loop``: at exit, for queues left open (see ``persistqueue._twin``).
-- ``take_records``: embedded mode's take of one record and its bytes in one step (``Queue.get_meta`` +
-  ``get_data`` cost ~2.5x as much for one small record).
+- ``take_records``: a take of records and their bytes in one step, embedded on the engine loop and through a
+  broker in one round trip (``Queue.get_meta`` + ``get_data`` cost ~2.5x as much for one small record).
 - ``read_window``: records from a global index on, with where the window ended (``Queue.get`` does not say,
   and a window holding cleared samples' rows returns fewer rows than it spans).
 """
@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 from persisting import Queue, Sampler
 from persisting.client import _loop
+from persisting.client.data_api import _sampler_wire
+from persisting.client.remote import RemoteTopic
 from persisting.engine import Topic
 
 T = TypeVar("T")
@@ -68,17 +70,21 @@ async def take_records(
     sampler: Sampler | None,
     lease_s: float | None,
     fields: list[str],
+    batch_size: int = 1,
 ) -> list[tuple[int, dict[str, Any]]] | None:
-    """Embedded mode: one take of one sample and its ``fields`` as stored now (a later write of a field, an update,
-    wins), in one step on the engine loop; without get_meta's and get_data's field descriptions and batch building,
-    which cost more than the take itself for one small record. None in broker mode (use get_meta and get_data)."""
+    """A take of up to ``batch_size`` samples and their ``fields`` as stored now (a later write of a field, an
+    update, wins), without get_meta's and get_data's field descriptions and batch building, which cost more than
+    the take itself for a small record: embedded, in one step on the engine loop; through a broker, in one round
+    trip (get_meta + get_data would be two). None only for a topic that is neither (use get_meta and get_data)."""
     topic = await queue._handle.engine()
+    if isinstance(topic, RemoteTopic):
+        return await topic.take_rows(partition, task, batch_size, timeout, _sampler_wire(sampler), lease_s, fields)
     if not isinstance(topic, Topic):
         return None
 
     async def on_loop() -> list[tuple[int, dict[str, Any]]]:
         held = None if lease_s is None else (lease_s, None)
-        indexes = await topic.take(partition, task, 1, timeout, sampler, held)
+        indexes = await topic.take(partition, task, batch_size, timeout, sampler, held)
         if not indexes:
             return []
         rows, _kinds = await topic.sample_rows(indexes, fields)

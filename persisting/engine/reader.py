@@ -78,7 +78,10 @@ class Reader:
             # The tail first: a flush may move it into the backends while we await them.
             tail_rows = self._tail.rows(lo, hi, cleared) if hi > flushed else []
             stored: list[dict[str, Any]] = []
-            if lo < flushed:
+            recent = self._tail.recent_rows(lo, min(hi, flushed), cleared) if lo < flushed else None
+            if recent is not None:
+                stored = recent
+            elif lo < flushed:
                 stored = await self._buckets.read(lo, min(hi, flushed))
                 if cleared:
                     stored = [row for row in stored if row[INDEX_KEY] not in cleared]

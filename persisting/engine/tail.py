@@ -17,6 +17,11 @@ that a replay after a crash decides the same.
 A put takes indexes at ``next_index`` (``assign``), is made visible by ``acknowledge`` once its log frame is
 committed (waking whoever waits in ``changed``), and a flush moves chunks below a cut into the backends
 (``flushed``). Flushed arena batches stay *resident* (their extents mapped) until the arena reuses the extent.
+The other flushed chunks stay *recent* (their rows in memory, up to ``RECENT_ROWS`` rows and about
+``RECENT_BYTES``, estimated from each chunk's first row) so that a reader a little behind the writers reads them
+from memory instead of from the backends: without them a consumer that lags by one flush pays a Lance read per
+page, falls further behind, and a faster writer (``durability="process"``) makes its consumers slower than a
+durable one.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +37,9 @@ from ..tensors.column import AnyColumn
 from ..tensors.jagged import JaggedColumn
 from ..wire.codec import encode_sample
 from .fields import FieldIndex
+
+RECENT_ROWS = int(os.environ.get("PERSISTING_RECENT_ROWS", "262144"))  # flushed rows kept readable in memory
+RECENT_BYTES = int(os.environ.get("PERSISTING_RECENT_BYTES", str(64 * 1024 * 1024)))  # ... and about this much
 
 
 @dataclass(slots=True)
@@ -159,6 +168,11 @@ class Tail:
         self._firsts: list[int] = []
         self._resident: list[Chunk] = []
         self._resident_firsts: list[int] = []
+        self._recent: list[Chunk] = []  # flushed plain chunks, oldest first (see the module docstring)
+        self._recent_firsts: list[int] = []
+        self._recent_sizes: list[tuple[int, int]] = []  # (rows, approximate bytes) of each
+        self._recent_rows = 0
+        self._recent_bytes = 0
         self._changed = asyncio.Event()
 
     # -- marks --------------------------------------------------------------------------------------
@@ -214,9 +228,51 @@ class Tail:
                 chunk.forget_rows()
                 self._resident.append(chunk)
                 self._resident_firsts.append(chunk.first)
+            else:
+                self._keep_recent(chunk)
         del self.chunks[: len(chunks)]
         del self._firsts[: len(chunks)]
         self.flushed_upto = cut
+
+    def _keep_recent(self, chunk: Chunk) -> None:
+        rows = chunk.rows
+        size = (chunk.count, chunk.count * _row_bytes(rows[0]) if rows else 0)
+        self._recent.append(chunk)
+        self._recent_firsts.append(chunk.first)
+        self._recent_sizes.append(size)
+        self._recent_rows += size[0]
+        self._recent_bytes += size[1]
+        drop = 0
+        rows_left, bytes_left = self._recent_rows, self._recent_bytes
+        while rows_left > RECENT_ROWS or bytes_left > RECENT_BYTES:
+            rows_left -= self._recent_sizes[drop][0]
+            bytes_left -= self._recent_sizes[drop][1]
+            drop += 1
+        if drop:
+            del self._recent[:drop], self._recent_firsts[:drop], self._recent_sizes[:drop]
+            self._recent_rows, self._recent_bytes = rows_left, bytes_left
+
+    def recent_rows(self, lo: int, hi: int, cleared: set[int]) -> list[dict[str, Any]] | None:
+        """The flushed rows with index in ``[lo, hi)`` (``hi`` at most ``flushed_upto``) from the recent chunks, in
+        order, without ``cleared`` ones; None unless the recent chunks hold every index of the range."""
+        k = bisect.bisect_right(self._recent_firsts, lo) - 1
+        if k < 0:
+            return None
+        out: list[dict[str, Any]] = []
+        pos = lo
+        for chunk in self._recent[k:]:
+            if pos >= hi:
+                break
+            if chunk.first > pos or chunk.first + chunk.count <= pos:
+                return None  # a gap: an arena batch, or rows older than the recent ones
+            a, b = pos - chunk.first, min(hi - chunk.first, chunk.count)
+            rows = chunk.rows
+            if cleared:
+                out.extend(r for i, r in enumerate(rows[a:b], chunk.first + a) if i not in cleared)
+            else:
+                out.extend(rows[a:b])
+            pos = chunk.first + b
+        return out if pos >= hi else None
 
     def has_arena(self) -> bool:
         return any(c.arena is not None for c in self.chunks)
@@ -280,3 +336,8 @@ class Tail:
                 del self._resident[k]
                 del self._resident_firsts[k]
                 return
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """About how much memory a row holds: a dict, and per value its length (str, bytes) and an object's overhead."""
+    return 100 + sum(50 + (len(v) if isinstance(v, str | bytes) else 8) for v in row.values())

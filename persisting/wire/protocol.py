@@ -9,6 +9,9 @@ Transport: ZeroMQ, a DEALER per client process, the broker's ROUTER. A message i
 Raw payloads (encoded rows) travel as extra frames, never inside the envelope. Nothing is unpickled: envelopes
 are msgpack of plain types, rows are msgpack of storage values (see codec.py). ``decode_*`` raise
 ``ProtocolError`` for anything malformed; the broker answers those with an error reply and keeps serving.
+Envelopes are encoded and decoded with msgspec (the same msgpack bytes, about 3x faster than msgpack-python for
+an envelope); ``plain`` tells values msgspec lets through that msgpack-python's strict decoding refused (map keys
+that are not str or bytes, extension types), for the broker to name them when a request fails on one.
 
 Operations (``args``; every topic operation carries ``topic`` and the topic's ``config`` so that a broker that
 restarted reopens the topic on the first request it gets):
@@ -60,7 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
+import msgspec
 
 from ..errors import ProtocolError, ProtocolVersionError, SchemaConflictError
 
@@ -108,10 +111,14 @@ def shown(value: Any) -> str:
     return f"{text[:LOGGED_VALUE_CHARS]}... ({type(value).__name__}{size})"
 
 
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
 def _envelope(frame: bytes) -> dict[str, Any]:
     try:
-        env = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        env = _decode(frame)
+    except Exception as exc:  # DecodeError for garbage; RecursionError for absurd nesting
         raise ProtocolError(f"envelope is not valid msgpack: {shown(str(exc))}") from exc
     if not isinstance(env, dict):
         raise ProtocolError(f"envelope must be a map, got {type(env).__name__}")
@@ -129,8 +136,7 @@ def _envelope(frame: bytes) -> dict[str, Any]:
 
 
 def encode_request(req: Request) -> list[bytes]:
-    env = {"v": PROTOCOL_VERSION, "id": req.id, "op": req.op, "args": req.args}
-    return [msgpack.packb(env, use_bin_type=True), *req.buffers]
+    return [_encode({"v": PROTOCOL_VERSION, "id": req.id, "op": req.op, "args": req.args}), *req.buffers]
 
 
 def decode_request(frames: list[bytes]) -> Request:
@@ -153,7 +159,7 @@ def encode_reply(reply: Reply) -> list[bytes]:
         env["error"] = {"type": reply.error_type, "message": reply.error_message}
         if reply.error_details:
             env["error"]["details"] = reply.error_details
-    return [msgpack.packb(env, use_bin_type=True), *reply.buffers]
+    return [_encode(env), *reply.buffers]
 
 
 def decode_reply(frames: list[bytes]) -> Reply:
@@ -171,6 +177,26 @@ def decode_reply(frames: list[bytes]) -> Reply:
     return Reply(
         env["id"], False, None, str(error.get("type", "")), str(error.get("message", "")), error_details=details
     )
+
+
+def plain(value: Any, depth: int = 0) -> str | None:
+    """What in ``value`` (decoded args) is not a plain msgpack value with str or bytes map keys, or None.
+    Walked only after a request failed (the request path pays nothing for it)."""
+    if depth > 64:
+        return "nesting deeper than 64 levels"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str | bytes):
+                return f"a map key {shown(key)} (map keys must be str)"
+            if (found := plain(item, depth + 1)) is not None:
+                return found
+    elif type(value) is list or type(value) is tuple:  # (a namedtuple such as an ExtType is not plain)
+        for item in value:
+            if (found := plain(item, depth + 1)) is not None:
+                return found
+    elif value is not None and not isinstance(value, bool | int | float | str | bytes):
+        return f"a value of type {type(value).__name__} (an extension type)"
+    return None
 
 
 def error_reply(request_id: int, exc: BaseException) -> Reply:
