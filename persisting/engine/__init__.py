@@ -24,6 +24,7 @@ The interface::
     object_store_topic(location, name, topic_dirname(name))  the object-store side of a topic (or None),
                                                 Topic's ``remote``: lease, settings and schema in the store
     sampler_from_wire(value)                    a built-in sampler from its wire form (the broker runs no other)
+    caller_thread(), blocking_allowed()         engine code run inline in a blocking caller's thread (inline.py)
 
 Every call runs on one event loop (embedded mode: ``client/_loop.py``'s engine loop; the broker's own loop), so
 the engine needs no locks: the steps between two ``await`` are atomic. How a topic is built: ``topic.py``.
@@ -31,6 +32,7 @@ the engine needs no locks: the steps between two ``await`` are atomic. How a top
 
 from .config import DURABILITY_MODES, Metrics, TopicConfig
 from .fields import FieldIndex
+from .inline import blocking_allowed, caller_thread
 from .layout import topic_dirname
 from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
 from .opening import ArenaResolver, stored_topics
@@ -49,6 +51,8 @@ __all__ = [
     "ObjectStoreTopic",
     "Topic",
     "TopicConfig",
+    "blocking_allowed",
+    "caller_thread",
     "object_store_topic",
     "parse_location",
     "sampler_from_wire",

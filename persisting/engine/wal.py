@@ -43,6 +43,7 @@ import msgpack
 
 from ..errors import CorruptionError, StorageError
 from ..wire import codec
+from . import inline
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,14 @@ class Frame:
         if not isinstance(rows, list) or len(rows) != self.count:
             raise CorruptionError(f"write-ahead log frame of index {self.first_index} does not hold {self.count} rows")
         return rows
+
+
+@dataclass(slots=True)
+class _Round:
+    target: int  # the write sequence number this round makes durable
+    retired: list[_Segment]  # rotated-out segments it closes once synced
+    fds: list[int]
+    directory: Path | None  # the folder too, when a segment was created since the last round
 
 
 @dataclass(slots=True)
@@ -222,32 +231,49 @@ class WriteAheadLog:
             if self._failed is not None:
                 raise StorageError("the write-ahead log could not be synced") from self._failed
             if self._sync_task is None:
+                if inline.blocking_allowed():
+                    # A blocking caller's own thread (inline.py): sync here, without two thread hand-offs. Nothing
+                    # else runs engine code meanwhile, so the round is the same as a worker thread's.
+                    round_ = self._round_start()
+                    self._round_sync(round_)
+                    self._round_done(round_)
+                    continue
                 self._sync_task = asyncio.ensure_future(self._sync_round())
             await asyncio.shield(self._sync_task)
 
     async def _sync_round(self) -> None:
         try:
-            target = self._written_seq
-            retired = [*self._retired]
-            segs = [seg for seg in retired if seg.dirty]
-            if self._current is not None and self._current.dirty:
-                segs.append(self._current)
-            for seg in segs:
-                seg.dirty = False
-            dir_dirty, self._dir_dirty = self._dir_dirty, False
-            fds = [seg.fd for seg in segs]
-            try:
-                await asyncio.to_thread(_sync_all, fds, self.directory if dir_dirty else None)
-            except OSError as exc:
-                # After a failed fsync the page cache state is unknown; refuse further writes.
-                self._failed = exc
-                raise StorageError(f"fdatasync of the write-ahead log failed: {exc}") from exc
-            self._synced_seq = max(self._synced_seq, target)
-            for seg in retired:  # nothing writes to a retired segment, and this round synced it
-                self._retired.remove(seg)
-                os.close(seg.fd)
+            round_ = self._round_start()
+            await asyncio.to_thread(self._round_sync, round_)
+            self._round_done(round_)
         finally:
             self._sync_task = None
+
+    def _round_start(self) -> _Round:
+        """What one sync round covers: every frame written so far and the segments holding them (marked clean)."""
+        retired = [*self._retired]
+        segs = [seg for seg in retired if seg.dirty]
+        if self._current is not None and self._current.dirty:
+            segs.append(self._current)
+        for seg in segs:
+            seg.dirty = False
+        dir_dirty, self._dir_dirty = self._dir_dirty, False
+        return _Round(self._written_seq, retired, [seg.fd for seg in segs], self.directory if dir_dirty else None)
+
+    def _round_sync(self, round_: _Round) -> None:
+        """The blocking part of a round (a worker thread, or an inline caller's thread)."""
+        try:
+            _sync_all(round_.fds, round_.directory)
+        except OSError as exc:
+            # After a failed fsync the page cache state is unknown; refuse further writes.
+            self._failed = exc
+            raise StorageError(f"fdatasync of the write-ahead log failed: {exc}") from exc
+
+    def _round_done(self, round_: _Round) -> None:
+        self._synced_seq = max(self._synced_seq, round_.target)
+        for seg in round_.retired:  # nothing writes to a retired segment, and this round synced it
+            self._retired.remove(seg)
+            os.close(seg.fd)
 
     def droppable(self, flushed_upto: int, keep_seconds: float = 0.0) -> list[Path]:
         """Segments whose every index is below ``flushed_upto`` (already stored in the backend) and that were
