@@ -52,6 +52,9 @@ _HEADER = struct.Struct("<4sIQII")
 _SUFFIX = ".log"
 MAX_FRAME_BYTES = 2**32 - 1
 ROTATE_AT_BYTES = 16 * 1024 * 1024  # a flush starts a new segment once the current one is this large
+# Segments are allocated ahead in steps of this many bytes (zeros past the last frame): an fdatasync after a
+# write that does not grow the file has no size to commit to the filesystem's journal, ~1/3 cheaper on ext4.
+PREALLOCATE_BYTES = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -85,7 +88,8 @@ class _Segment:
     start: int
     path: Path
     fd: int
-    size: int
+    size: int  # bytes of frames (where the next one goes)
+    allocated: int  # bytes the file holds (zeros past ``size``)
     dirty: bool = False
 
 
@@ -124,13 +128,19 @@ class WriteAheadLog:
         return sorted(found)
 
     def replay(self) -> Iterator[Frame]:
-        """Every intact frame, oldest first. Truncates a torn tail and drops segments after it."""
+        """Every intact frame, oldest first. Truncates a torn tail and drops segments after it. Zeros after the
+        last frame of a segment are its preallocated room, not a torn frame: cut off quietly."""
         segments = self.segments()
         for n, (_start, path) in enumerate(segments):
             data = path.read_bytes()
             pos = 0
             while pos < len(data):
                 frame, end = self._parse(data, pos)
+                if frame is None and data.count(0, pos) == len(data) - pos:
+                    with open(path, "r+b") as f:
+                        f.truncate(pos)
+                        os.fsync(f.fileno())
+                    break
                 if frame is None:
                     log.warning(
                         "write-ahead log %s: torn or corrupt frame at byte %d of %d; "
@@ -183,17 +193,40 @@ class WriteAheadLog:
         if self._current is not None and self._current.start == start:
             return
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot create write-ahead log segment {path}: {exc}") from exc
         if self._current is not None:
+            self._trim(self._current)
             if self.sync:
                 # Closed by the next sync round: one may be running with this descriptor right now.
                 self._retired.append(self._current)
             else:
                 os.close(self._current.fd)
-        self._current = _Segment(start, path, fd, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size  # replay cut off any zeros of an existing segment
+        self._current = _Segment(start, path, fd, size, size)
         self._dir_dirty = True
+
+    def _preallocate(self, seg: _Segment, need: int) -> None:
+        """Make room for ``need`` more bytes of frames (once per PREALLOCATE_BYTES: that sync commits a size)."""
+        if seg.size + need <= seg.allocated:
+            return
+        grow = max(PREALLOCATE_BYTES, need)
+        try:
+            os.posix_fallocate(seg.fd, seg.allocated, seg.size + grow - seg.allocated)
+        except OSError:
+            return  # a filesystem without it (or full): frames grow the file as they are written
+        seg.allocated = seg.size + grow
+
+    def _trim(self, seg: _Segment) -> None:
+        """Cut a segment's unused room (it is written no more; replay would skip the zeros anyway)."""
+        if seg.allocated > seg.size:
+            try:
+                os.ftruncate(seg.fd, seg.size)
+            except OSError:
+                return
+            seg.allocated = seg.size
+            seg.dirty = True
 
     def append(self, first_index: int, count: int, header: Any, rows_blob: bytes) -> None:
         """Write one frame (no sync). On failure the segment is cut back, so no partial frame stays."""
@@ -207,14 +240,16 @@ class WriteAheadLog:
             raise StorageError(f"one put_batch may encode to at most {MAX_FRAME_BYTES} bytes; split it")
         body = struct.pack("<QII", first_index, count, len(payload)) + payload
         frame = _MAGIC + struct.pack("<I", zlib.crc32(body)) + body
+        self._preallocate(seg, len(frame))
         try:
-            view = memoryview(frame)
+            view, at = memoryview(frame), seg.size
             while view:
-                n = os.write(seg.fd, view)
-                view = view[n:]
+                n = os.pwrite(seg.fd, view, at)
+                view, at = view[n:], at + n
         except OSError as exc:
             try:
                 os.ftruncate(seg.fd, seg.size)
+                seg.allocated = seg.size
             except OSError:
                 self._failed = exc
             raise StorageError(f"cannot write to the write-ahead log {seg.path}: {exc}") from exc
@@ -300,6 +335,8 @@ class WriteAheadLog:
     async def close(self) -> None:
         if self._sync_task is not None:
             await asyncio.shield(self._sync_task)
+        if self._current is not None and self._failed is None:
+            self._trim(self._current)
         for seg in [*self._retired, *([self._current] if self._current else [])]:
             if seg.dirty and self.sync and self._failed is None:
                 os.fdatasync(seg.fd)
