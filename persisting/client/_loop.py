@@ -59,6 +59,9 @@ class _BatonSelector(selectors.DefaultSelector):
 
 def engine_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
+    started = _loop
+    if started is not None:  # every call asks: no lock once it runs
+        return started
     with _lock:
         if _loop is None:
             loop = asyncio.SelectorEventLoop(_BatonSelector())
