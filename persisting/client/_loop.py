@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import os
 import selectors
+import sys
 import threading
 from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
@@ -118,9 +119,11 @@ def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
     first wait; a coroutine that waits goes on as a task of the loop, and this thread blocks for its result."""
     waiting: concurrent.futures.Future[T] | None = None
     scheduled = len(loop._scheduled)  # type: ignore[attr-defined]
-    outer = asyncio._get_running_loop()
+    outer, outer_hooks = asyncio._get_running_loop(), sys.get_asyncgen_hooks()
     try:
+        # As on the loop's thread: the running loop, and async generators first iterated here belong to it.
         asyncio._set_running_loop(loop)
+        sys.set_asyncgen_hooks(*_asyncgen_hooks(loop))
         try:
             with caller_thread():
                 pending = coro.send(None)
@@ -128,6 +131,7 @@ def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
             return stop.value
         finally:
             asyncio._set_running_loop(outer)
+            sys.set_asyncgen_hooks(*outer_hooks)
         waiting = concurrent.futures.Future()
         task = loop.create_task(_resume(coro, pending))
         task.add_done_callback(lambda done: _settle(done, waiting))
@@ -139,6 +143,11 @@ def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
         if wake:
             loop.call_soon_threadsafe(_nothing)
     return waiting.result()
+
+
+def _asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+    """The (firstiter, finalizer) pair ``loop.run_forever`` installs on its own thread."""
+    return loop._asyncgen_firstiter_hook, loop._asyncgen_finalizer_hook  # type: ignore[attr-defined]
 
 
 def _nothing() -> None:

@@ -15,6 +15,10 @@ A segment is a sequence of frames, one per put_batch::
     20      4     payload length (u32)
     24      n     payload: msgpack(header: [partition, new field kinds]) then msgpack(list of rows)
 
+Frames are written into room allocated ahead (zeros, PREALLOCATE_BYTES at a time), so the file's size changes
+once per step instead of at every frame; replay cuts the zeros after a segment's last frame quietly, and a
+rotated-out or closed segment is trimmed to its frames.
+
 Group commit: ``append`` only calls write(2); ``commit`` waits until one fdatasync covers everything appended
 before it, so a burst of concurrent puts shares one sync. In ``process`` durability mode ``commit`` returns at
 once (a write(2) survives the process being killed, not the machine losing power).
