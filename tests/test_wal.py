@@ -85,3 +85,25 @@ def test_unused_room_left_by_a_kill_is_no_torn_frame(tmp_path: Path, caplog: pyt
     assert [f.first_index for f in frames] == list(range(10))
     assert sum(p.stat().st_size for p in folder.iterdir()) < with_room  # the zeros are cut off
     assert "torn" not in caplog.text
+
+
+def test_small_and_large_frames_mixed_replay_intact(tmp_path: Path) -> None:
+    """Frames larger than the room allocated ahead grow the file themselves; the room made after them never
+    covers a frame (every frame replays with its bytes)."""
+    big = bytes(range(256)) * (3 * 1024 * 1024 // 256)
+
+    async def write() -> None:
+        wal = WriteAheadLog(tmp_path / "wal", sync=True)
+        wal.rotate(0)
+        _frames(wal, 0, 3)
+        wal.append(3, 1, ["p", {"blob": "bytes"}, None], msgpack.packb([{"blob": big}]))
+        _frames(wal, 4, 3)
+        wal.append(7, 1, ["p", {"blob": "bytes"}, None], msgpack.packb([{"blob": big[:1000]}]))
+        _frames(wal, 8, 2)
+        await wal.commit()  # no close: a kill leaves the room in place
+
+    asyncio.run(write())
+    frames = list(WriteAheadLog(tmp_path / "wal", sync=True).replay())
+    assert [f.first_index for f in frames] == list(range(10))
+    assert frames[3].rows() == [{"blob": big}] and frames[7].rows() == [{"blob": big[:1000]}]
+    assert [frames[i].rows() for i in (0, 6, 9)] == [[{"n": 0}], [{"n": 6}], [{"n": 9}]]

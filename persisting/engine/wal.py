@@ -56,8 +56,8 @@ _HEADER = struct.Struct("<4sIQII")
 _SUFFIX = ".log"
 MAX_FRAME_BYTES = 2**32 - 1
 ROTATE_AT_BYTES = 16 * 1024 * 1024  # a flush starts a new segment once the current one is this large
-# Segments are allocated ahead in steps of this many bytes (zeros past the last frame): an fdatasync after a
-# write that does not grow the file has no size to commit to the filesystem's journal, ~1/3 cheaper on ext4.
+# Segments are allocated ahead in steps of this many bytes (zeros written past the last frame): an fdatasync after
+# a write that neither grows the file nor fills an unwritten extent has no metadata to commit, ~1/3 cheaper on ext4.
 PREALLOCATE_BYTES = 1024 * 1024
 
 
@@ -215,12 +215,20 @@ class WriteAheadLog:
         """Make room for ``need`` more bytes of frames (once per PREALLOCATE_BYTES: that sync commits a size)."""
         if seg.size + need <= seg.allocated:
             return
-        grow = max(PREALLOCATE_BYTES, need)
+        # Written zeros, not fallocate(2): a frame written into an unwritten extent still changes the extent map,
+        # which costs a journal commit per fdatasync when the disk is busy (382 vs 664 us in one loaded run).
+        start = max(seg.allocated, seg.size)  # never over a frame
+        if need > PREALLOCATE_BYTES:  # a large frame grows the file itself (no zeros written under it first)
+            seg.allocated = start
+            return
         try:
-            os.posix_fallocate(seg.fd, seg.allocated, seg.size + grow - seg.allocated)
-        except OSError:
-            return  # a filesystem without it (or full): frames grow the file as they are written
-        seg.allocated = seg.size + grow
+            view, at = memoryview(bytes(seg.size + PREALLOCATE_BYTES - start)), start
+            while view:
+                n = os.pwrite(seg.fd, view, at)
+                view, at = view[n:], at + n
+        except OSError:  # a full disk: the frame's own write says so; zeros written so far are harmless
+            pass
+        seg.allocated = at
 
     def _trim(self, seg: _Segment) -> None:
         """Cut a segment's unused room (it is written no more; replay would skip the zeros anyway)."""
