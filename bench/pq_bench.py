@@ -2,6 +2,8 @@
 then N got, per class) for persist-queue 1.1.0 and for ``persisting.compat.persistqueue`` in the same run, plus
 2 producer + 2 consumer processes on one SQLiteAckQueue path (persist-queue directly on the path; the compat
 layer through a broker). Per-item microseconds are the median of ``--repeat`` runs; ratio = persist-queue / ours.
+The floor of a ``sync`` put is measured in the same run: a write of one log frame's bytes and its fdatasync, into
+a file that grows with it and into room allocated ahead (what the write-ahead log does).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import shutil
 import statistics
 import tempfile
@@ -21,6 +24,29 @@ from tests.broker_fixture import make_broker
 ITEM = "x" * 100
 CLASSES = ("Queue", "SQLiteQueue", "FILOSQLiteQueue", "UniqueQ", "SQLiteAckQueue")
 GET_TIMEOUT_S = 1.0
+FRAME_BYTES = 160  # one put's log frame: 24 bytes of frame header, the batch header and a ~100-byte item
+
+
+def _fdatasync_floor(folder: Path, n: int) -> dict[str, float]:
+    """Microseconds per write + fdatasync of FRAME_BYTES (median of ``n``): growing the file, and into room."""
+    frame = b"x" * FRAME_BYTES
+    out = {}
+    for label, ahead in (("grow_us", False), ("ahead_us", True)):
+        fd = os.open(folder / f"floor-{label}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            if ahead:
+                os.posix_fallocate(fd, 0, n * FRAME_BYTES)
+                os.fsync(fd)
+            times = []
+            for i in range(n):
+                t0 = time.perf_counter()
+                os.pwrite(fd, frame, i * FRAME_BYTES)
+                os.fdatasync(fd)
+                times.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+        out[label] = round(statistics.median(times) * 1e6, 1)
+    return out
 
 
 def _one(module: Any, cls: str, path: str, n: int, extra: dict[str, Any]) -> tuple[float, float]:
@@ -110,6 +136,7 @@ def run(n: int, repeat: int, mp_n: int) -> dict[str, Any]:
 
     base = Path(tempfile.mkdtemp(prefix="pqb-"))
     rows = []
+    floors = []
     try:
         for cls in CLASSES:
             series: dict[str, list[tuple[float, float]]] = {"persist-queue": [], "process": [], "sync": []}
@@ -118,6 +145,7 @@ def run(n: int, repeat: int, mp_n: int) -> dict[str, Any]:
                 for durability in ("process", "sync"):
                     path = str(base / f"ours-{durability}-{cls}-{r}")
                     series[durability].append(_one(compat, cls, path, n, {"durability": durability}))
+                floors.append(_fdatasync_floor(base, min(n, 500)))
             med = {
                 k: (statistics.median(p for p, _ in v), statistics.median(g for _, g in v)) for k, v in series.items()
             }
@@ -136,7 +164,8 @@ def run(n: int, repeat: int, mp_n: int) -> dict[str, Any]:
         multi = {lib: _multiprocess(lib, base, mp_n) for lib in ("persist-queue", "persisting")}
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    return {"n": n, "repeat": repeat, "rows": rows, "multiprocess": multi}
+    floor = {k: statistics.median(f[k] for f in floors) for k in ("grow_us", "ahead_us")}
+    return {"n": n, "repeat": repeat, "rows": rows, "fdatasync_floor": floor, "multiprocess": multi}
 
 
 def render(result: dict[str, Any], fmt: str) -> str:
@@ -161,6 +190,11 @@ def render(result: dict[str, Any], fmt: str) -> str:
             out.append("  ".join(f"{c:>14}" for c in h))
             out += ["  ".join(f"{c!s:>14}" for c in row) for row in body]
         out.append("")
+    floor = result["fdatasync_floor"]
+    out.append(
+        f"fdatasync floor, same run (write of {FRAME_BYTES} B + fdatasync, median): {floor['grow_us']} us growing the "
+        f"file, {floor['ahead_us']} us into room allocated ahead"
+    )
     return "\n".join(out)
 
 

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from persisting.engine.wal import WriteAheadLog
 
@@ -31,3 +32,78 @@ def test_a_frame_larger_than_msgpacks_default_buffer_replays(tmp_path: Path) -> 
     rows = frames[0].rows()
     assert rows[0]["blob"] == payload and rows[1] == {"n": 2}
     assert frames[1].rows() == [{"n": 3}] and frames[1].header[2] == "key"
+
+
+def _frames(wal: WriteAheadLog, first: int, n: int) -> None:
+    for i in range(first, first + n):
+        wal.append(i, 1, ["p", {"n": "int"}, None], msgpack.packb([{"n": i}]))
+
+
+def test_sync_appends_do_not_grow_the_segment_file(tmp_path: Path) -> None:
+    """Frames go into room allocated ahead, so an fdatasync has no new file size to commit (a cheaper sync)."""
+
+    async def write() -> list[int]:
+        wal = WriteAheadLog(tmp_path / "wal", sync=True)
+        wal.rotate(0)
+        sizes = []
+        for i in range(50):
+            _frames(wal, i, 1)
+            await wal.commit()
+            sizes.append((tmp_path / "wal" / "00000000000000000000.log").stat().st_size)
+        await wal.close()
+        return sizes
+
+    sizes = asyncio.run(write())
+    assert len(set(sizes)) == 1, f"the segment file grew with the frames: {sizes[:5]}..."
+    closed = (tmp_path / "wal" / "00000000000000000000.log").stat().st_size
+    assert closed < sizes[0]  # a closed log keeps no unused room
+    assert [f.first_index for f in WriteAheadLog(tmp_path / "wal", sync=True).replay()] == list(range(50))
+
+
+def test_unused_room_left_by_a_kill_is_no_torn_frame(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A process killed before it trimmed its segments leaves zeros after their last frames (in a rotated-out
+    segment too): replay keeps every frame of every segment, and warns of nothing."""
+    folder = tmp_path / "wal"
+
+    async def write_and_die() -> None:
+        wal = WriteAheadLog(folder, sync=True)
+        wal.rotate(0)
+        _frames(wal, 0, 5)
+        await wal.commit()
+        room = folder / "00000000000000000000.log"
+        wal.rotate(5)
+        _frames(wal, 5, 5)
+        await wal.commit()
+        # A kill -9 right after the rotation: the old segment still holds its room (the trim never landed).
+        with open(room, "r+b") as f:
+            f.seek(0, 2)
+            f.write(bytes(4096))
+
+    asyncio.run(write_and_die())
+    with_room = sum(p.stat().st_size for p in folder.iterdir())
+    frames = list(WriteAheadLog(folder, sync=True).replay())
+    assert [f.first_index for f in frames] == list(range(10))
+    assert sum(p.stat().st_size for p in folder.iterdir()) < with_room  # the zeros are cut off
+    assert "torn" not in caplog.text
+
+
+def test_small_and_large_frames_mixed_replay_intact(tmp_path: Path) -> None:
+    """Frames larger than the room allocated ahead grow the file themselves; the room made after them never
+    covers a frame (every frame replays with its bytes)."""
+    big = bytes(range(256)) * (3 * 1024 * 1024 // 256)
+
+    async def write() -> None:
+        wal = WriteAheadLog(tmp_path / "wal", sync=True)
+        wal.rotate(0)
+        _frames(wal, 0, 3)
+        wal.append(3, 1, ["p", {"blob": "bytes"}, None], msgpack.packb([{"blob": big}]))
+        _frames(wal, 4, 3)
+        wal.append(7, 1, ["p", {"blob": "bytes"}, None], msgpack.packb([{"blob": big[:1000]}]))
+        _frames(wal, 8, 2)
+        await wal.commit()  # no close: a kill leaves the room in place
+
+    asyncio.run(write())
+    frames = list(WriteAheadLog(tmp_path / "wal", sync=True).replay())
+    assert [f.first_index for f in frames] == list(range(10))
+    assert frames[3].rows() == [{"blob": big}] and frames[7].rows() == [{"blob": big[:1000]}]
+    assert [frames[i].rows() for i in (0, 6, 9)] == [[{"n": 0}], [{"n": 6}], [{"n": 9}]]

@@ -1,45 +1,82 @@
 """The one background event loop: home of every embedded engine and the engine of every SyncQueue.
 
-All engine state is touched only from this loop's thread, so the engine needs no locks. Callers on other
-loops or threads reach it through ``call`` (async) or ``run`` (blocking); both propagate cancellation.
+All engine state is touched only by whoever holds the loop's baton, so the engine needs no locks. The loop's
+thread holds it except while it waits in ``select`` for something to do. Callers on other loops reach the loop
+through ``call`` (async); blocking callers through ``run``, which runs the coroutine in the calling thread when
+the loop is idle (the baton is free and the loop does not want it back) and hands it to the loop at its first
+real wait. A blocking call that never waits for anything (a put's log write and its fdatasync, a take from the
+tail) then costs no thread hand-off at all; one that waits costs what a hop costs. Both propagate cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
+import selectors
+import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
+
+from ..engine import caller_thread
 
 T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
+# Held by the loop's thread except while it waits in select; a blocking caller that gets it runs engine code.
+_baton = threading.Lock()
+# Set by the loop's thread when select returned and it waits for the baton: callers then hop instead of taking
+# the baton again, so a caller calling in a tight loop cannot starve the loop's own work (flushes, timers).
+_loop_wants_baton = threading.Event()
 
 
 def _reset_after_fork() -> None:
     # The thread does not survive fork; a child must start its own loop (and should use spawn anyway:
     # Lance is not fork-safe).
-    global _loop, _thread, _lock
+    global _loop, _thread, _lock, _baton, _loop_wants_baton
     _loop, _thread, _lock = None, None, threading.Lock()
+    _baton, _loop_wants_baton = threading.Lock(), threading.Event()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+class _BatonSelector(selectors.DefaultSelector):
+    """The loop's selector: gives the baton up while the loop waits for events."""
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        baton, wants = _baton, _loop_wants_baton
+        baton.release()
+        try:
+            return super().select(timeout)
+        finally:
+            wants.set()
+            baton.acquire()
+            wants.clear()
+
+
 def engine_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
+    started = _loop
+    if started is not None:  # every call asks: no lock once it runs
+        return started
     with _lock:
         if _loop is None:
-            loop = asyncio.new_event_loop()
+            loop = asyncio.SelectorEventLoop(_BatonSelector())
             ready = threading.Event()
+            baton = _baton
 
             def serve() -> None:
                 asyncio.set_event_loop(loop)
                 loop.call_soon(ready.set)
-                loop.run_forever()
+                baton.acquire()
+                try:
+                    loop.run_forever()
+                finally:
+                    baton.release()
 
             _thread = threading.Thread(target=serve, name="persisting-engine", daemon=True)
             _thread.start()
@@ -71,4 +108,90 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         raise RuntimeError(
             "a blocking SyncQueue call was made from inside the persisting engine loop; use the async Queue there"
         )
+    # (asyncio's debug mode checks that only the loop's thread schedules on it: no inline steps there)
+    if not _loop_wants_baton.is_set() and not loop.get_debug() and _baton.acquire(blocking=False):
+        return _run_inline(coro, loop)
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """With the baton held: step ``coro`` in this thread, with ``loop`` as its running loop, up to its end or its
+    first wait; a coroutine that waits goes on as a task of the loop, and this thread blocks for its result."""
+    waiting: concurrent.futures.Future[T] | None = None
+    scheduled = len(loop._scheduled)  # type: ignore[attr-defined]
+    outer, outer_hooks = asyncio._get_running_loop(), sys.get_asyncgen_hooks()
+    try:
+        # As on the loop's thread: the running loop, and async generators first iterated here belong to it.
+        asyncio._set_running_loop(loop)
+        sys.set_asyncgen_hooks(*_asyncgen_hooks(loop))
+        try:
+            with caller_thread():
+                pending = coro.send(None)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            asyncio._set_running_loop(outer)
+            sys.set_asyncgen_hooks(*outer_hooks)
+        waiting = concurrent.futures.Future()
+        task = loop.create_task(_resume(coro, pending))
+        task.add_done_callback(lambda done: _settle(done, waiting))
+    finally:
+        # What the step scheduled on the loop (callbacks, timers, the task) must not wait for the loop's next
+        # wake-up: wake it unless it has nothing new to do.
+        wake = bool(loop._ready) or len(loop._scheduled) != scheduled  # type: ignore[attr-defined]
+        _baton.release()
+        if wake:
+            loop.call_soon_threadsafe(_nothing)
+    return waiting.result()
+
+
+def _asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+    """The (firstiter, finalizer) pair ``loop.run_forever`` installs on its own thread."""
+    return loop._asyncgen_firstiter_hook, loop._asyncgen_finalizer_hook  # type: ignore[attr-defined]
+
+
+def _nothing() -> None:
+    pass
+
+
+def _settle(task: asyncio.Task[T], waiting: concurrent.futures.Future[T]) -> None:
+    if task.cancelled():
+        waiting.cancel()
+    elif (exc := task.exception()) is not None:
+        waiting.set_exception(exc)
+    else:
+        waiting.set_result(task.result())
+
+
+async def _resume(coro: Coroutine[Any, Any, T], pending: Any) -> T:
+    return await _Started(coro, pending)
+
+
+class _Started:
+    """A coroutine that was stepped already and now waits on ``pending`` (what its last step yielded): awaiting
+    this hands ``pending`` to the task that awaits it and goes on stepping the coroutine, as ``await coro`` would
+    have done from the start."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+        self._coro = coro
+        self._pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self._coro, self._pending
+        self._pending = None
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation, thrown into the coroutine where it waits
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value

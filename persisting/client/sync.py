@@ -1,7 +1,8 @@
 """SyncQueue: the blocking twin of Queue, generated here and nowhere else.
 
 Each method runs the async method of the same name on the engine loop and waits for it, so both twins
-share one implementation, one engine and the same files; SyncQueue is safe to call from many threads.
+share one implementation, one engine and the same files; SyncQueue is safe to call from many threads. While the
+loop is idle the call runs in the calling thread with the loop's baton (``_loop.run``): no thread hop.
 ``SyncQueue.reserve`` gives a ``SyncReservation``, the blocking twin of ``Reservation`` (``with`` abandons it
 on exit unless it was put); every method takes it where the async one takes the Reservation.
 """

@@ -1,7 +1,8 @@
 """Every use of persisting internals by the compat layers, in one place (the rest imports public names only).
 
-- ``run``: runs a coroutine on the engine's loop and blocks for it, as ``SyncQueue`` does: a compat queue's
-  blocking twin then costs one thread hop per call, and the ``Queue`` calls inside it run without one.
+- ``run``: runs a coroutine on the engine's loop and blocks for it, as ``SyncQueue`` does (``client/_loop.run``:
+  in the calling thread while the loop is idle, so a compat queue's blocking call costs no thread hop unless it
+  has to wait; the ``Queue`` calls inside it run without one either way).
 - ``call``: awaits a coroutine on the engine's loop from any other loop (the TransferQueue layer's async calls).
 - ``close_soon``: a close from ``close()``, ``__del__`` or exit, on the engine loop without blocking it.
 - ``stop_engine_loop``: at exit, for queues left open (see ``persistqueue._twin``).

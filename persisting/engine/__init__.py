@@ -26,6 +26,7 @@ The interface::
     object_store_topic(location, name, topic_dirname(name))  the object-store side of a topic (or None),
                                                 Topic's ``remote``: lease, settings and schema in the store
     sampler_from_wire(value)                    a built-in sampler from its wire form (the broker runs no other)
+    caller_thread(), blocking_allowed()         engine code run inline in a blocking caller's thread (inline.py)
 
 Every call runs on one event loop (embedded mode: ``client/_loop.py``'s engine loop; the broker's own loop), so
 the engine needs no locks: the steps between two ``await`` are atomic. How a topic is built: ``topic.py``.
@@ -33,6 +34,7 @@ the engine needs no locks: the steps between two ``await`` are atomic. How a top
 
 from .config import DURABILITY_MODES, Metrics, TopicConfig
 from .fields import FieldIndex
+from .inline import blocking_allowed, caller_thread
 from .keys import KEY_COLUMN, KeyIndex, check_keys, shared_fields
 from .layout import topic_dirname
 from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
@@ -54,6 +56,8 @@ __all__ = [
     "ObjectStoreTopic",
     "Topic",
     "TopicConfig",
+    "blocking_allowed",
+    "caller_thread",
     "check_keys",
     "object_store_topic",
     "parse_location",

@@ -234,7 +234,10 @@ class PickSampler:
             a = self.after
             past = [i for i in candidates if (i > a if self.order == "oldest" else i < a)]
             candidates = past or candidates  # nothing past it: start over from the front of the order
-        picked = list(candidates[:batch_size] if self.order == "oldest" else candidates[::-1][:batch_size])
+        if self.order == "oldest":
+            picked = list(candidates[:batch_size])
+        else:  # the newest first, without reversing the whole backlog
+            picked = list(reversed(candidates[max(0, len(candidates) - batch_size) :]))
         return picked, picked
 
     def to_wire(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ samples (acknowledged delivery). The log is shared with ``Clears`` (clears, tags
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -152,8 +153,9 @@ class Takes:
                 left = until_expiry if left is None else min(left, until_expiry)
             await self._tail.changed(left)
             self._check_open()
-        allowed = set(ready)  # what the sampler was shown: the window, unless it had to see everything
-        if not allowed.issuperset(sampled) or not allowed.issuperset(consumed):
+        # What the sampler was shown (the window, unless it had to see everything) is ascending: look each pick up
+        # there instead of building a set of a whole backlog per take.
+        if not _within(ready, sampled) or not _within(ready, consumed):
             raise ConfigError(
                 f"sampler {type(sampler).__qualname__} returned samples that were not ready for task {task!r}"
             )
@@ -308,6 +310,15 @@ class Takes:
         self._consumption.pop((partition, task), None)
         for key in [k for k in self._rank_cache if k[:2] == (partition, task)]:
             del self._rank_cache[key]
+
+
+def _within(ascending: list[int], picked: list[int]) -> bool:
+    """Whether every index of ``picked`` is in ``ascending`` (sorted, no repeats)."""
+    for i in picked:
+        k = bisect.bisect_left(ascending, i)
+        if k == len(ascending) or ascending[k] != i:
+            return False
+    return True
 
 
 def _plain_key(key: tuple[Any, ...]) -> bool:

@@ -15,6 +15,10 @@ A segment is a sequence of frames, one per put_batch::
     20      4     payload length (u32)
     24      n     payload: msgpack(header: [partition, new field kinds]) then msgpack(list of rows)
 
+Frames are written into room allocated ahead (zeros, PREALLOCATE_BYTES at a time), so the file's size changes
+once per step instead of at every frame; replay cuts the zeros after a segment's last frame quietly, and a
+rotated-out or closed segment is trimmed to its frames.
+
 Group commit: ``append`` only calls write(2); ``commit`` waits until one fdatasync covers everything appended
 before it, so a burst of concurrent puts shares one sync. In ``process`` durability mode ``commit`` returns at
 once (a write(2) survives the process being killed, not the machine losing power).
@@ -43,6 +47,7 @@ import msgpack
 
 from ..errors import CorruptionError, StorageError
 from ..wire import codec
+from . import inline
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,9 @@ _HEADER = struct.Struct("<4sIQII")
 _SUFFIX = ".log"
 MAX_FRAME_BYTES = 2**32 - 1
 ROTATE_AT_BYTES = 16 * 1024 * 1024  # a flush starts a new segment once the current one is this large
+# Segments are allocated ahead in steps of this many bytes (zeros written past the last frame): an fdatasync after
+# a write that neither grows the file nor fills an unwritten extent has no metadata to commit, ~1/3 cheaper on ext4.
+PREALLOCATE_BYTES = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -72,11 +80,20 @@ class Frame:
 
 
 @dataclass(slots=True)
+class _Round:
+    target: int  # the write sequence number this round makes durable
+    retired: list[_Segment]  # rotated-out segments it closes once synced
+    fds: list[int]
+    directory: Path | None  # the folder too, when a segment was created since the last round
+
+
+@dataclass(slots=True)
 class _Segment:
     start: int
     path: Path
     fd: int
-    size: int
+    size: int  # bytes of frames (where the next one goes)
+    allocated: int  # bytes the file holds (zeros past ``size``)
     dirty: bool = False
 
 
@@ -115,13 +132,19 @@ class WriteAheadLog:
         return sorted(found)
 
     def replay(self) -> Iterator[Frame]:
-        """Every intact frame, oldest first. Truncates a torn tail and drops segments after it."""
+        """Every intact frame, oldest first. Truncates a torn tail and drops segments after it. Zeros after the
+        last frame of a segment are its preallocated room, not a torn frame: cut off quietly."""
         segments = self.segments()
         for n, (_start, path) in enumerate(segments):
             data = path.read_bytes()
             pos = 0
             while pos < len(data):
                 frame, end = self._parse(data, pos)
+                if frame is None and data.count(0, pos) == len(data) - pos:
+                    with open(path, "r+b") as f:
+                        f.truncate(pos)
+                        os.fsync(f.fileno())
+                    break
                 if frame is None:
                     log.warning(
                         "write-ahead log %s: torn or corrupt frame at byte %d of %d; "
@@ -174,17 +197,48 @@ class WriteAheadLog:
         if self._current is not None and self._current.start == start:
             return
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot create write-ahead log segment {path}: {exc}") from exc
         if self._current is not None:
+            self._trim(self._current)
             if self.sync:
                 # Closed by the next sync round: one may be running with this descriptor right now.
                 self._retired.append(self._current)
             else:
                 os.close(self._current.fd)
-        self._current = _Segment(start, path, fd, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size  # replay cut off any zeros of an existing segment
+        self._current = _Segment(start, path, fd, size, size)
         self._dir_dirty = True
+
+    def _preallocate(self, seg: _Segment, need: int) -> None:
+        """Make room for ``need`` more bytes of frames (once per PREALLOCATE_BYTES: that sync commits a size)."""
+        if seg.size + need <= seg.allocated:
+            return
+        # Written zeros, not fallocate(2): a frame written into an unwritten extent still changes the extent map,
+        # which costs a journal commit per fdatasync when the disk is busy (382 vs 664 us in one loaded run).
+        start = max(seg.allocated, seg.size)  # never over a frame
+        if need > PREALLOCATE_BYTES:  # a large frame grows the file itself (no zeros written under it first)
+            seg.allocated = start
+            return
+        try:
+            view, at = memoryview(bytes(seg.size + PREALLOCATE_BYTES - start)), start
+            while view:
+                n = os.pwrite(seg.fd, view, at)
+                view, at = view[n:], at + n
+        except OSError:  # a full disk: the frame's own write says so; zeros written so far are harmless
+            pass
+        seg.allocated = at
+
+    def _trim(self, seg: _Segment) -> None:
+        """Cut a segment's unused room (it is written no more; replay would skip the zeros anyway)."""
+        if seg.allocated > seg.size:
+            try:
+                os.ftruncate(seg.fd, seg.size)
+            except OSError:
+                return
+            seg.allocated = seg.size
+            seg.dirty = True
 
     def append(self, first_index: int, count: int, header: Any, rows_blob: bytes) -> None:
         """Write one frame (no sync). On failure the segment is cut back, so no partial frame stays."""
@@ -198,14 +252,16 @@ class WriteAheadLog:
             raise StorageError(f"one put_batch may encode to at most {MAX_FRAME_BYTES} bytes; split it")
         body = struct.pack("<QII", first_index, count, len(payload)) + payload
         frame = _MAGIC + struct.pack("<I", zlib.crc32(body)) + body
+        self._preallocate(seg, len(frame))
         try:
-            view = memoryview(frame)
+            view, at = memoryview(frame), seg.size
             while view:
-                n = os.write(seg.fd, view)
-                view = view[n:]
+                n = os.pwrite(seg.fd, view, at)
+                view, at = view[n:], at + n
         except OSError as exc:
             try:
                 os.ftruncate(seg.fd, seg.size)
+                seg.allocated = seg.size
             except OSError:
                 self._failed = exc
             raise StorageError(f"cannot write to the write-ahead log {seg.path}: {exc}") from exc
@@ -222,32 +278,49 @@ class WriteAheadLog:
             if self._failed is not None:
                 raise StorageError("the write-ahead log could not be synced") from self._failed
             if self._sync_task is None:
+                if inline.blocking_allowed():
+                    # A blocking caller's own thread (inline.py): sync here, without two thread hand-offs. Nothing
+                    # else runs engine code meanwhile, so the round is the same as a worker thread's.
+                    round_ = self._round_start()
+                    self._round_sync(round_)
+                    self._round_done(round_)
+                    continue
                 self._sync_task = asyncio.ensure_future(self._sync_round())
             await asyncio.shield(self._sync_task)
 
     async def _sync_round(self) -> None:
         try:
-            target = self._written_seq
-            retired = [*self._retired]
-            segs = [seg for seg in retired if seg.dirty]
-            if self._current is not None and self._current.dirty:
-                segs.append(self._current)
-            for seg in segs:
-                seg.dirty = False
-            dir_dirty, self._dir_dirty = self._dir_dirty, False
-            fds = [seg.fd for seg in segs]
-            try:
-                await asyncio.to_thread(_sync_all, fds, self.directory if dir_dirty else None)
-            except OSError as exc:
-                # After a failed fsync the page cache state is unknown; refuse further writes.
-                self._failed = exc
-                raise StorageError(f"fdatasync of the write-ahead log failed: {exc}") from exc
-            self._synced_seq = max(self._synced_seq, target)
-            for seg in retired:  # nothing writes to a retired segment, and this round synced it
-                self._retired.remove(seg)
-                os.close(seg.fd)
+            round_ = self._round_start()
+            await asyncio.to_thread(self._round_sync, round_)
+            self._round_done(round_)
         finally:
             self._sync_task = None
+
+    def _round_start(self) -> _Round:
+        """What one sync round covers: every frame written so far and the segments holding them (marked clean)."""
+        retired = [*self._retired]
+        segs = [seg for seg in retired if seg.dirty]
+        if self._current is not None and self._current.dirty:
+            segs.append(self._current)
+        for seg in segs:
+            seg.dirty = False
+        dir_dirty, self._dir_dirty = self._dir_dirty, False
+        return _Round(self._written_seq, retired, [seg.fd for seg in segs], self.directory if dir_dirty else None)
+
+    def _round_sync(self, round_: _Round) -> None:
+        """The blocking part of a round (a worker thread, or an inline caller's thread)."""
+        try:
+            _sync_all(round_.fds, round_.directory)
+        except OSError as exc:
+            # After a failed fsync the page cache state is unknown; refuse further writes.
+            self._failed = exc
+            raise StorageError(f"fdatasync of the write-ahead log failed: {exc}") from exc
+
+    def _round_done(self, round_: _Round) -> None:
+        self._synced_seq = max(self._synced_seq, round_.target)
+        for seg in round_.retired:  # nothing writes to a retired segment, and this round synced it
+            self._retired.remove(seg)
+            os.close(seg.fd)
 
     def droppable(self, flushed_upto: int, keep_seconds: float = 0.0) -> list[Path]:
         """Segments whose every index is below ``flushed_upto`` (already stored in the backend) and that were
@@ -274,6 +347,8 @@ class WriteAheadLog:
     async def close(self) -> None:
         if self._sync_task is not None:
             await asyncio.shield(self._sync_task)
+        if self._current is not None and self._failed is None:
+            self._trim(self._current)
         for seg in [*self._retired, *([self._current] if self._current else [])]:
             if seg.dirty and self.sync and self._failed is None:
                 os.fdatasync(seg.fd)

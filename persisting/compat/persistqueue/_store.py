@@ -282,12 +282,13 @@ class Store:
     async def catch_up(self) -> None:
         """Read the records appended since the last look (by any process) into the state mirror."""
         while True:
-            rows, end = await _engine.read_window(self.queue, READ_PAGE_RECORDS, self._seen)
-            if end <= self._seen:
-                return
+            start = self._seen
+            rows, end = await _engine.read_window(self.queue, READ_PAGE_RECORDS, start)
             for n, record in enumerate(rows):
-                self._apply(self._seen + n, record)
-            self._seen = end
+                self._apply(start + n, record)
+            self._seen = max(start, end)
+            if end < start + READ_PAGE_RECORDS:  # the window stopped at the last record: nothing more to read
+                return
 
     def _apply(self, index: int, record: dict[str, Any]) -> None:
         sid = record.get("sid")

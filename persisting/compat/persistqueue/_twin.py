@@ -1,6 +1,7 @@
 """The blocking twins of the async classes, made here and nowhere else (like ``persisting.sync``): each method
-runs the async method of the same name on persisting's engine loop and blocks for it, so a sync and an async
-queue share one implementation, and the sync one is safe to call from many threads."""
+runs the async method of the same name on persisting's engine loop and blocks for it (in the calling thread while
+the loop is idle: ``client/_loop.run``), so a sync and an async queue share one implementation, and the sync one
+is safe to call from many threads."""
 
 from __future__ import annotations
 
