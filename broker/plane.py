@@ -42,7 +42,7 @@ from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks
+from . import givebacks, spooling
 from .extents import Extents, Peer
 from .givebacks import int_list
 from .retries import RetriedPuts
@@ -53,7 +53,7 @@ SAMPLE_OPS = frozenset(
     {"take", "describe", "get_data", "mark_consumed", "reset_consumption", "clear", "partitions", "set_tags"}
     | {"give_back"}
 )
-OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS
+OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS | spooling.OPS
 REAP_INTERVAL_SECONDS = 1.0
 # A topic flushes at once when this share of the arena waits to reach Lance (arena batches are written behind,
 # see persisting/flushing.py): the rest of the arena is the producers' room while that flush runs.
@@ -192,6 +192,8 @@ class TensorPlane:
         arena, extents = self.arena, self.extents
         if topic is not None and req.op in SAMPLE_OPS:
             return await self._samples(req, topic, peer)
+        if req.op in spooling.OPS:  # larger than the arena: not through it
+            return await spooling.handle(req, topic, peer)
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
         givebacks.apply(req, extents, arena, peer)

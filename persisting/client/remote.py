@@ -155,6 +155,10 @@ class RemoteTopic:
         self._count = max(self._count, first + count)
         return first, count
 
+    async def call(self, op: str, buffers: list[bytes] | None = None, **args: Any) -> Any:
+        """One request on this topic (``op`` with the topic's arguments); its result."""
+        return (await self._conn.request(op, self._args(**args), buffers or [])).result
+
     @property
     def arena(self) -> ArenaClient:
         """Tensor puts and reservations go through it (then ``stored``)."""

@@ -106,6 +106,11 @@ class ArenaClient:
     async def has_arena(self) -> bool:
         return await self._arena() is not None
 
+    async def arena_bytes(self) -> int | None:
+        """The size of the broker's arena, or None without one."""
+        arena = await self._arena()
+        return None if arena is None else arena.size_bytes
+
     async def put_tensors(
         self,
         columns: Mapping[str, AnyColumn],

@@ -35,6 +35,9 @@ from .layout import topic_dirname
 from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
 from .opening import ArenaResolver, stored_topics
 from .samplers import from_wire as sampler_from_wire
+from .spooled import new_part as new_spool_part
+from .spooled import put_spooled
+from .spooled import sweep as sweep_spool
 from .tail import ArenaPayload
 from .topic import BackendFactory, Topic
 
@@ -49,9 +52,12 @@ __all__ = [
     "ObjectStoreTopic",
     "Topic",
     "TopicConfig",
+    "new_spool_part",
     "object_store_topic",
     "parse_location",
+    "put_spooled",
     "sampler_from_wire",
     "stored_topics",
+    "sweep_spool",
     "topic_dirname",
 ]

@@ -84,6 +84,18 @@ class Chunk:
         return index.row_id(self.other[i], extra)
 
     @property
+    def encoded(self) -> bool:
+        return self._rows is not None
+
+    def encode(self, a: int, b: int) -> list[dict[str, Any]]:
+        """Rows ``a .. b`` of an arena batch, encoded now and not kept (a read of part of a big batch)."""
+        arena = self.arena
+        if arena is None:
+            return self.rows[a:b]
+        part = ArenaPayload(arena.extent_id, arena.ref, {k: c.rows(a, b) for k, c in arena.columns.items()})
+        return materialize(self.other[a:b], part)
+
+    @property
     def rows(self) -> list[dict[str, Any]]:
         """Storage rows; for an arena batch its tensor samples are encoded (copied) here, on first use."""
         if self._rows is None:
@@ -245,11 +257,13 @@ class Tail:
             if chunk.first >= hi:
                 break
             a = max(start - chunk.first, 0)
-            b = min(hi - chunk.first, len(chunk.rows))
+            b = min(hi - chunk.first, chunk.count)
+            # An arena (or spooled) batch not encoded yet: only the rows asked for, not the whole batch.
+            rows = chunk.rows[a:b] if chunk.arena is None or chunk.encoded else chunk.encode(a, b)
             if a < b and cleared:
-                out.extend(r for i, r in enumerate(chunk.rows[a:b], chunk.first + a) if i not in cleared)
+                out.extend(r for i, r in enumerate(rows, chunk.first + a) if i not in cleared)
             elif a < b:
-                out.extend(chunk.rows[a:b])
+                out.extend(rows)
         return out
 
     def chunk_at(self, index: int) -> Chunk | None:

@@ -72,6 +72,7 @@ OPS = frozenset(
     {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
     | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
     | {"clear", "partitions", "set_tags", "status", "give_back"}
+    | {"spool_begin", "put_spooled"}  # batches larger than the arena (broker/spooling.py)
 )
 
 
