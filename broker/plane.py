@@ -279,6 +279,8 @@ class TensorPlane:
                 if "fields" not in req.args:
                     return Reply(req.id, True, [indexes, described])
                 # get_batch: the data of the samples just taken, in the same reply (one round trip).
+                if spooling.too_big(indexes, described, req.args["fields"], self.size_bytes):
+                    return Reply(req.id, True, [indexes, described, {"later": True}])
                 try:
                     data = await self._get(req, topic, peer, indexes)
                 except ConfigError:

@@ -17,6 +17,7 @@ import msgpack
 
 from persisting.engine import Topic, new_spool_part, put_spooled, sweep_spool
 from persisting.errors import ConfigError, ProtocolError
+from persisting.tensors import batches, pieces
 from persisting.wire import codec
 from persisting.wire.protocol import Reply, Request, arg
 
@@ -51,3 +52,12 @@ async def handle(req: Request, topic: Any, peer: Any) -> Reply:
     batch = codec.EncodedBatch(rows, kinds)
     first, n = await put_spooled(topic, batch, partition, req.buffers[0], key, name, req.args.get("fields"), of)
     return Reply(req.id, True, [first, n])
+
+
+def too_big(indexes: list[int], described: list[list[Any]], fields: list[str], arena_bytes: int | None) -> bool:
+    """Whether a get_batch's data is larger than the arena takes: then its reply carries the meta only and the
+    client asks for the data in pieces (``tensors/pieces.py``), so no reply holds more than a piece."""
+    if len(indexes) <= 1:
+        return False
+    meta = batches.meta_from(indexes, "", described, fields)
+    return sum(pieces.sample_bytes(meta, fields)) > pieces.spool_above(arena_bytes)

@@ -3,12 +3,6 @@ never refused for their size; no half batch after a kill -9; no arena space, /de
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np

@@ -76,17 +76,5 @@ async def get(
     None if it is not that large (the caller reads it in one request)."""
     if meta.size <= 1:
         return None
-    sizes = pieces.sample_bytes(meta, fields)
-    most = await limit(topic)
-    if sum(sizes) <= most:
-        return None
-    out = pieces.Gathered(meta.size)
-    for a, b in pieces.piece_ranges(sizes, min(pieces.PIECE_BYTES, max(most // 2, 1))):
-        part = BatchMeta(meta.samples[a:b], meta.extra_info)
-        data = await fetch(part)
-        out.add(a, b, data)
-        if isinstance(data, batches.Batch):
-            data.release()  # copied: its views (if any) go back now, not when collected
-    result = batches.Batch()
-    result.update(out.out)
-    return result
+    found = await pieces.gather(meta, fields, await limit(topic), fetch)
+    return None if found is None else batches.Batch(found)

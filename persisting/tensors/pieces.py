@@ -11,7 +11,7 @@ and no request, reply or buffer anywhere holds more than a piece.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -141,3 +141,21 @@ class Gathered:
 
 def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch") and hasattr(value, "dim")
+
+
+async def gather(
+    meta: BatchMeta, fields: list[str], most: int, fetch: Callable[[BatchMeta], Awaitable[Any]]
+) -> dict[str, Any] | None:
+    """The data of ``meta`` if its tensors exceed ``most`` bytes: ``fetch`` asked for runs of samples of at most
+    ``min(PIECE_BYTES, most / 2)`` bytes, gathered into one result per field; None if it is not that large."""
+    sizes = sample_bytes(meta, fields)
+    if meta.size <= 1 or sum(sizes) <= most:
+        return None
+    out = Gathered(meta.size)
+    for a, b in piece_ranges(sizes, min(PIECE_BYTES, max(most // 2, 1))):
+        data = await fetch(BatchMeta(meta.samples[a:b], meta.extra_info))
+        out.add(a, b, data)
+        release = getattr(data, "release", None)
+        if release is not None:
+            release()  # copied: its views (if any) go back now, not when collected
+    return out.out
