@@ -4,9 +4,9 @@ A batch too big for the broker's arena (or, embedded, above ``tensors.pieces.SPO
 copied over the socket nor encoded into rows (each would hold the whole batch a second time). Its producer writes
 the tensors, field after field in pieces, into a fresh *part* file ``<topic>/spool/<pid>-<uuid>.part`` (the one
 copy it gets: into the page cache), then asks the engine to store it (``put_spooled``): the file is synced and
-renamed ``.spool``, one log frame references it (as an arena batch references its extent), the topic serves it
-as read-only views on a mapping of the file, flushes it to the backends at once (columns straight from the
-mapping), and deletes the file. Life of a spool file::
+renamed ``.spool``, one log frame references it (as an arena batch references its extent), the put is
+acknowledged, the topic serves the batch from a read-only mapping of the file, flushes it to the backends in the
+background (columns straight from the mapping), and deletes the file once they hold it. Life of a spool file::
 
     <pid>-<uuid>.part ──put_spooled: fdatasync, rename──▶ .spool ──flushed──▶ unlinked
         │  (the producer died, or the put was refused)           │ (a crash before the unlink)
@@ -20,11 +20,13 @@ no more (replay skips flushed rows), which is why the file is deleted only after
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +138,7 @@ async def put_spooled(
     of: list[int] | None = None,
 ) -> tuple[int, int]:
     """Store the batch whose tensors a producer wrote into the part file ``name`` of ``topic`` (an engine
-    ``Topic``, on its loop); returns (first global index, count) once acknowledged and flushed."""
-    import asyncio
-
+    ``Topic``, on its loop); returns (first global index, count) once acknowledged."""
     part = part_path(topic.path, name)
     n = len(batch.rows)
     try:
@@ -156,14 +156,28 @@ async def put_spooled(
         columns = columns_of(sealed, checked, n)
         kinds = {**batch.kinds, **{f[0]: f[1] for f in checked}}
         payload = ArenaPayload(-next(_payload_ids), {"spool": sealed.name, "fields": checked}, columns)
+        payload.on_stored = _unlinker(sealed)
         first, count = await topic.append(EncodedBatch(batch.rows, kinds), partition, rows_blob, key, payload, of)
-        if payload.used:
-            await topic.flush()  # the file leaves the line now: later batches must not wait behind 2 GiB
-            topic.forget_arena(payload.extent_id)
-    finally:
+    except BaseException:
         with contextlib.suppress(OSError):
             sealed.unlink()
+        raise
+    if not payload.used:  # a retried put whose first attempt stored the batch
+        with contextlib.suppress(OSError):
+            sealed.unlink()
+        return first, count
+    # Acknowledged now (the file and its log frame are synced); the flush to the backends follows behind
+    # (the flusher calls on_stored, set before the append, once state.json says replay needs the file no more).
+    topic.flush_soon()
     return first, count
+
+
+def _unlinker(path: Path) -> Callable[[], None]:
+    def unlink() -> None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+    return unlink
 
 
 def replayed(wal_dir: Path, ref: dict[str, Any], rows: list[dict[str, Any]], first: int, partition: str) -> Chunk:
@@ -179,6 +193,7 @@ def replayed(wal_dir: Path, ref: dict[str, Any], rows: list[dict[str, Any]], fir
                   first + len(rows) - 1)  # fmt: skip
         return Chunk(first, partition, rows, whole=True)
     payload = ArenaPayload(-next(_payload_ids), dict(ref), columns_of(path, fields, len(rows)))
+    payload.on_stored = _unlinker(path)
     # Its rows are encoded per read (``Tail.rows``) or never (a columnar flush takes the views).
     return Chunk(first, partition, rows, arena=payload)
 

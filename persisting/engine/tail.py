@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +42,11 @@ class ArenaPayload:
     ``columns`` are the views the tail serves until a flush writes them to the backends.
     """
 
-    extent_id: int
+    extent_id: int  # < 0: not in the arena but in a spool file (spooled.py)
     ref: dict[str, Any]
     columns: dict[str, AnyColumn]
     used: bool = False  # set once rows of the tail point at it
+    on_stored: Callable[[], None] | None = None  # a spool file's: called once the backends hold it durably
 
 
 class Chunk:
@@ -220,7 +222,7 @@ class Tail:
     def flushed(self, chunks: list[Chunk], cut: int) -> None:
         """``chunks`` (the front of the tail) are in the backends now, and every index below ``cut``."""
         for chunk in chunks:
-            if chunk.arena is not None:
+            if chunk.arena is not None and chunk.arena.extent_id >= 0:
                 # Flushed, but its extent stays mapped until the arena needs the space: consumers keep getting
                 # views instead of reading the payload back from the backends.
                 chunk.forget_rows()
