@@ -59,7 +59,7 @@ def write_part(path: str, columns: Mapping[str, AnyColumn], fields: list[list[An
             col = columns[name]
             if not isinstance(col, Column):
                 raise ConfigError(f"field {name!r} is jagged; a spooled batch holds dense fields only")
-            flat = memoryview(np.ascontiguousarray(col.array).reshape(-1).view(np.uint8))
+            flat = np.ascontiguousarray(col.array).reshape(-1).view(np.uint8).data  # a memoryview, no copy
             done = 0
             while done < nbytes:
                 done += os.pwrite(fd, flat[done : min(done + PIECE_BYTES, nbytes)], offset + done)
