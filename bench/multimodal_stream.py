@@ -8,8 +8,8 @@ stream beyond the arena, and the memory it takes.
    (``bench.persist_bench``'s stream run). Reference just before each case: the same bytes written to a plain
    file with ``os.write`` + ``os.fdatasync`` every 64 MiB.
 2. Memory: one producer streams ``--memory-factor`` (20) times the arena to 3 consumer processes (tasks reward,
-   reference, train; each takes every batch with ``get_batch`` and drops it). Peak RSS of the broker (VmHWM),
-   of the producer and of the consumers (ru_maxrss), and the most arena bytes in use (``status``, polled every
+   reference, train; each takes every batch with ``get_batch`` and drops it). Peak RSS (VmHWM) of the broker,
+   of the producer and of the consumers (each from its first request on), and the most arena bytes in use (``status``, polled every
    50 ms), each against the arena size: what the stream holds beyond the arena is the constant reported.
 
 Median of ``--reps`` runs; cases alternate within a run.
@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
-import resource
 import statistics
 import tempfile
 import time
@@ -54,11 +53,17 @@ def _encoders(args: argparse.Namespace) -> list[int]:
     return sorted({1, 2, os.cpu_count() or 1})
 
 
-def _vm_hwm_bytes(pid: int) -> int:
+def _vm_hwm_bytes(pid: int | str) -> int:
+    """Peak RSS of a process (its own: unlike ru_maxrss, not inherited across fork + exec, as spawn does)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def _reset_peak(pid: int | str = "self") -> None:
+    """Start the peak RSS again from the current RSS (Linux: ``5`` into /proc/<pid>/clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 def _consumer(address: str, task: str, rows: int, out: Any) -> None:
@@ -73,7 +78,7 @@ def _consumer(address: str, task: str, rows: int, out: Any) -> None:
                 taken += meta.size
                 float(data["x"][0, 0])  # read it, then drop it: the hold goes back
                 del data
-            out.put(("done", task, taken, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+            out.put(("done", task, taken, _vm_hwm_bytes("self")))
 
     asyncio.run(go())
 
@@ -94,6 +99,7 @@ async def _produce_watched(address: str, batch: np.ndarray, batches: int) -> tup
                 await asyncio.wait_for(stop.wait(), 0.05)
 
     async with Queue("mem", broker=address, durability="process") as q:
+        _reset_peak()  # this process ran the stream cases before: their peak is not this case's
         watcher = asyncio.ensure_future(watch())
         t0 = time.perf_counter()
         for _ in range(batches):
@@ -101,7 +107,7 @@ async def _produce_watched(address: str, batch: np.ndarray, batches: int) -> tup
         seconds = time.perf_counter() - t0
         stop.set()
         await watcher
-    return seconds, most, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return seconds, most, _vm_hwm_bytes("self")
 
 
 def _memory_run(base: Path, arena_bytes: int, batch: np.ndarray, batches: int, rep: int) -> dict[str, Any]:
