@@ -9,8 +9,8 @@ stream beyond the arena, and the memory it takes.
    file with ``os.write`` + ``os.fdatasync`` every 64 MiB.
 2. Memory: one producer streams ``--memory-factor`` (20) times the arena to 3 consumer processes (tasks reward,
    reference, train; each takes every batch with ``get_batch`` and drops it). Peak RSS (VmHWM) of the broker,
-   of the producer and of the consumers (each from its first request on), and the most arena bytes in use (``status``, polled every
-   50 ms), each against the arena size: what the stream holds beyond the arena is the constant reported.
+   of the producer (from this case on) and of the consumers, and the most arena bytes in use (``status``,
+   polled every 50 ms), each against the arena size: what each holds beyond the arena is the constant reported.
 
 Median of ``--reps`` runs; cases alternate within a run.
 """
