@@ -10,6 +10,7 @@ and no request, reply or buffer anywhere holds more than a piece.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -158,4 +159,8 @@ async def gather(
         release = getattr(data, "release", None)
         if release is not None:
             release()  # copied: its views (if any) go back now, not when collected
+        del data, release
+        # The piece's reply buffers sit in reference cycles of the request machinery (futures, frames): without
+        # this, a 2 GiB read left ~0.9x its size of dead pieces in RSS until a full collection came by.
+        gc.collect(1)
     return out.out
