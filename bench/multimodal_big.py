@@ -154,9 +154,9 @@ def render(rows: list[dict[str, Any]]) -> str:
         "| what | GB/s (median) | runs | vs memcpy of the same bytes |",
         "|---|---:|---|---:|",
         f"| memcpy (reference, same run) | {m('memcpy_gbps'):.2f} | {_runs(rows, 'memcpy_gbps')} | 1.00x |",
-        f"| put -> consumer holds it all | {m('gbps'):.2f} | {_runs(rows, 'gbps')} | {med(ratios):.2f}x |",
-        f"| put alone (acknowledged) | {m('put_gbps'):.2f} | {_runs(rows, 'put_gbps')} | |",
-        f"| get alone (after the put) | {m('get_gbps'):.2f} | {_runs(rows, 'get_gbps')} | |",
+        f"| put -> consumer holds it all | {m('gbps'):.3f} | {_runs(rows, 'gbps')} | {med(ratios):.3f}x |",
+        f"| put alone (acknowledged) | {m('put_gbps'):.3f} | {_runs(rows, 'put_gbps')} | |",
+        f"| get alone (after the put) | {m('get_gbps'):.3f} | {_runs(rows, 'get_gbps')} | |",
         "",
         f"Peak RSS (median): broker {m('broker_peak_rss') / MiB:,.0f} MiB, consumer {m('consumer_peak_rss') / MiB:,.0f}"
         f" MiB (the batch is {gib * 1024:,.0f} MiB; the consumer's one result tensor is the one copy it needs)",
@@ -165,7 +165,7 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 
 def _runs(rows: list[dict[str, Any]], key: str) -> str:
-    return ", ".join(f"{r[key]:.2f}" for r in rows)
+    return ", ".join(f"{r[key]:.3f}" for r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
