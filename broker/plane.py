@@ -42,7 +42,7 @@ from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks, keys
+from . import givebacks, keys, peers, spooling
 from .extents import Extents, Peer
 from .givebacks import int_list
 from .retries import RetriedPuts
@@ -53,7 +53,7 @@ SAMPLE_OPS = frozenset(
     {"take", "describe", "get_data", "mark_consumed", "reset_consumption", "clear", "partitions", "set_tags"}
     | {"give_back"}
 )
-OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS
+OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS | spooling.OPS
 REAP_INTERVAL_SECONDS = 1.0
 # A topic flushes at once when this share of the arena waits to reach Lance (arena batches are written behind,
 # see persisting/flushing.py): the rest of the arena is the producers' room while that flush runs.
@@ -62,25 +62,6 @@ MAX_LEASE_WAIT_SECONDS = 60.0
 # The most of the arena one process may pin with leases it has not put and views it holds (extents.py).
 MAX_PINNED_SHARE = float(os.environ.get("PERSISTING_MAX_PINNED_SHARE", "0.5"))
 TAKE_READ_ATTEMPTS = 4  # get_batch reads again when a clear of its samples landed meanwhile (see _samples)
-
-
-def _arena_peer(req: Request, peer: Peer | None) -> Peer:
-    """The process that arena space of ``req`` belongs to: the kernel's word (``peers.py``), never the request's."""
-    if peer is None:
-        raise ConfigError(
-            f"{req.op}: the arena is only for clients on this node's ipc socket, named by the kernel; this connection "
-            "carries no peer credentials (tcp, or another pid namespace): tensors go over the socket instead"
-        )
-    return peer
-
-
-def _peer(req: Request) -> Peer:
-    """The process a request says it is: only where nothing is at stake for others (a take's consumption lease,
-    which expires by itself)."""
-    raw = req.args.get("peer")
-    if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
-        raise ProtocolError(f"{req.op} needs peer = [pid, start time]")
-    return (raw[0], raw[1])
 
 
 class TensorPlane:
@@ -192,6 +173,8 @@ class TensorPlane:
         arena, extents = self.arena, self.extents
         if topic is not None and req.op in SAMPLE_OPS:
             return await self._samples(req, topic, peer)
+        if req.op in spooling.OPS:  # larger than the arena: not through it
+            return await spooling.handle(req, topic, peer)
         if arena is None or extents is None:
             raise ConfigError("this broker runs without an arena (--arena-bytes 0): tensor batches go over the socket")
         givebacks.apply(req, extents, arena, peer)
@@ -200,7 +183,7 @@ class TensorPlane:
             timeout = req.args.get("timeout")
             if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
                 raise ProtocolError("lease timeout must be a number >= 0")
-            owner = _arena_peer(req, peer)
+            owner = peers.arena_peer(req, peer)
             ext = await extents.lease(nbytes, owner, min(float(timeout), MAX_LEASE_WAIT_SECONDS))
             return Reply(req.id, True, [ext.id, ext.offset, ext.nbytes, arena.generation])
         if req.op == "release":
@@ -209,7 +192,7 @@ class TensorPlane:
         if topic is None:
             raise ProtocolError(f"{req.op} needs a topic")
         if req.op == "put_tensors":
-            return Reply(req.id, True, await self._put(req, topic, arena, extents, _arena_peer(req, peer)))
+            return Reply(req.id, True, await self._put(req, topic, arena, extents, peers.arena_peer(req, peer)))
         raise ProtocolError(f"unknown operation {req.op!r}")
 
     async def _samples(self, req: Request, topic: Topic, peer: Peer | None) -> Reply:
@@ -259,7 +242,7 @@ class TensorPlane:
                 not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0
             ):
                 raise ProtocolError("take lease_seconds must be a number > 0 or nil")
-            lease = None if seconds is None else (float(seconds), peer or _peer(req))
+            lease = None if seconds is None else (float(seconds), peer or peers.claimed(req))
             need = req.args.get("ready_fields", req.args.get("fields"))  # get_batch: the fields it reads
             if need is not None and (not isinstance(need, list) or not all(isinstance(f, str) for f in need)):
                 raise ProtocolError("take ready_fields must be a list of str or nil")
@@ -277,6 +260,8 @@ class TensorPlane:
                 if "fields" not in req.args:
                     return Reply(req.id, True, [indexes, described])
                 # get_batch: the data of the samples just taken, in the same reply (one round trip).
+                if spooling.too_big(indexes, described, req.args["fields"], self.size_bytes):
+                    return Reply(req.id, True, [indexes, described, {"later": True}])
                 try:
                     data = await self._get(req, topic, peer, indexes)
                 except ConfigError:

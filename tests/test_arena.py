@@ -212,9 +212,9 @@ def test_a_batch_larger_than_the_arena(broker: BrokerProcess) -> None:
         async with Queue("big", broker=broker.address, zerocopy_mode="force") as q:
             with pytest.raises(ConfigError, match="larger than the arena"):
                 await q.put({"x": big}, partition_id="p")
-        async with Queue("big", broker=broker.address) as q:  # auto: over the socket instead
+        async with Queue("big", broker=broker.address) as q:  # auto: through a spool file instead
             meta = await q.put({"x": big}, partition_id="p")
-            assert (await q.stats())["zerocopy"]["put_copied_bytes"] == big.nbytes
+            assert (await q.stats())["zerocopy"]["put_spooled_bytes"] == big.nbytes  # issue 24: a spool file
             data = await q.get_data(meta)
             np.testing.assert_array_equal(data["x"], big)
 

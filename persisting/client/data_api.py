@@ -20,7 +20,7 @@ from ..engine import Topic, samplers
 from ..errors import ConfigError
 from ..tensors import batches, objects, tensordicts
 from ..tensors.meta import BatchMeta
-from . import _loop
+from . import _loop, big_batches
 from .handle import TopicHandle
 from .remote import RemoteTopic
 
@@ -229,6 +229,10 @@ class DataAPI:
         if not indexes:
             return batches.Batch()
         topic = await self._handle.engine()
+        if (
+            big := await big_batches.get(batch_meta, fields, topic, lambda m: self._get_data(m, None, device))
+        ) is not None:
+            return big  # larger than the arena: read in pieces into one result per field (tensors/pieces.py)
         if isinstance(topic, RemoteTopic):
             data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device)
             self._handle.moved("get_zero_copy_bytes", zero)

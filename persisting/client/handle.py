@@ -23,7 +23,7 @@ from . import _loop
 from .remote import RemoteTopic
 
 ZEROCOPY_MODES = ("auto", "force", "off")
-MOVED_KEYS = ("put_zero_copy_bytes", "put_copied_bytes", "get_zero_copy_bytes", "get_copied_bytes")
+MOVED_KEYS = ("put_zero_copy_bytes", "put_copied_bytes", "put_spooled_bytes", "get_zero_copy_bytes", "get_copied_bytes")
 
 _topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
 _registry_lock: asyncio.Lock | None = None

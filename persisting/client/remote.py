@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
 
 from .. import errors
 from ..engine import TopicConfig
-from ..tensors import batches
+from ..tensors import batches, pieces
 from ..tensors.arena import peer_id
 from ..wire import protocol
 from ..wire.codec import EncodedBatch
@@ -154,6 +155,10 @@ class RemoteTopic:
         self.kinds.update(kinds)
         self._count = max(self._count, first + count)
         return first, count
+
+    async def call(self, op: str, buffers: list[bytes] | None = None, **args: Any) -> Any:
+        """One request on this topic (``op`` with the topic's arguments); its result."""
+        return (await self._conn.request(op, self._args(**args), buffers or [])).result
 
     @property
     def arena(self) -> ArenaClient:
@@ -312,5 +317,16 @@ class RemoteTopic:
 
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
         indexes, descs, result = reply.result
+        if isinstance(result, dict) and result.get("later"):  # larger than the arena: asked for in pieces
+            meta = batches.meta_from(list(indexes), partition, descs, fields)
+            most = pieces.spool_above(await self._tensors.arena_bytes())
+            found = await pieces.gather(meta, fields, most, self._piece(fields, mode, device)) or {}
+            return list(indexes), list(descs), batches.Batch(found), 0, sum(pieces.sample_bytes(meta, fields))
         data, zero, copied = await self._tensors.data(result, reply.buffers, fields, mode, device)
         return list(indexes), list(descs), data, zero, copied
+
+    def _piece(self, fields: list[str], mode: str, device: Any) -> Callable[[Any], Awaitable[batches.Batch]]:
+        async def fetch(meta: Any) -> batches.Batch:
+            return (await self.get_data(meta.global_indexes, fields, mode, device))[0]
+
+        return fetch

@@ -106,6 +106,14 @@ class ArenaClient:
     async def has_arena(self) -> bool:
         return await self._arena() is not None
 
+    async def arena_bytes(self) -> int | None:
+        """The size of the broker's arena, or None without one (from its hello: nothing is mapped for this)."""
+        if self._arena_info is None:
+            hello = await self._conn.request("hello", {})
+            self._arena_info = dict(hello.result.get("arena") or {})
+        size = self._arena_info.get("size_bytes")
+        return int(size) if size else None
+
     async def put_tensors(
         self,
         columns: Mapping[str, AnyColumn],

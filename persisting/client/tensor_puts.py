@@ -21,6 +21,7 @@ from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
 from ..wire import codec
+from . import big_batches
 from .data_api import on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
@@ -64,6 +65,11 @@ class TensorPuts:
         if n == 0:
             return patch if patch is not None else BatchMeta()
         payload = sum(col.nbytes for col in columns.values())
+        if self._handle.zerocopy_mode != "force":  # a batch larger than the arena: through a spool file
+            big = await big_batches.put(topic, columns, other, n, partition, patch, key, lambda c: on_topic(topic, c))
+            if big is not None:
+                self._handle.moved("put_spooled_bytes", payload)
+                return big
         remote = await self._through_arena(topic) if columns else None
         if remote is not None:
             plain = batches.other_rows(other, n, remote.kinds)

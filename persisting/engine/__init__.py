@@ -40,6 +40,9 @@ from .layout import topic_dirname
 from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
 from .opening import ArenaResolver, stored_topics
 from .samplers import from_wire as sampler_from_wire
+from .spooled import new_part as new_spool_part
+from .spooled import put_spooled
+from .spooled import sweep as sweep_spool
 from .tail import ArenaPayload
 from .topic import BackendFactory, Topic
 
@@ -59,10 +62,13 @@ __all__ = [
     "blocking_allowed",
     "caller_thread",
     "check_keys",
+    "new_spool_part",
     "object_store_topic",
     "parse_location",
+    "put_spooled",
     "sampler_from_wire",
     "shared_fields",
     "stored_topics",
+    "sweep_spool",
     "topic_dirname",
 ]

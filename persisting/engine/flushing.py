@@ -331,6 +331,11 @@ class Flusher:
             self._write_behind.flushed(started, tail.has_arena())
             if buckets.durable:
                 await asyncio.to_thread(self._persist_progress, wal, cut)
+                stored = [c.arena.on_stored for c in chunks if c.arena is not None and c.arena.on_stored is not None]
+                if stored:  # spool files (spooled.py): replay must skip their frames before the files go
+                    await asyncio.to_thread(write_json_atomic, self._path / "state.json", {"flushed_upto": cut})
+                    for done in stored:
+                        done()
             if self._on_flushed is not None:
                 self._on_flushed(self._name, cut)
             self._metrics.flushes += 1

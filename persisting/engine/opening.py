@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ConfigError, CorruptionError, ProtocolError, StorageError, TopicLockedError
 from ..tensors import jagged
 from ..tensors.column import AnyColumn, Column, storage_dtype
+from . import spooled
 from .buckets import Buckets
 from .config import TopicConfig
 from .consumption import ConsumptionLog, Taken
@@ -132,6 +133,7 @@ def replay(
     """Step 3: the log's frames above ``flushed_upto`` into ``tail``; returns the next global index (above
     ``top``, the largest index stored anywhere)."""
     top = max(flushed_upto - 1, top)
+    spools: set[str] = set()  # spool files (spooled.py) the replayed frames still need
     for frame in wal.replay():
         partition, new_kinds, key, ref, patch = (*frame.header, None, None, None)[:5]
         schema.add(new_kinds)
@@ -142,11 +144,16 @@ def replay(
         if end <= flushed_upto:
             continue
         rows = frame.rows()
+        if isinstance(ref, dict) and "spool" in ref:  # a batch larger than the arena, stored from its file
+            spools.add(str(ref["spool"]))
+            tail.add(spooled.replayed(wal.directory, ref, rows, frame.first_index, partition))
+            continue
         if ref is not None:
             rows = readopt(name, ref, rows, frame.first_index, resolver)
         if patch is not None:
             patch = ([int(i) for i in patch[0]], [str(f) for f in patch[1]])
         tail.add(Chunk(frame.first_index, partition, rows, whole=ref is not None, patch=patch))
+    spooled.sweep(wal.directory.parent, spools)  # files of producers killed mid-write, or already flushed
     return top + 1
 
 

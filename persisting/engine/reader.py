@@ -126,7 +126,7 @@ class Reader:
     def _arena_field_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
         runs: list[tuple[int, list[list[Any]]]] = []
         for chunk, at, count in self._arena_groups(indexes):
-            if chunk is None or chunk.arena is None:
+            if chunk is None or chunk.arena is None or chunk.arena.extent_id < 0:  # < 0: a spool file, not the arena
                 return None
             i = indexes[at] - chunk.first
             entry_fields: list[list[Any]] = []

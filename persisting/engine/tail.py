@@ -30,6 +30,7 @@ import asyncio
 import bisect
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +51,11 @@ class ArenaPayload:
     ``columns`` are the views the tail serves until a flush writes them to the backends.
     """
 
-    extent_id: int
+    extent_id: int  # < 0: not in the arena but in a spool file (spooled.py)
     ref: dict[str, Any]
     columns: dict[str, AnyColumn]
     used: bool = False  # set once rows of the tail point at it
+    on_stored: Callable[[], None] | None = None  # a spool file's: called once the backends hold it durably
 
 
 class Chunk:
@@ -91,6 +93,18 @@ class Chunk:
         """The field-set id (in ``index``) of the fields sample ``first + i`` of this chunk was written with."""
         extra = tuple(self.arena.columns) if self.arena is not None else ()
         return index.row_id(self.other[i], extra)
+
+    @property
+    def encoded(self) -> bool:
+        return self._rows is not None
+
+    def encode(self, a: int, b: int) -> list[dict[str, Any]]:
+        """Rows ``a .. b`` of an arena batch, encoded now and not kept (a read of part of a big batch)."""
+        arena = self.arena
+        if arena is None:
+            return self.rows[a:b]
+        part = ArenaPayload(arena.extent_id, arena.ref, {k: c.rows(a, b) for k, c in arena.columns.items()})
+        return materialize(self.other[a:b], part)
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -222,7 +236,7 @@ class Tail:
     def flushed(self, chunks: list[Chunk], cut: int) -> None:
         """``chunks`` (the front of the tail) are in the backends now, and every index below ``cut``."""
         for chunk in chunks:
-            if chunk.arena is not None:
+            if chunk.arena is not None and chunk.arena.extent_id >= 0:
                 # Flushed, but its extent stays mapped until the arena needs the space: consumers keep getting
                 # views instead of reading the payload back from the backends.
                 chunk.forget_rows()
@@ -301,11 +315,13 @@ class Tail:
             if chunk.first >= hi:
                 break
             a = max(start - chunk.first, 0)
-            b = min(hi - chunk.first, len(chunk.rows))
+            b = min(hi - chunk.first, chunk.count)
+            # An arena (or spooled) batch not encoded yet: only the rows asked for, not the whole batch.
+            rows = chunk.rows[a:b] if chunk.arena is None or chunk.encoded else chunk.encode(a, b)
             if a < b and cleared:
-                out.extend(r for i, r in enumerate(chunk.rows[a:b], chunk.first + a) if i not in cleared)
+                out.extend(r for i, r in enumerate(rows, chunk.first + a) if i not in cleared)
             elif a < b:
-                out.extend(chunk.rows[a:b])
+                out.extend(rows)
         return out
 
     def chunk_at(self, index: int) -> Chunk | None:

@@ -336,15 +336,9 @@ class LanceBackend:
     def _append(self, table: pa.Table) -> lance.LanceDataset:
         self._guard()
         try:
-            if self._ds is None:
-                ds = lance.write_dataset(
-                    table,
-                    self.uri,
-                    mode="create",
-                    enable_stable_row_ids=True,
-                    session=shared_session(),
-                    storage_options=self._options or None,
-                )
+            if self._ds is None:  # big first appends too go in pieces (lance_parallel.create)
+                options = self._options or None
+                ds = lance_parallel.create(table, self.uri, self.encoders, options, session=shared_session())
             else:
                 # A fresh handle: add_columns moves a dataset object in place, and readers in other
                 # threads may still hold self._ds.

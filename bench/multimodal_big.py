@@ -1,0 +1,184 @@
+"""``python -m bench multimodal --parts big`` (alone: ``python -m bench.multimodal_big``): one batch of
+``--big-gib`` (2) GiB through a broker whose arena is ``--big-arena-mib`` (256) MiB, 8x smaller.
+
+A producer (this process) ``put``s one float32 batch (``BIG_SAMPLE_MIB`` per sample) into a fresh broker; a
+consumer process waiting in ``get_batch`` takes it whole and has it in one tensor (the batch goes through a spool
+file of the topic and comes back in pieces of at most 64 MiB: docs/concepts/batch-sizes.md). GB/s = batch bytes /
+(put called -> the consumer holds every byte); the put alone and the get alone beside it. Reference in the same
+run: memcpy of the same bytes (``numpy.copyto`` into a destination faulted in beforehand). After the timing the
+consumer checks every byte; peak RSS (VmHWM) of the broker and of the consumer (from its first request on) show
+what each held. Median of ``--reps`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from persisting import Queue
+
+from .broker_server import broker_process
+
+MiB = 1024 * 1024
+BIG_SAMPLE_MIB = 16
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--big-gib", type=float, default=2.0, help="the batch, GiB (default 2)")
+    parser.add_argument("--big-arena-mib", type=int, default=256, help="the broker's arena, MiB (default 256)")
+
+
+def _batch(nbytes: int) -> np.ndarray:
+    per = BIG_SAMPLE_MIB * MiB // 4
+    n = max(2, nbytes // (per * 4))
+    out = np.empty((n, per), dtype=np.float32)
+    for i in range(n):
+        out[i] = i  # distinct per sample, cheap to make and to check
+    out[:, 0] = np.arange(n, dtype=np.float32) * -1.0
+    return out
+
+
+def _vm_hwm_bytes(pid: int | str) -> int:
+    """Peak RSS of a process (its own: unlike ru_maxrss, not inherited across fork + exec, as spawn does)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _reset_peak(pid: int | str = "self") -> None:
+    """Start the peak RSS again from the current RSS (Linux: ``5`` into /proc/<pid>/clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def _consumer(address: str, n: int, per: int, out: Any) -> None:
+    async def go() -> None:
+        async with Queue("big", broker=address) as q:
+            _reset_peak()  # what the interpreter and its imports took is not this batch's
+            out.put(("ready", time.monotonic()))
+            data, meta = await q.get_batch(["x"], n, "train", "p", wait=True, timeout=600)
+            got = time.monotonic()
+            x = data["x"]
+            ok = meta.size == n and tuple(x.shape) == (n, per)
+            for i in range(n) if ok else ():
+                row = x[i]
+                ok = ok and float(row[0]) == -float(i) and bool((row[1:] == i).all())
+            out.put(("done", got, ok, _vm_hwm_bytes("self")))
+
+    asyncio.run(go())
+
+
+async def _produce(address: str, batch: np.ndarray) -> tuple[float, float]:
+    async with Queue("big", broker=address) as q:
+        await q.put({"x": batch[:1, :16]}, partition_id="warm")  # the topic's creation is not timed
+        t0 = time.monotonic()
+        await q.put({"x": batch}, partition_id="p", timeout=600)
+        return t0, time.monotonic()
+
+
+def _memcpy(batch: np.ndarray) -> float:
+    dst = np.empty_like(batch)
+    dst.fill(0)  # faulted in: the reference is the copy, not the page faults
+    t0 = time.perf_counter()
+    np.copyto(dst, batch)
+    seconds = time.perf_counter() - t0
+    del dst
+    return batch.nbytes / seconds / 1e9
+
+
+def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int) -> dict[str, Any]:
+    memcpy = _memcpy(batch)
+    case = base / f"big-{rep}"
+    (case / "s").mkdir(parents=True)
+    address = f"ipc://{case / 's' / 'b.sock'}"
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    with broker_process(
+        case / "storage", address, base / "broker.log", ["--arena-bytes", str(arena_bytes)], "WARNING"
+    ) as broker:
+        consumer = ctx.Process(target=_consumer, args=(address, batch.shape[0], batch.shape[1], out))
+        consumer.start()
+        try:
+            out.get(timeout=120)  # the consumer is connected and waiting
+            t0, put_done = asyncio.run(_produce(address, batch))
+            _kind, got, ok, consumer_rss = out.get(timeout=900)
+            broker_rss = _vm_hwm_bytes(broker.pid)
+        finally:
+            consumer.join(timeout=600)
+            if consumer.is_alive():
+                consumer.kill()
+    gb = batch.nbytes / 1e9
+    return {
+        "part": "big",
+        "rep": rep,
+        "bytes": batch.nbytes,
+        "arena_bytes": arena_bytes,
+        "gbps": gb / (got - t0),
+        "put_gbps": gb / (put_done - t0),
+        "get_gbps": gb / (got - put_done) if got > put_done else float("nan"),
+        "memcpy_gbps": memcpy,
+        "exact": bool(ok),
+        "broker_peak_rss": broker_rss,
+        "consumer_peak_rss": consumer_rss,
+    }
+
+
+def run(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
+    batch = _batch(int(args.big_gib * 1024 * MiB))
+    return [_one(base, args.big_arena_mib * MiB, batch, rep) for rep in range(args.reps)]
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    rows = [r for r in rows if r.get("part") == "big"]
+    if not rows:
+        return ""
+    med = statistics.median
+
+    def m(key: str) -> float:
+        return med(r[key] for r in rows)
+
+    gib, arena = rows[0]["bytes"] / 1024**3, rows[0]["arena_bytes"] / MiB
+    ratios = [r["gbps"] / r["memcpy_gbps"] for r in rows]
+    lines = [
+        f"One {gib:.2f} GiB float32 batch through a {arena:.0f} MiB arena, producer -> consumer process "
+        f"(median of {len(rows)}; every byte checked: {all(r['exact'] for r in rows)})",
+        "",
+        "| what | GB/s (median) | runs | vs memcpy of the same bytes |",
+        "|---|---:|---|---:|",
+        f"| memcpy (reference, same run) | {m('memcpy_gbps'):.2f} | {_runs(rows, 'memcpy_gbps')} | 1.00x |",
+        f"| put -> consumer holds it all | {m('gbps'):.3f} | {_runs(rows, 'gbps')} | {med(ratios):.3f}x |",
+        f"| put alone (acknowledged) | {m('put_gbps'):.3f} | {_runs(rows, 'put_gbps')} | |",
+        f"| get alone (after the put) | {m('get_gbps'):.3f} | {_runs(rows, 'get_gbps')} | |",
+        "",
+        f"Peak RSS (median): broker {m('broker_peak_rss') / MiB:,.0f} MiB, consumer {m('consumer_peak_rss') / MiB:,.0f}"
+        f" MiB (the batch is {gib * 1024:,.0f} MiB; the consumer's one result tensor is the one copy it needs)",
+    ]
+    return "\n".join(lines)
+
+
+def _runs(rows: list[dict[str, Any]], key: str) -> str:
+    return ", ".join(f"{r[key]:.3f}" for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.multimodal_big", description=__doc__.split("\n\n")[0])
+    add_args(parser)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mmbig-", dir=args.dir) as tmp:
+        rows = run(args, Path(tmp))
+    print(render(rows))
+    return 0 if all(r["exact"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

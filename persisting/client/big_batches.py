@@ -1,0 +1,80 @@
+"""Tensor batches larger than the arena, on a ``Queue``: put through a spool file, got in pieces.
+
+Composed into ``tensor_puts.TensorPuts`` (``put``) and ``data_api`` (``get``); the file format and the piece
+arithmetic live in ``tensors/pieces.py``, the engine's side in ``engine/spooled.py``. The path each size takes is
+written in docs/concepts/batch-sizes.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..engine import Topic, new_spool_part, put_spooled
+from ..tensors import batches, pieces
+from ..tensors.column import AnyColumn
+from ..tensors.meta import BatchMeta
+from ..wire import codec
+from .remote import RemoteTopic
+
+
+async def limit(topic: Topic | RemoteTopic) -> int:
+    """Bytes above which a batch is put through a spool file and read back in pieces."""
+    size = await topic.arena.arena_bytes() if isinstance(topic, RemoteTopic) else None
+    return pieces.spool_above(size)
+
+
+async def put(
+    topic: Topic | RemoteTopic,
+    columns: Mapping[str, AnyColumn],
+    other: dict[str, list[Any]],
+    n: int,
+    partition: str,
+    patch: BatchMeta | None,
+    key: str | None,
+    run: Callable[[Any], Awaitable[Any]],
+) -> BatchMeta | None:
+    """Store a batch larger than ``limit`` through a spool file; None if it is not one (the caller goes on).
+    ``run``: where an engine coroutine runs (``data_api.on_topic``)."""
+    if not pieces.spoolable(columns) or sum(c.nbytes for c in columns.values()) <= await limit(topic):
+        return None
+    plain = batches.other_rows(other, n, topic.kinds)
+    blob = codec.pack(plain.rows)
+    fields, _size = pieces.layout(columns)
+    of = None if patch is None else patch.global_indexes
+    key = key or uuid.uuid4().hex  # retried requests store the batch once
+    if isinstance(topic, RemoteTopic):
+        name, path = await topic.call("spool_begin", pid=os.getpid())
+    else:
+        name, part = new_spool_part(topic.path, os.getpid())
+        path = str(part)
+    try:
+        await asyncio.to_thread(pieces.write_part, str(path), columns, fields)
+        if isinstance(topic, RemoteTopic):
+            args = {"partition": partition, "count": n, "kinds": plain.kinds, "key": key, "name": name}
+            first, count = await topic.call("put_spooled", [blob], fields=fields, of=of, **args)
+            kinds = {**plain.kinds, **{str(f[0]): str(f[1]) for f in fields}}
+            first, count = topic.stored(int(first), int(count), kinds)
+        else:
+            first, count = await run(put_spooled(topic, plain, partition, blob, key, name, fields, of))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()  # the engine took it (and deletes it itself), or it is swept; this is early cleanup
+        raise
+    return batches.batch_meta(first, count, partition, columns, other, patch)
+
+
+async def get(
+    meta: BatchMeta, fields: list[str], topic: Topic | RemoteTopic, fetch: Callable[[BatchMeta], Awaitable[Any]]
+) -> batches.Batch | None:
+    """The data of a ``meta`` larger than ``limit``, asked for in pieces and gathered into one result per field;
+    None if it is not that large (the caller reads it in one request)."""
+    if meta.size <= 1:
+        return None
+    found = await pieces.gather(meta, fields, await limit(topic), fetch)
+    return None if found is None else batches.Batch(found)
