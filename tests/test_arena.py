@@ -263,10 +263,19 @@ def test_broker_killed_then_restarted_keeps_acknowledged_batches(unstarted: Brok
         unstarted.start()
         proc = _worker(unstarted.address, "produce", "crash", f"{round_ * 10_000}:400")
         assert proc.stdout is not None
-        time.sleep(rnd.uniform(0.5, 2.0))
+        # The kill lands after the first acknowledgement: on a loaded machine a fixed sleep could end before the
+        # worker's first put, and a round with nothing acknowledged checks nothing.
+        seen = b""
+        while not seen.endswith(b"\n") or not any(ln.startswith(b"ACK") for ln in seen.splitlines()):
+            line = proc.stdout.readline()
+            if not line:
+                break  # the worker ended: what it printed is all there is
+            seen += line
+        time.sleep(rnd.uniform(0.0, 1.5))
         unstarted.kill()
         proc.kill()  # what it printed before is what was acknowledged
         out, _ = proc.communicate(timeout=60)
+        out = seen + out
         acked += [(int(w[1]), int(w[2])) for w in (ln.split() for ln in out.decode().splitlines()) if w[0] == "ACK"]
         assert default_path(unstarted.storage).exists()  # the killed broker's arena is left for re-adoption
     unstarted.start()
