@@ -66,6 +66,19 @@ async def put(
     return first, n, [indexes, await topic.describe(indexes)]
 
 
+async def recalled(topic: Topic, kv: Any, partition: str) -> list[Any]:
+    """What a keyed put's reply adds when the put was re-sent and its first attempt is stored (its idempotency key
+    recalled): the keys' samples now and their description. Its tags are merged again: the first attempt may have
+    died between its data and its tags (merging the same tags twice changes nothing)."""
+    if not isinstance(kv, dict):
+        raise ProtocolError("put_tensors kv must be {keys, tags}")
+    keys = kv.get("keys")
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ProtocolError("kv keys must be a list of str")
+    _, _, indexes = await topic.keys.put(partition, keys, _tags(kv.get("tags")))
+    return [indexes, await topic.describe(indexes)]
+
+
 async def handle(req: Request, topic: Topic, plane: Plane, peer: Peer | None) -> Reply:
     if req.op == "kv_put":
         partition, keys, tags = arg(req, "partition", str), _keys(req), _tags(req.args.get("tags"))

@@ -291,7 +291,13 @@ class TensorPlane:
             done = await topic.recall(key)
             if done is not None:
                 self._retried.recalled(key, req.args.get("extent"), givebacks.same_arena(req, arena), extents, peer)
-                return list(done)
+                if req.args.get("kv") is None:
+                    return list(done)
+                return [
+                    *done,
+                    *[None] * (3 - len(done)),
+                    *await keys.recalled(topic, req.args["kv"], arg(req, "partition", str)),
+                ]
         if not givebacks.same_arena(req, arena):
             raise UnknownExtentError(f"extent {req.args.get('extent')!r} was leased from an arena before a restart")
         ext = extents.leased(arg(req, "extent", int), peer)

@@ -162,3 +162,26 @@ def test_keys_of_samples_cleared_by_index_are_gone(tmp_path: Path) -> None:
         await q.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_keyed_put_sent_again_with_its_key_answers_as_the_first(where: str, tmp_path: Path) -> None:
+    """A keyed put re-sent with the idempotency key of one that was stored (a retry after a broker restart, as
+    BrokerUnavailableError's key allows) stores nothing twice and answers with the keys' samples and tags."""
+
+    async def scenario(b: BrokerProcess | None) -> None:
+        q = _queue(where, tmp_path, b)
+        x = np.arange(8, dtype=np.int64).reshape(2, 4)
+        first = await q.kv_put(["a", "b"], {"x": x}, "p", tags=[{"s": 1}, {"s": 2}], idempotency_key="put-1")
+        again = await q.kv_put(["a", "b"], {"x": x}, "p", tags=[{"s": 1}, {"s": 2}], idempotency_key="put-1")
+        assert again.global_indexes == first.global_indexes
+        assert [s.custom_meta for s in again.samples] == [{"s": 1}, {"s": 2}]
+        assert len(q) == 2  # stored once
+        data, _ = await q.kv_get(["a", "b"], "p")
+        assert np.array_equal(np.asarray(data["x"]), x)
+        await q.aclose()
+
+    if where == "embedded":
+        asyncio.run(scenario(None))
+    else:
+        with running_broker(tmp_path, ["--arena-bytes", str(16 << 20)]) as b:
+            asyncio.run(scenario(b))
