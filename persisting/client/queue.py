@@ -55,6 +55,7 @@ class Queue(DataAPI):
         storage_options: Mapping[str, Any] | None = None,
         local_path: str | os.PathLike[str] | None = None,
         objects: str | None = None,
+        dedup: bool | Sequence[str] = False,
     ) -> None:
         config = TopicConfig(
             num_buckets=num_buckets,
@@ -76,6 +77,7 @@ class Queue(DataAPI):
             storage_options=storage_options,
             local_path=local_path,
             objects=objects,
+            dedup=dedup,
         )
         super().__init__(handle)
         self.name = handle.name

@@ -116,6 +116,7 @@ class ArenaClient:
         timeout: float,
         of: list[int] | None = None,
         key: str | None = None,
+        dedup_bytes: tuple[int, int] | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         places, total = batches.layout(columns)
         need = max(total, 1)
@@ -124,7 +125,7 @@ class ArenaClient:
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
 
-        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key)
+        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key, dedup_bytes)
 
     async def put_reserved(
         self,
@@ -160,6 +161,7 @@ class ArenaClient:
         partition: str,
         of: list[int] | None,
         key: str | None = None,
+        dedup_bytes: tuple[int, int] | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
@@ -181,6 +183,8 @@ class ArenaClient:
             )
             if of is not None:
                 args["of"] = of
+            if dedup_bytes is not None:
+                args["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
             try:
                 result = (await self._conn.request("put_tensors", args, [other_blob])).result
                 break
