@@ -129,7 +129,8 @@ class TopicHandle:
             raise ConfigError("an object-store storage_path is written by the built-in Lance backend; omit backend")
         self._topic: Topic | RemoteTopic | None = None
         self.closed = False
-        self._moved = dict.fromkeys(MOVED_KEYS + DEDUP_KEYS, 0)  # bytes of tensor payload moved through this handle, by path
+        # bytes of tensor payload moved through this handle, by path; of deduped fields put and stored
+        self._moved = dict.fromkeys(MOVED_KEYS + DEDUP_KEYS, 0)
 
     @property
     def opened(self) -> Topic | RemoteTopic | None:

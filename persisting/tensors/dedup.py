@@ -31,6 +31,7 @@ processes do not share an index: each stores its own first copy.
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +74,7 @@ def digest(sample: Any) -> bytes:
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    return memoryview(a).cast("B") == memoryview(b).cast("B")
+    return a.data.cast("B") == b.data.cast("B")
 
 
 @dataclass(slots=True)
@@ -170,7 +171,7 @@ def _take(array: np.ndarray, positions: list[int]) -> np.ndarray:
     if len(positions) == 1:
         return array[positions[0] : positions[0] + 1]
     step = positions[1] - positions[0]
-    if step > 0 and all(b - a == step for a, b in zip(positions, positions[1:], strict=False)):
+    if step > 0 and all(b - a == step for a, b in itertools.pairwise(positions)):
         return array[positions[0] : positions[-1] + 1 : step]
     return array[positions]
 
@@ -245,7 +246,8 @@ async def plan(
                 index.add(partition, name, d.keys[j], start + k)
         if values is not None:
             # a value that is not pickled (None) stays a value of its sample, not a reference
-            refs: list[Any] = [rows[d.inverse[i]] if isinstance(v, objects.Pickled) else None for i, v in enumerate(values)]
+            pickled = [isinstance(v, objects.Pickled) for v in values]
+            refs: list[Any] = [rows[at] if p else None for at, p in zip(d.inverse, pickled, strict=True)]
         else:
             refs = [rows[at] for at in d.inverse]
         out.other[ref_field(name)] = refs

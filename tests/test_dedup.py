@@ -1,0 +1,136 @@
+"""Content dedup (tensors/dedup.py): identical values of a put, and of later puts into the same partition, are
+stored once (arena, log, Lance) and every sample reads its exact bytes back as a view of the one copy, embedded
+and through a real broker; the broker's status counts what dedup saved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from persisting import SyncQueue
+from persisting.tensors import dedup
+from persisting.tensors.column import Column
+
+from .broker_fixture import BrokerProcess, in_arena_mapping
+
+ARENA_BYTES = 16 * 1024 * 1024
+PROMPTS, RESPONSES = 4, 4
+pytestmark = pytest.mark.slow
+
+
+def _step(seed: int) -> dict[str, Any]:
+    """A GRPO step in small: each prompt's image repeated for its responses, token ids per response."""
+    rng = np.random.default_rng(seed)
+    images = torch.from_numpy(rng.random((PROMPTS, 3, 32, 32), dtype=np.float32))
+    return {
+        "pixel_values": images.repeat_interleave(RESPONSES, dim=0),
+        "input_ids": torch.from_numpy(rng.integers(0, 1000, (PROMPTS * RESPONSES, 16))),
+    }
+
+
+def _check(data: dict[str, Any], step: dict[str, Any]) -> None:
+    values = data["pixel_values"]
+    assert isinstance(values, list) and len(values) == PROMPTS * RESPONSES
+    for got, want in zip(values, step["pixel_values"], strict=True):
+        assert torch.equal(got, want)
+    assert torch.equal(data["input_ids"], step["input_ids"])
+
+
+@pytest.fixture(params=["embedded", "broker"])
+def queue_kw(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    if request.param == "embedded":
+        return {"storage_path": str(tmp_path / "store")}
+    broker: BrokerProcess = request.getfixturevalue("arena_broker")
+    return {"broker": broker.address}
+
+
+def test_a_grpo_group_stores_each_image_once_and_every_response_reads_its_exact_image(
+    queue_kw: dict[str, Any], seed: int
+) -> None:
+    step = _step(seed)
+    image_bytes = step["pixel_values"][0].numel() * 4
+    with SyncQueue("grpo", **queue_kw, dedup=["pixel_values"], num_buckets=1) as q:
+        q.put(step, partition_id="step-0")
+        moved = q.stats()["zerocopy"]
+        assert moved["dedup_put_bytes"] == PROMPTS * RESPONSES * image_bytes
+        assert moved["dedup_stored_bytes"] == PROMPTS * image_bytes
+        for task in ("reward", "reference", "train"):
+            data, meta = q.get_batch(["pixel_values", "input_ids"], PROMPTS * RESPONSES, task, "step-0")
+            assert meta.size == PROMPTS * RESPONSES
+            _check(data, step)
+            if "broker" in queue_kw:
+                values = data["pixel_values"]
+                assert all(in_arena_mapping(v.data_ptr()) for v in values), "views of the arena, not copies"
+                # every response of a prompt views the one copy of its image
+                assert len({v.data_ptr() for v in values}) == PROMPTS
+        # a later put of the same images into the partition stores nothing new
+        q.put({"pixel_values": step["pixel_values"][::RESPONSES].clone()}, partition_id="step-0")
+        assert q.stats()["zerocopy"]["dedup_stored_bytes"] == PROMPTS * image_bytes
+        meta = q.get_meta(batch_size=PROMPTS * (RESPONSES + 1), task_name="late", partition_id="step-0")
+        late = q.get_data(meta)["pixel_values"]
+        assert torch.equal(torch.stack(late[-PROMPTS:]), step["pixel_values"][::RESPONSES])
+        assert late[-1].data_ptr() == late[-PROMPTS - 1].data_ptr()  # the 2nd put's samples view the 1st's copy
+
+
+def test_object_values_are_deduped_and_come_back_exactly(queue_kw: dict[str, Any]) -> None:
+    mm = [{"pixel_values": torch.full((64, 64), float(i // 3)), "grid": [1, 2, i // 3]} for i in range(6)]
+    with SyncQueue("mm", **queue_kw, dedup=True, objects="pickle") as q:
+        q.put({"multi_modal_inputs": mm, "ids": torch.arange(6)}, partition_id="p")
+        moved = q.stats()["zerocopy"]
+        assert moved["dedup_stored_bytes"] * 3 == moved["dedup_put_bytes"]  # 2 distinct values of 6
+        data, _ = q.get_batch(["multi_modal_inputs", "ids"], 6, "t", "p")
+    for got, want in zip(data["multi_modal_inputs"], mm, strict=True):
+        assert torch.equal(got["pixel_values"], want["pixel_values"]) and got["grid"] == want["grid"]
+
+
+def test_lance_holds_each_distinct_value_once_and_rows_hold_references(tmp_path: Path, seed: int) -> None:
+    lance = pytest.importorskip("lance")
+    step = _step(seed)
+    with SyncQueue("disk", str(tmp_path), dedup=True, num_buckets=1) as q:
+        q.put(step, partition_id="p")
+        q.flush()
+    ds = lance.dataset(str(tmp_path / "disk" / "bucket-0.lance"))
+    where = "_persisting_partition = '{}'"
+    payloads = ds.to_table(filter=where.format(dedup.payload_partition("p")))
+    samples = ds.to_table(filter=where.format("p")).sort_by("_persisting_index").to_pylist()
+    assert payloads.num_rows == PROMPTS and len(samples) == PROMPTS * RESPONSES
+    images = payloads.column("pixel_values").combine_chunks().to_numpy_ndarray()  # a typed tensor column
+    by_index = dict(zip(payloads.column("_persisting_index").to_pylist(), images, strict=True))
+    for r, want in zip(samples, step["pixel_values"].numpy(), strict=True):
+        np.testing.assert_array_equal(by_index[r["pixel_values%40payload"]], want)
+
+
+def test_equal_hashes_of_different_bytes_stay_two_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dedup, "digest", lambda _sample: b"same")  # every sample collides
+    col = Column("ndarray", "<f4", np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0]], dtype=np.float32))
+    d = dedup.distinct_column(col)
+    assert d.first == [0, 2] and d.inverse == [0, 0, 1, 1]
+
+
+def test_a_field_named_like_a_reference_is_refused(tmp_path: Path) -> None:
+    with SyncQueue("bad", str(tmp_path)) as q, pytest.raises(Exception, match="@payload"):
+        q.put({"x@payload": np.zeros((2, 2))}, partition_id="p")
+
+
+def test_status_shows_bytes_put_and_stored(arena_broker: BrokerProcess, seed: int) -> None:
+    step = _step(seed)
+    with SyncQueue("st", broker=arena_broker.address, dedup=True) as q:
+        q.put(step, partition_id="p")
+    out = subprocess.run(
+        [sys.executable, "-m", "broker", "status", "--json", "--socket", arena_broker.address],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    topic = next(t for t in json.loads(out.stdout)["topics"] if t["name"] == "st")
+    image_bytes = step["pixel_values"][0].numel() * 4
+    assert topic["dedup"]["put_bytes"] == PROMPTS * RESPONSES * image_bytes
+    assert topic["dedup"]["stored_bytes"] == PROMPTS * image_bytes
