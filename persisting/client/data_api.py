@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from ..engine import Topic, samplers
 from ..errors import ConfigError
-from ..tensors import batches, dedup, objects, tensordicts
-from ..tensors.meta import BatchMeta, FieldMeta, sample_metas
-from . import _loop
+from ..tensors import batches, objects, tensordicts
+from ..tensors.meta import BatchMeta
+from . import _loop, dedup_reads
 from .handle import TopicHandle
 from .remote import RemoteTopic
 
@@ -65,7 +65,7 @@ class DataAPI:
         the put that completes them). None: every sample, with the fields it has."""
         self._check_take_args(batch_size, task_name, partition_id, timeout)
         topic = await self._handle.engine()
-        wanted = await self._named(topic, field_list(fields, "get_meta"))
+        wanted = await dedup_reads.named(topic, field_list(fields, "get_meta"))
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
         kw = _sampler_kw(dp_rank, batch_index)
         lease = _lease(delivery, lease_seconds)
@@ -230,43 +230,20 @@ class DataAPI:
         if not indexes:
             return batches.Batch()
         topic = await self._handle.engine()
-        fields = batches.wanted_fields(batch_meta)
-        if not payloads:  # (payload rows hold the deduped fields under their own names)
-            fields = await self._named(topic, fields) or fields
+        fields = batches.wanted_fields(batch_meta)  # (payload rows hold deduped fields under their own names)
+        fields = fields if payloads else await dedup_reads.named(topic, fields) or fields
         if isinstance(topic, RemoteTopic):
             data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device)
             self._handle.moved("get_zero_copy_bytes", zero)
             self._handle.moved("get_copied_bytes", copied)
+        elif self._handle.zerocopy_mode == "force":
+            raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
         else:
-            if self._handle.zerocopy_mode == "force":
-                raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
             rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
             data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
-            moved = sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
-            self._handle.moved("get_copied_bytes", moved)
-        if not payloads:
-            await self._resolve(data, device)
-        return data
-
-    async def _named(self, topic: Topic | RemoteTopic, fields: list[str] | None) -> list[str] | None:
-        """Field names as the caller gives them, a deduped field turned into its references (tensors/dedup.py);
-        a name this process has not seen yet refreshes the topic's fields first (another process put it)."""
-        if fields is None:
-            return None
-        if isinstance(topic, RemoteTopic) and any(f not in topic.kinds for f in fields):
-            topic.kinds.update((await topic.stats()).get("fields", {}))
-        return dedup.request_fields(fields, topic.kinds)
-
-    async def _resolve(self, data: batches.Batch, device: Any) -> None:
-        """Deduped fields: each sample's value from its one stored copy (tensors/dedup.py)."""
-        if not dedup.ref_fields(data):
-            return
-
-        async def fetch(name: str, rows: list[int]) -> batches.Batch:
-            meta = BatchMeta(tuple(sample_metas(rows, "", {name: FieldMeta(name, "")})), {"fields": [name]})
-            return await self._get_data(meta, None, device, payloads=True)
-
-        data.also(await dedup.resolve(data, fetch))
+            copied = sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
+            self._handle.moved("get_copied_bytes", copied)
+        return data if payloads else await dedup_reads.resolve(data, self._get_data, device)
 
     async def get_batch(
         self,
@@ -288,7 +265,7 @@ class DataAPI:
         """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``).
         ``as_tensordict``: as in ``get_data``."""
         topic = await self._handle.engine()
-        wanted = await self._named(topic, field_list(fields, "get_batch"))
+        wanted = await dedup_reads.named(topic, field_list(fields, "get_batch"))
         if isinstance(topic, RemoteTopic) and wanted is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
             limit = (None if timeout is None else float(timeout)) if wait else 0.0
@@ -299,9 +276,8 @@ class DataAPI:
             self._handle.moved("get_zero_copy_bytes", zero)
             self._handle.moved("get_copied_bytes", copied)
             meta = batches.meta_from(indexes, partition_id, descs, wanted)
-            if indexes:
-                await self._resolve(data, device)
-            return self._shaped(data if indexes else batches.Batch(), len(indexes), as_tensordict), meta
+            data = await dedup_reads.resolve(data, self._get_data, device) if indexes else batches.Batch()
+            return self._shaped(data, len(indexes), as_tensordict), meta
         meta = await self.get_meta(
             fields,
             batch_size,
