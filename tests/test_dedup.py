@@ -5,8 +5,10 @@ and through a real broker; the broker's status counts what dedup saved."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +136,60 @@ def test_status_shows_bytes_put_and_stored(arena_broker: BrokerProcess, seed: in
     image_bytes = step["pixel_values"][0].numel() * 4
     assert topic["dedup"]["put_bytes"] == PROMPTS * RESPONSES * image_bytes
     assert topic["dedup"]["stored_bytes"] == PROMPTS * image_bytes
+
+
+def test_broker_killed_during_deduped_puts_keeps_each_acknowledged_put_once_with_its_bytes(
+    tmp_path: Path, seed: int
+) -> None:
+    from persisting.tensors.arena import default_path
+
+    from . import dedup_worker
+    from .broker_fixture import make_broker
+
+    rnd = random.Random(seed)
+    broker = make_broker(tmp_path)
+    broker.extra_args = ["--arena-bytes", str(ARENA_BYTES)]
+    acked: list[int] = []
+    try:
+        for round_ in range(3):
+            broker.start()
+            worker = Path(dedup_worker.__file__)
+            cmd = [sys.executable, str(worker), broker.address, "crash", f"{round_ * 10_000}:400"]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+            time.sleep(rnd.uniform(0.5, 2.5))
+            broker.kill()
+            proc.kill()  # what it printed before is what was acknowledged
+            out, _ = proc.communicate(timeout=60)
+            acked += [int(w[1]) for w in (ln.split() for ln in out.decode().splitlines()) if w[:1] == ["ACK"]]
+        broker.start()
+        with SyncQueue("crash", broker=broker.address) as q:
+            meta = q.get_meta(batch_size=10**6, task_name="check", partition_id="p")
+            data = q.get_data(meta)
+            toks = [int(t[0]) for t in data["tok"]]
+            assert len(toks) == len(set(toks)), "a put stored twice"
+            at = dict(zip(toks, range(len(toks)), strict=True))
+            for b in acked:  # every acknowledged put is there with each sample's exact bytes
+                want = dedup_worker.batch(b)
+                for j in range(6):
+                    k = at[b * 6 + j]
+                    np.testing.assert_array_equal(np.asarray(data["img"][k]), want["img"][j], err_msg=f"batch {b}")
+            data.release()
+            del data
+            stats = q.stats()
+        assert stats["zerocopy"]["get_copied_bytes"] >= 0
+        arena = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "broker", "status", "--json", "--socket", broker.address],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            ).stdout
+        )["arena"]
+        assert arena["holds"] == 0 and arena["leased_bytes"] == 0, "arena space returned"
+        assert broker.stop() == 0
+        assert not default_path(broker.storage).exists(), "no shared-memory file left"
+    finally:
+        broker.ensure_dead()
+    print(f"acknowledged puts: {len(acked)} (seed {seed})")
+    assert acked
