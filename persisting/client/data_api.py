@@ -65,7 +65,7 @@ class DataAPI:
         the put that completes them). None: every sample, with the fields it has."""
         self._check_take_args(batch_size, task_name, partition_id, timeout)
         topic = await self._handle.engine()
-        wanted = await dedup_reads.named(topic, field_list(fields, "get_meta"))
+        wanted = await dedup_reads.named(topic, field_list(fields, "get_meta"), self._handle.dedup)
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
         kw = _sampler_kw(dp_rank, batch_index)
         lease = _lease(delivery, lease_seconds)
@@ -231,7 +231,7 @@ class DataAPI:
             return batches.Batch()
         topic = await self._handle.engine()
         fields = batches.wanted_fields(batch_meta)  # (payload rows hold deduped fields under their own names)
-        fields = fields if payloads else await dedup_reads.named(topic, fields) or fields
+        fields = fields if payloads else await dedup_reads.named(topic, fields, self._handle.dedup) or fields
         if isinstance(topic, RemoteTopic):
             data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device)
             self._handle.moved("get_zero_copy_bytes", zero)
@@ -265,7 +265,7 @@ class DataAPI:
         """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``).
         ``as_tensordict``: as in ``get_data``."""
         topic = await self._handle.engine()
-        wanted = await dedup_reads.named(topic, field_list(fields, "get_batch"))
+        wanted = await dedup_reads.named(topic, field_list(fields, "get_batch"), self._handle.dedup)
         if isinstance(topic, RemoteTopic) and wanted is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
             limit = (None if timeout is None else float(timeout)) if wait else 0.0

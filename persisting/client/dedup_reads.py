@@ -12,14 +12,18 @@ from ..tensors.meta import BatchMeta, FieldMeta, sample_metas
 from .remote import RemoteTopic
 
 
-async def named(topic: Topic | RemoteTopic, fields: list[str] | None) -> list[str] | None:
-    """Field names as the caller gives them, a deduped field turned into its references; a name this process has
-    not seen yet refreshes the topic's fields first (another process put it since this one opened the topic)."""
+async def named(topic: Topic | RemoteTopic, fields: list[str] | None, mode: bool | frozenset[str]) -> list[str] | None:
+    """Field names as the caller gives them, a deduped field turned into its references: a field this Queue's
+    ``dedup`` names, or one the topic stores deduped. A name this process has not seen yet refreshes the topic's
+    fields first (another process put it since this one opened the topic); a consumer that asks for a deduped
+    field by name before its first put is stored (``get_meta(fields, wait=True)``) must name it in its own
+    ``Queue(dedup=[...])``, or ask for ``<name>@payload``."""
     if fields is None:
         return None
     if isinstance(topic, RemoteTopic) and any(f not in topic.kinds for f in fields):
         topic.kinds.update((await topic.stats()).get("fields", {}))
-    return dedup.request_fields(fields, topic.kinds)
+    named = mode if isinstance(mode, frozenset) else frozenset()
+    return [dedup.ref_field(f) if f in named else f for f in dedup.request_fields(fields, topic.kinds) or ()]
 
 
 GetData = Callable[[BatchMeta, str | None, Any, bool], Awaitable[batches.Batch]]

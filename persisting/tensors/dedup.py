@@ -31,6 +31,8 @@ processes do not share an index: each stores its own first copy.
 from __future__ import annotations
 
 import collections
+import ctypes
+import ctypes.util
 import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -73,8 +75,21 @@ def digest(sample: Any) -> bytes:
     return xxhash.xxh3_128_digest(sample)
 
 
+def _memcmp() -> Any:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    fn = libc.memcmp
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+_MEMCMP = _memcmp()
+
+
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.data.cast("B") == b.data.cast("B")
+    """Whether two C-contiguous samples hold the same bytes: libc's memcmp (numpy's array_equal and memoryview
+    comparison run at ~0.4 GB/s, memcmp at several GB/s)."""
+    return a.nbytes == b.nbytes and _MEMCMP(a.ctypes.data, b.ctypes.data, a.nbytes) == 0
 
 
 @dataclass(slots=True)
