@@ -193,3 +193,15 @@ def test_broker_killed_during_deduped_puts_keeps_each_acknowledged_put_once_with
         broker.ensure_dead()
     print(f"acknowledged puts: {len(acked)} (seed {seed})")
     assert acked
+
+
+def test_a_retried_put_stores_its_payloads_and_samples_once(queue_kw: dict[str, Any], seed: int) -> None:
+    step = _step(seed)
+    with SyncQueue("retry", **queue_kw, dedup=True) as q:
+        first = q.put(step, partition_id="p", idempotency_key="step-0")
+    with SyncQueue("retry", **queue_kw, dedup=True) as q:  # a new producer: its content index is empty
+        again = q.put(step, partition_id="p", idempotency_key="step-0")
+        assert again.global_indexes == first.global_indexes
+        parts = q.partitions()
+        assert parts["p"]["samples"] == PROMPTS * RESPONSES
+        assert parts[dedup.payload_partition("p")]["samples"] == PROMPTS

@@ -86,7 +86,7 @@ class TensorPuts:
                 raise ConfigError("the queue's topic closed during a put")
             cols = {} if isinstance(part, list) else {name: part}
             other = {name: part} if isinstance(part, list) else {}
-            sub = None if key is None else f"{key}:{name}"  # a retried put stores its payloads once, too
+            sub = None if key is None else dedup.payload_key(key, name)
             where = dedup.payload_partition(partition)
             meta = await self._store(topic, cols, other, count, where, timeout, None, sub, None)
             return meta.global_indexes[0]

@@ -70,6 +70,12 @@ def check_mode(dedup: Any) -> bool | frozenset[str]:
     raise ConfigError(f"dedup must be True, False or a list of field names, got {dedup!r}")
 
 
+def payload_key(key: str, name: str) -> str:
+    """The idempotency key of the payload put of field ``name`` of the put keyed ``key`` (a retried put stores its
+    payloads once too); a digest, so that it stays short whatever the length of ``key``."""
+    return "payload-" + xxhash.xxh3_128_hexdigest(f"{key}\x00{name}".encode())
+
+
 def digest(sample: Any) -> bytes:
     """xxh3-128 of a sample's bytes (a C-contiguous array or bytes)."""
     return xxhash.xxh3_128_digest(sample)
