@@ -47,7 +47,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpo-responses", type=int, default=8)
     p.add_argument("--grpo-image-mib", type=int, default=24)
     p.add_argument("--grpo-cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
-    p.add_argument("--grpo-arena-mib", type=int, default=2048, help="the broker's arena (holds a step without dedup)")
+    p.add_argument("--grpo-arena-mib", type=int, default=2048, help="the broker's arena without dedup (holds a step)")
+    p.add_argument("--grpo-dedup-arena-mib", type=int, default=256, help="the broker's arena with dedup (the default)")
 
 
 def _step(prompts: int, responses: int, image_mib: int, rep: int) -> dict[str, Any]:
@@ -60,18 +61,22 @@ def _step(prompts: int, responses: int, image_mib: int, rep: int) -> dict[str, A
     return {"pixel_values": images.repeat_interleave(responses, dim=0), "input_ids": ids}
 
 
-def _vmhwm() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+def _pid_vmhwm(pid: int | str = "self") -> list[int]:
+    """[peak RSS, shared memory in the RSS now] of a process, bytes: an arena mapping a process has touched (or
+    pre-faulted) counts in its RSS, though the pages are one copy for all the processes that map them."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return [int(fields.get(k, "0 kB").split()[0]) * 1024 for k in ("VmHWM", "RssShmem")]
 
 
-def _pid_vmhwm(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+def _vmhwm() -> list[int]:
+    return _pid_vmhwm()
+
+
+def _warm() -> dict[str, Any]:
+    """A small batch each system hands over before the clock starts (connections, mappings, imports)."""
+    import torch
+
+    return {"warm": torch.zeros(1, 1024)}
 
 
 def _check(data: Any, spec: dict[str, Any]) -> None:
@@ -93,6 +98,8 @@ def producer_main(spec: dict[str, Any]) -> None:
         if case.startswith("persisting"):
             asyncio.run(_persisting_put(spec, step))
         elif case == "torch.mp.Queue":
+            for q in spec["queues"]:
+                q.put(_warm())
             spec["barrier"].wait(TIMEOUT_S)
             out["t0"] = time.monotonic()
             for q in spec["queues"]:
@@ -106,6 +113,7 @@ def producer_main(spec: dict[str, Any]) -> None:
             client = tq_attach(spec["address"])
             try:
                 data = TensorDict(step, batch_size=[spec["prompts"] * spec["responses"]])
+                client.put(data=TensorDict(_warm(), batch_size=[1]), partition_id=f"warmup-{spec['rep']}")
                 spec["barrier"].wait(TIMEOUT_S)
                 out["t0"] = time.monotonic()
                 client.put(data=data, partition_id=spec["partition"])
@@ -124,6 +132,7 @@ async def _persisting_put(spec: dict[str, Any], step: dict[str, Any]) -> None:
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
         await q.open()
+        await q.put(_warm(), partition_id=f"warmup-{spec['rep']}")  # maps the arena before the clock starts
         spec["barrier"].wait(TIMEOUT_S)
         spec["out"]["t0"] = time.monotonic()
         await q.put(step, partition_id=spec["partition"])
@@ -140,6 +149,7 @@ def consumer_main(spec: dict[str, Any], task: str, i: int) -> None:
         if case.startswith("persisting"):
             asyncio.run(_persisting_get(spec, task, i))
         elif case == "torch.mp.Queue":
+            spec["queues"][i].get(timeout=TIMEOUT_S)  # the warm-up batch
             spec["barrier"].wait(TIMEOUT_S)
             data = spec["queues"][i].get(timeout=TIMEOUT_S)
             out[f"t_{task}"] = time.monotonic()
@@ -159,6 +169,8 @@ async def _persisting_get(spec: dict[str, Any], task: str, i: int) -> None:
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False  # asks by name before the 1st put
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
         await q.open()
+        warm, _ = await q.get_batch(["warm"], 1, task, f"warmup-{spec['rep']}", wait=True, timeout=TIMEOUT_S)
+        warm.release()
         spec["barrier"].wait(TIMEOUT_S)
         fields = ["pixel_values", "input_ids"]
         data, meta = await q.get_batch(fields, n, task, spec["partition"], wait=True, timeout=TIMEOUT_S)
@@ -175,22 +187,25 @@ def _tq_get(spec: dict[str, Any], task: str) -> None:
 
     client = tq_attach(spec["address"])
     try:
-        n = spec["prompts"] * spec["responses"]
+        _tq_take(client, ["warm"], 1, f"warmup-{spec['rep']}", task)
         spec["barrier"].wait(TIMEOUT_S)
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            meta = client.get_meta(data_fields=["pixel_values", "input_ids"], batch_size=n,
-                                   partition_id=spec["partition"], task_name=task)  # fmt: skip
-            if len(meta):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError("no step")
-            time.sleep(0.001)
-        data = client.get_data(meta)
+        fields = ["pixel_values", "input_ids"]
+        data = _tq_take(client, fields, spec["prompts"] * spec["responses"], spec["partition"], task)
         spec["out"][f"t_{task}"] = time.monotonic()
         _check(data, spec)
     finally:
         tq_detach(client)
+
+
+def _tq_take(client: Any, fields: list[str], n: int, partition: str, task: str) -> Any:
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        meta = client.get_meta(data_fields=fields, batch_size=n, partition_id=partition, task_name=task)
+        if len(meta):
+            return client.get_data(meta)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no batch in {partition}")
+        time.sleep(0.001)
 
 
 # -- the cases -------------------------------------------------------------------------------------
@@ -226,8 +241,8 @@ def _one(ctx: Any, spec: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"case": spec["case"], "rep": spec["rep"], "error": out.get("error")}
     if row["error"] is None:
         row["handover_s"] = max(out[f"t_{t}"] for t in TASKS) - out["t0"]
-        row["producer_rss"] = out.get("producer_rss", 0)
-        row["consumer_rss"] = max(out.get(f"rss_{t}", 0) for t in TASKS)
+        row["producer_rss"], row["producer_shm"] = out.get("producer_rss", [0, 0])
+        row["consumer_rss"], row["consumer_shm"] = max(out.get(f"rss_{t}", [0, 0]) for t in TASKS)
     return row
 
 
@@ -304,7 +319,7 @@ def _persisting_case(ctx: Any, manager: Any, args: argparse.Namespace, case: str
     base.mkdir(parents=True)
     address = f"ipc://{base}/broker.sock"
     rows = []
-    arena = str(args.grpo_arena_mib * 1024 * 1024)
+    arena = str((args.grpo_dedup_arena_mib if case == "persisting dedup" else args.grpo_arena_mib) * 2**20)
     with broker_process(base / "store", address, base / "broker.log", ["--arena-bytes", arena]) as broker:
         for rep in range(args.reps):
             spec = _spec(ctx, manager, args, case, rep)
@@ -314,7 +329,8 @@ def _persisting_case(ctx: Any, manager: Any, args: argparse.Namespace, case: str
             with SyncQueue("grpo", broker=address) as q:
                 q.flush()
             row["stored_bytes"] = _du(base / "store" / "grpo") - before
-            row["broker_rss"] = _pid_vmhwm(broker.pid)
+            row["broker_rss"], row["broker_shm"] = _pid_vmhwm(broker.pid)
+            row["arena_mib"] = int(arena) // 2**20
             rows.append(row)
     return rows
 
@@ -343,6 +359,10 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
+def _rss(m: dict[str, float], who: str) -> str:
+    return f"{_mib(m[who + '_rss'])} ({_mib(m[who + '_shm'])} shm)"
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     by_case: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -356,9 +376,9 @@ def render(rows: list[dict[str, Any]]) -> str:
         f"One step, {_mib(logical)} as put (prompts x responses samples, each prompt's image repeated for its "
         "responses), from 1 producer to 3 consumer tasks (reward, reference, train), each its own process.",
         "",
-        "| system | hand-over s | vs persisting dedup | bytes stored | of put | broker peak RSS | producer peak RSS "
-        "| consumer peak RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | hand-over s | vs persisting dedup | bytes stored | of put | arena | broker peak RSS "
+        "| producer peak RSS | consumer peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for case, rs in by_case.items():
         ok = [r for r in rs if r.get("error") is None]
@@ -370,14 +390,15 @@ def render(rows: list[dict[str, Any]]) -> str:
     for case, rs in by_case.items():
         m = med[case]
         if not m:
-            lines.append(f"| {case} | not measured: {rs[0]['error']} | | | | | | |")
+            lines.append(f"| {case} | not measured: {rs[0]['error']} | | | | | | | |")
             continue
         ratio = f"{m['handover_s'] / ref:.2f}x" if ref else ""
-        broker = _mib(m["broker_rss"]) if "broker_rss" in m else "-"
+        broker = _rss(m, "broker") if "broker_rss" in m else "-"
+        arena = _mib(m["arena_mib"] * 2**20) if "arena_mib" in m else "-"
         stored = m["stored_bytes"]
         lines.append(
-            f"| {case} | {m['handover_s']:.3f} | {ratio} | {_mib(stored)} | {stored / logical:.3f} | {broker} "
-            f"| {_mib(m['producer_rss'])} | {_mib(m['consumer_rss'])} |"
+            f"| {case} | {m['handover_s']:.3f} | {ratio} | {_mib(stored)} | {stored / logical:.3f} | {arena} "
+            f"| {broker} | {_rss(m, 'producer')} | {_rss(m, 'consumer')} |"
         )
     if hashes:
         h, c = (statistics.median(r[k] for r in hashes) for k in ("hash_s", "copy_s"))
@@ -393,6 +414,9 @@ def render(rows: list[dict[str, Any]]) -> str:
         "",
         "vs persisting dedup: the system's hand-over time over persisting-with-dedup's (above 1: persisting is "
         "faster). Bytes stored: persisting's Lance files of the step after a flush; torch and TransferQueue: "
-        "the bytes they hold by design (every sample's tensors as put), not measured.",
+        "the bytes they hold by design (every sample's tensors as put), not measured. Peak RSS: VmHWM, with the "
+        "shared memory in it (RssShmem: the arena's pages a process mapped, one copy for all of them; torch's "
+        "shared tensors). Without dedup the step needs an arena that holds it whole; with dedup it fits the "
+        "default 256 MiB.",
     ]
     return "\n".join(lines)

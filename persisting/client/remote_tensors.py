@@ -234,8 +234,9 @@ class ArenaClient:
                 arena.view(base + offset, values, writable=True)[:] = col.values.reshape(-1).view(np.uint8)
                 at = batches.jagged_offsets_at(offset, values)
                 arena.view(base + at, col.offsets.nbytes, writable=True)[:] = col.offsets.view(np.uint8)
-            else:
-                arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
+            else:  # (a strided source, e.g. every n-th sample of a deduped field, is read in place, not copied first)
+                dst = arena.view(base + offset, nbytes, writable=True).view(col.array.dtype)
+                dst.reshape(col.array.shape)[...] = col.array
         return extent, arena.generation
 
     async def reserve_extent(self, need: int, timeout: float) -> ReservedExtent:
