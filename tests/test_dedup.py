@@ -72,6 +72,7 @@ def test_a_grpo_group_stores_each_image_once_and_every_response_reads_its_exact_
                 assert all(in_arena_mapping(v.data_ptr()) for v in values), "views of the arena, not copies"
                 # every response of a prompt views the one copy of its image
                 assert len({v.data_ptr() for v in values}) == PROMPTS
+            data["pixel_values"][0].add_(1.0)  # a consumer's write stays its own: the next task reads the original
         # a later put of the same images into the partition stores nothing new
         q.put({"pixel_values": step["pixel_values"][::RESPONSES].clone()}, partition_id="step-0")
         assert q.stats()["zerocopy"]["dedup_stored_bytes"] == PROMPTS * image_bytes
