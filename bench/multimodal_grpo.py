@@ -48,7 +48,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpo-image-mib", type=int, default=24)
     p.add_argument("--grpo-cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     p.add_argument("--grpo-arena-mib", type=int, default=2048, help="the broker's arena without dedup (holds a step)")
-    p.add_argument("--grpo-dedup-arena-mib", type=int, default=256, help="the broker's arena with dedup (the default)")
+    p.add_argument("--grpo-dedup-arena-mib", type=int, default=512, help="the broker's arena with dedup")
 
 
 def _step(prompts: int, responses: int, image_mib: int, rep: int) -> dict[str, Any]:
@@ -416,7 +416,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         "faster). Bytes stored: persisting's Lance files of the step after a flush; torch and TransferQueue: "
         "the bytes they hold by design (every sample's tensors as put), not measured. Peak RSS: VmHWM, with the "
         "shared memory in it (RssShmem: the arena's pages a process mapped, one copy for all of them; torch's "
-        "shared tensors). Without dedup the step needs an arena that holds it whole; with dedup it fits the "
-        "default 256 MiB.",
+        "shared tensors). Without dedup the step needs an arena that holds it whole; with dedup "
+        "512 MiB: a consumer holds the step's token extent and its payload extent, and one process may pin half "
+        "the arena (PERSISTING_MAX_PINNED_SHARE) beyond its first hold, else it is answered with copies.",
     ]
     return "\n".join(lines)
