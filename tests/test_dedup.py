@@ -113,8 +113,9 @@ def test_lance_holds_each_distinct_value_once_and_rows_hold_references(tmp_path:
 def test_equal_hashes_of_different_bytes_stay_two_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dedup, "digest", lambda _sample: b"same")  # every sample collides
     col = Column("ndarray", "<f4", np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0]], dtype=np.float32))
-    d = dedup.distinct_column(col)
+    d = dedup.distinct_column(col, verify=True)
     assert d.first == [0, 2] and d.inverse == [0, 0, 1, 1]
+    assert dedup.distinct_column(col, verify=False).first == [0]  # the hash alone decides by default
 
 
 def test_a_field_named_like_a_reference_is_refused(tmp_path: Path) -> None:

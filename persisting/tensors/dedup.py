@@ -13,12 +13,15 @@ broker mode, copy-on-write as every arena view), so where samples repeat a value
 of per-sample views (where none repeats: the one stacked array, as without dedup).
 
 Identity is established in the producer, before anything is written: a repeated value is never copied into the
-arena. Hash: xxh3-128 (the ``xxhash`` package) over the sample's bytes, keyed with its dtype and shape; ~16x the
-speed of memcpy on this kind of machine, so hashing costs a small share of the copy it can save. xxh3 is not a
-cryptographic hash: two different values of one put whose hashes match are compared byte by byte (then kept
-apart). Across puts the first copy is not in this process's memory any more, so there the 128-bit hash alone
-decides: an accidental match is ~2^-128 per pair; a deliberate one needs a producer crafting collisions against
-its own partition (the index is per producer, see below), which can only spoil its own samples.
+arena. Hash: xxh3-128 (the ``xxhash`` package) over the sample's bytes, keyed with its kind, dtype and shape;
+11-14 GB/s on one core of this kind of machine, 2-3x the speed of memcpy of the same bytes. xxh3 is not a
+cryptographic hash, and the 128-bit hash alone decides by default: an accidental match of two different values
+is ~2^-128 per pair (far below the rate of undetected memory errors); a deliberate one needs a producer that
+crafts xxh3 collisions, and since the content index and the payload rows are per producer and partition, such
+a producer can only spoil its own samples, which it can do anyway by putting other bytes. Comparing the bytes
+of every repeat would read them a second time (``memcmp``, ~6 GB/s), more than doubling the cost;
+``PERSISTING_DEDUP_VERIFY=1`` turns it on (inside a put: across puts the first copy is no longer in this
+process's memory).
 
 Across puts: each producer ``Queue`` keeps a bounded index (``ContentIndex``: partition -> hash -> payload row),
 so a value put again into the same partition is referenced, not stored again. Payload rows are never freed
@@ -34,6 +37,7 @@ import collections
 import ctypes
 import ctypes.util
 import itertools
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +52,9 @@ from .column import AnyColumn, Column
 
 REF_SUFFIX = "@payload"
 PAYLOAD_PARTITION_PREFIX = RESERVED_PREFIX + "payloads:"
+# Compare the bytes of samples of one put whose hashes match (PERSISTING_DEDUP_VERIFY=1): off by default, see
+# the module docstring for why the 128-bit hash alone is enough here; on, it reads the repeats a second time.
+VERIFY = os.environ.get("PERSISTING_DEDUP_VERIFY", "0") == "1"
 MIN_SAMPLE_BYTES = 4096  # smaller values cost more as references (an int per sample, a lookup) than they save
 INDEX_ENTRIES = 65536  # distinct values remembered per producer Queue for dedup across puts (LRU)
 
@@ -108,8 +115,10 @@ class Distinct:
     keys: list[tuple[Any, ...]]
 
 
-def distinct_column(col: Column) -> Distinct:
-    """The distinct samples of a dense column; a hash match is checked byte by byte."""
+def distinct_column(col: Column, verify: bool | None = None) -> Distinct:
+    """The distinct samples of a dense column by their xxh3-128; ``verify`` (default: ``VERIFY``) also compares
+    the bytes of samples whose hashes match, and keeps apart those that differ."""
+    verify = VERIFY if verify is None else verify
     rows = col.array.reshape(col.count, -1) if col.count else col.array
     sig = (col.kind, col.dtype_name, col.sample_shape)
     seen: dict[tuple[Any, ...], int] = {}
@@ -119,7 +128,7 @@ def distinct_column(col: Column) -> Distinct:
     for i in range(col.count):
         key: tuple[Any, ...] = (*sig, digest(rows[i]))
         at = seen.get(key)
-        while at is not None and not same_bytes(rows[first[at]], rows[i]):
+        while verify and at is not None and not same_bytes(rows[first[at]], rows[i]):
             key = (*key, "collision")  # equal hashes, different bytes: a value of its own
             at = seen.get(key)
         if at is None:
