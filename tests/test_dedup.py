@@ -207,3 +207,30 @@ def test_a_retried_put_stores_its_payloads_and_samples_once(queue_kw: dict[str, 
         parts = q.partitions()
         assert parts["p"]["samples"] == PROMPTS * RESPONSES
         assert parts[dedup.payload_partition("p")]["samples"] == PROMPTS
+
+
+def test_metrics_show_bytes_put_and_stored(tmp_path: Path, seed: int) -> None:
+    import socket
+    import urllib.request
+
+    from .broker_fixture import make_broker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    broker = make_broker(tmp_path)
+    broker.extra_args = ["--metrics", str(port), "--arena-bytes", str(ARENA_BYTES)]
+    step = _step(seed)
+    try:
+        broker.start()
+        with SyncQueue("m", broker=broker.address, dedup=["pixel_values"]) as q:
+            q.put(step, partition_id="p")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        series = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        image_bytes = step["pixel_values"][0].numel() * 4
+        assert float(series['persisting_dedup_put_bytes{topic="m"}']) == PROMPTS * RESPONSES * image_bytes
+        assert float(series['persisting_dedup_stored_bytes{topic="m"}']) == PROMPTS * image_bytes
+        assert broker.stop() == 0
+    finally:
+        broker.ensure_dead()
