@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 import tempfile
 import time
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> int:
         with tempfile.TemporaryDirectory(prefix=f"mm-{name}-", dir=args.base) as tmp:
             rows = module.run(args, Path(tmp))
         sections.append(module.render(rows))
-    command = "python -m bench multimodal " + " ".join(argv)
+    command = shlex.join(["python", "-m", "bench", "multimodal", *argv])
     head = f"## python -m bench multimodal\n\n`{command.strip()}` at {revision}, {started}, median of {args.reps}"
     report = "\n\n".join([head, *sections])
     print(report)
