@@ -234,3 +234,19 @@ def test_metrics_show_bytes_put_and_stored(tmp_path: Path, seed: int) -> None:
         assert broker.stop() == 0
     finally:
         broker.ensure_dead()
+
+
+def test_a_consumer_gets_views_of_payloads_that_fill_much_of_the_arena(arena_broker: BrokerProcess) -> None:
+    """The payload put leases no extent of its own size ahead: the samples' put after it would lie in that
+    (large) extent, and a consumer's views of both would pin more than one process may, answered with copies."""
+    images = torch.rand(2, 1, 640, 1024)  # 2.5 MiB each: 5 MiB of payloads in a 16 MiB arena (8 MiB per process)
+    step = {"pixel_values": images.repeat_interleave(4, dim=0), "input_ids": torch.arange(8 * 16).reshape(8, 16)}
+    with SyncQueue("big", broker=arena_broker.address, dedup=["pixel_values"]) as q:
+        q.put(step, partition_id="p")
+        data, meta = q.get_batch(["pixel_values", "input_ids"], 8, "t", "p")
+        assert meta.size == 8 and q.stats()["zerocopy"]["get_copied_bytes"] == 0, "views, not copies"
+        assert all(in_arena_mapping(v.data_ptr()) for v in data["pixel_values"])
+        _ = [
+            torch.equal(a, b) or pytest.fail("wrong image")
+            for a, b in zip(data["pixel_values"], step["pixel_values"], strict=True)
+        ]

@@ -117,7 +117,11 @@ class ArenaClient:
         of: list[int] | None = None,
         key: str | None = None,
         dedup_bytes: tuple[int, int] | None = None,
+        lease_ahead: bool = True,
     ) -> tuple[int, int, dict[str, str]]:
+        """``lease_ahead=False``: the next put is of another size (a deduped put's payloads, then its samples), so
+        no extent of this one's size is leased ahead for it (it would hold arena space, and a consumer's views of
+        the next put would pin all of it)."""
         places, total = batches.layout(columns)
         need = max(total, 1)
         fields = [batches.wire_field(name, col, off) for name, col, off, _nb in places]
@@ -125,7 +129,8 @@ class ArenaClient:
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
 
-        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key, dedup_bytes)
+        ahead = need if lease_ahead else 0
+        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key, dedup_bytes, ahead)
 
     async def put_reserved(
         self,
@@ -162,6 +167,7 @@ class ArenaClient:
         of: list[int] | None,
         key: str | None = None,
         dedup_bytes: tuple[int, int] | None = None,
+        lease_next: int | None = None,
     ) -> tuple[int, int, dict[str, str]]:
         """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
@@ -179,7 +185,8 @@ class ArenaClient:
                 generation=generation,
                 fields=fields,
                 peer=peer_id(),
-                lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
+                # the reply brings the next put's extent: one round trip per put, not two
+                lease_next=need if lease_next is None else lease_next,
             )
             if of is not None:
                 args["of"] = of

@@ -88,7 +88,7 @@ class TensorPuts:
             other = {name: part} if isinstance(part, list) else {}
             sub = None if key is None else dedup.payload_key(key, name)
             where = dedup.payload_partition(partition)
-            meta = await self._store(topic, cols, other, count, where, timeout, None, sub, None)
+            meta = await self._store(topic, cols, other, count, where, timeout, None, sub, None, lease_ahead=False)
             return meta.global_indexes[0]
 
         return put_payload
@@ -104,6 +104,7 @@ class TensorPuts:
         patch: BatchMeta | None,
         key: str | None,
         dedup_bytes: tuple[int, int] | None,
+        lease_ahead: bool = True,
     ) -> BatchMeta:
         """Store a prepared batch: through the broker's arena where it can, else copied into rows."""
         payload = sum(col.nbytes for col in columns.values())
@@ -114,7 +115,8 @@ class TensorPuts:
             try:
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout
                 blob = codec.pack(plain.rows)
-                sealed = await remote.arena.put_tensors(columns, plain, blob, n, partition, wait, of, key, dedup_bytes)
+                args = (columns, plain, blob, n, partition, wait, of, key, dedup_bytes, lease_ahead)
+                sealed = await remote.arena.put_tensors(*args)
                 first, n = remote.stored(*sealed)
                 self._handle.moved("put_zero_copy_bytes", payload)
                 return batches.batch_meta(first, n, partition, columns, other, patch)
