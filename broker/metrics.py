@@ -227,10 +227,17 @@ def _gauges(state: dict[str, Any]) -> Iterator[Metric]:
         "persisting_task_backlog_samples", "Samples not yet handed to the task", ["topic", "partition", "task"]
     )
     leased = family("persisting_task_leased_samples", "Samples leased to the task now", ["topic", "partition", "task"])
+    dedup_put = family("persisting_dedup_put_bytes", "Bytes of deduped fields as producers put them", ["topic"])
+    dedup_stored = family(
+        "persisting_dedup_stored_bytes", "Bytes of deduped fields stored (each distinct value once)", ["topic"]
+    )
     capped_parts, capped_tasks = _Capped(), _Capped()
     for t in state["topics"]:
         name = t["name"]
         records.add_metric([name], t["records"])
+        dedup = t.get("dedup") or {}
+        dedup_put.add_metric([name], dedup.get("put_bytes", 0))
+        dedup_stored.add_metric([name], dedup.get("stored_bytes", 0))
         unflushed.add_metric([name], t["unflushed_records"])
         wal.add_metric([name], t["wal_bytes"])
         lag.add_metric([name], t["flush_lag_s"])
@@ -242,7 +249,7 @@ def _gauges(state: dict[str, Any]) -> Iterator[Metric]:
                 if capped_tasks(name, partition, task)[1] != OTHER:
                     backlog.add_metric([name, partition, task], s["backlog"])
                     leased.add_metric([name, partition, task], s["leased"])
-    yield from (records, unflushed, wal, lag, samples, backlog, leased)
+    yield from (records, unflushed, wal, lag, samples, backlog, leased, dedup_put, dedup_stored)
     arena = state["arena"]
     if arena:
         by_state = family("persisting_arena_bytes", "Shared-memory arena bytes by state", ["state"])

@@ -85,6 +85,7 @@ class Broker:
         # None with metrics off: the request path then pays one "is None" test (see metrics.py)
         self.metrics: BrokerMetrics | None = _metrics(self.state) if metrics else None
         self.connections = Connections()
+        self.dedup = status.DedupCounts()  # bytes of deduped fields put vs stored, per topic (status, metrics)
         self.peers = Peers(address)  # who sent a request, from the kernel (arena space is never a client's word)
         self.complaints = Complaints(on_count=None if self.metrics is None else self.metrics.bad_frame)
 
@@ -269,6 +270,7 @@ class Broker:
                 reply = protocol.error_reply(req.id, bad)
         if metrics is not None:
             metrics.request(req, reply, time.perf_counter() - started)
+        self.dedup.request(req, reply)
         out = protocol.encode_reply(reply)
         self._recent.done(name, out)
         self._send([identity, *out])

@@ -9,6 +9,8 @@ Keys (times are seconds; ``*_at`` are Unix times)::
                    "flush_lag_s": how long the oldest unflushed record may have waited (since the last flush that
                                   left none behind; 0 with nothing unflushed),
                    "flushes", "flush_seconds_total", "last_flush_error" (absent if none),
+                   "dedup": {"put_bytes", "stored_bytes", "saved_bytes"}: bytes of deduped fields (Queue(dedup=...))
+                            as producers put them and as stored, since the broker started (DedupCounts),
                    "partitions": {partition: {"samples", "cleared",
                                   "tasks": {task: {"consumed", "leased", "backlog": samples not yet handed
                                                    to the task (samples - consumed - leased)}}}}}]
@@ -57,6 +59,7 @@ async def snapshot(broker: Broker) -> dict[str, Any]:
         }
         if "last_flush_error" in stats:
             entry["last_flush_error"] = stats["last_flush_error"]
+        entry["dedup"] = broker.dedup.of(topic.name)
         topics.append(entry)
     arena = broker.plane.stats()
     if arena:
@@ -77,6 +80,29 @@ async def snapshot(broker: Broker) -> dict[str, Any]:
         "clients": conns.clients(),
         "bad_frames": {kind: broker.complaints.totals[kind] for kind in KINDS},
     }
+
+
+class DedupCounts:
+    """Per topic, bytes of deduped fields as put and as stored (tensors/dedup.py), from the ``dedup`` argument the
+    producer sends with each put ([put, stored]; a producer's word about its own savings, shown, never trusted for
+    anything else). Counted from the broker's start; a retried put that was stored once may count twice."""
+
+    def __init__(self) -> None:
+        self._bytes: dict[str, list[int]] = {}
+
+    def request(self, req: protocol.Request, reply: protocol.Reply) -> None:
+        if not reply.ok or req.op not in ("put_tensors", "put_batch"):
+            return
+        given = req.args.get("dedup")
+        if not (isinstance(given, list) and len(given) == 2 and all(type(x) is int and x >= 0 for x in given)):
+            return
+        counts = self._bytes.setdefault(str(req.args.get("topic")), [0, 0])
+        counts[0] += given[0]
+        counts[1] += given[1]
+
+    def of(self, topic: str) -> dict[str, int]:
+        put, stored = self._bytes.get(topic, (0, 0))
+        return {"put_bytes": put, "stored_bytes": stored, "saved_bytes": put - stored}
 
 
 class FlushClock:
@@ -114,6 +140,12 @@ def render(state: dict[str, Any]) -> str:
         )
         if "last_flush_error" in t:
             lines.append(f"    last flush error: {t['last_flush_error']}")
+        d = t.get("dedup") or {}
+        if d.get("put_bytes"):
+            lines.append(
+                f"    dedup: {d['put_bytes']} bytes put, {d['stored_bytes']} stored "
+                f"({d['saved_bytes']} saved, {d['put_bytes'] / max(d['stored_bytes'], 1):.1f}x)"
+            )
         for name, part in sorted(t["partitions"].items()):
             lines.append(f"    partition {name!r}: {part['samples']} samples, {part['cleared']} cleared")
             for task, s in sorted(part["tasks"].items()):

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from ..engine import Topic, samplers
+from ..engine import Topic
 from ..errors import ConfigError
 from ..tensors import batches, objects, tensordicts
 from ..tensors.meta import BatchMeta
-from . import _loop, big_batches
+from . import _loop, big_batches, data_args, dedup_reads
 from .handle import TopicHandle
 from .remote import RemoteTopic
 
@@ -64,16 +64,16 @@ class DataAPI:
         ``put(..., batch_meta=...)``) are handed out; the others wait for their fields (``wait=True`` is woken by
         the put that completes them). None: every sample, with the fields it has."""
         self._check_take_args(batch_size, task_name, partition_id, timeout)
-        wanted = field_list(fields, "get_meta")
         topic = await self._handle.engine()
+        wanted = await dedup_reads.named(topic, data_args.field_list(fields, "get_meta"), self._handle.dedup)
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
-        kw = _sampler_kw(dp_rank, batch_index)
-        lease = _lease(delivery, lease_seconds)
+        kw = data_args.sampler_kw(dp_rank, batch_index)
+        lease = data_args.lease_of(delivery, lease_seconds)
         if isinstance(topic, RemoteTopic):
-            wire = _sampler_wire(sampler)
+            wire = data_args.sampler_wire(sampler)
             indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw, lease, wanted)
         else:
-            _check_sampler(sampler)
+            data_args.check_sampler(sampler)
             take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw, lease, wanted)
             indexes, descs = await _loop.call(take)
         return batches.meta_from(indexes, partition_id, descs, wanted)
@@ -85,7 +85,7 @@ class DataAPI:
         field (built from global indexes) is described with every field written for its samples."""
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"check_ready takes a BatchMeta, got {type(batch_meta).__qualname__}")
-        given = field_list(fields, "check_ready")
+        given = data_args.field_list(fields, "check_ready")
         wanted: list[str] | None = given if given is not None else batches.wanted_fields(batch_meta)
         if not wanted and fields is None:
             wanted = None  # a meta naming no field: describe every field written for its samples
@@ -172,7 +172,7 @@ class DataAPI:
             raise ConfigError(f"set_custom_meta takes a BatchMeta, got {type(batch_meta).__qualname__}")
         by_partition: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for sample in batch_meta.samples:
-            check_tags(sample.global_index, sample.custom_meta)
+            data_args.check_tags(sample.global_index, sample.custom_meta)
             if sample.custom_meta:
                 by_partition.setdefault(sample.partition_id, []).append((sample.global_index, sample.custom_meta))
         topic = await self._handle.engine()
@@ -219,16 +219,19 @@ class DataAPI:
         wanted = self._handle.as_tensordict if as_tensordict is None else as_tensordict
         return tensordicts.to_tensordict(data, n) if wanted else data
 
-    async def _get_data(self, batch_meta: BatchMeta, partition_id: str | None, device: Any) -> batches.Batch:
+    async def _get_data(
+        self, batch_meta: BatchMeta, partition_id: str | None, device: Any, payloads: bool = False
+    ) -> batches.Batch:
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"get_data takes the BatchMeta from get_meta or put, got {type(batch_meta).__qualname__}")
         if partition_id is not None and any(s.partition_id != partition_id for s in batch_meta.samples):
             raise ConfigError(f"this BatchMeta holds samples of {batch_meta.partition_ids}, not {partition_id!r}")
         indexes = batch_meta.global_indexes
-        fields = batches.wanted_fields(batch_meta)
         if not indexes:
             return batches.Batch()
         topic = await self._handle.engine()
+        fields = batches.wanted_fields(batch_meta)  # (payload rows hold deduped fields under their own names)
+        fields = fields if payloads else await dedup_reads.named(topic, fields, self._handle.dedup) or fields
         if (
             big := await big_batches.get(batch_meta, fields, topic, lambda m: self._get_data(m, None, device))
         ) is not None:
@@ -237,13 +240,14 @@ class DataAPI:
             data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device)
             self._handle.moved("get_zero_copy_bytes", zero)
             self._handle.moved("get_copied_bytes", copied)
-            return data
-        if self._handle.zerocopy_mode == "force":
+        elif self._handle.zerocopy_mode == "force":
             raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
-        rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
-        data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
-        self._handle.moved("get_copied_bytes", sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes)))
-        return data
+        else:
+            rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
+            data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
+            copied = sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
+            self._handle.moved("get_copied_bytes", copied)
+        return data if payloads else await dedup_reads.resolve(data, self._get_data, device)
 
     async def get_batch(
         self,
@@ -264,19 +268,24 @@ class DataAPI:
     ) -> tuple[Any, BatchMeta]:
         """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``).
         ``as_tensordict``: as in ``get_data``."""
-        wanted = field_list(fields, "get_batch")
         topic = await self._handle.engine()
+        wanted = await dedup_reads.named(topic, data_args.field_list(fields, "get_batch"), self._handle.dedup)
         if isinstance(topic, RemoteTopic) and wanted is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
             limit = (None if timeout is None else float(timeout)) if wait else 0.0
-            sampling = (_sampler_wire(sampler), _sampler_kw(dp_rank, batch_index), _lease(delivery, lease_seconds))
+            sampling = (
+                data_args.sampler_wire(sampler),
+                data_args.sampler_kw(dp_rank, batch_index),
+                data_args.lease_of(delivery, lease_seconds),
+            )
             indexes, descs, data, zero, copied = await topic.take_batch(
                 partition_id, task_name, batch_size, limit, wanted, self._handle.zerocopy_mode, device, *sampling
             )
             self._handle.moved("get_zero_copy_bytes", zero)
             self._handle.moved("get_copied_bytes", copied)
             meta = batches.meta_from(indexes, partition_id, descs, wanted)
-            return self._shaped(data if indexes else batches.Batch(), len(indexes), as_tensordict), meta
+            data = await dedup_reads.resolve(data, self._get_data, device) if indexes else batches.Batch()
+            return self._shaped(data, len(indexes), as_tensordict), meta
         meta = await self.get_meta(
             fields,
             batch_size,
@@ -291,59 +300,6 @@ class DataAPI:
             lease_seconds=lease_seconds,
         )
         return await self.get_data(meta, device=device, as_tensordict=as_tensordict), meta
-
-
-def field_list(fields: Any, where: str) -> list[str] | None:
-    """A list of field names (None stays None); one str is refused: ``"ab"`` would read as ``["a", "b"]``."""
-    if fields is None:
-        return None
-    if isinstance(fields, str | bytes) or not isinstance(fields, Sequence | set | frozenset | dict):
-        raise ConfigError(
-            f"{where}: fields must be a list of field names, e.g. [{fields!r:.60}], got {type(fields).__qualname__} "
-            f"{fields!r:.60}"
-        )
-    names = list(fields)
-    bad = [f for f in names if not isinstance(f, str) or not f]
-    if bad:
-        raise ConfigError(f"{where}: field names must be non-empty str, got {bad[0]!r:.60}")
-    return names
-
-
-TAG_TYPES = "str, int, float, bool, None, bytes, and lists and dicts (with str keys) of them"
-
-
-def check_tags(index: int, tags: Any) -> None:
-    """Tags travel and are stored as msgpack: refuse a value it cannot carry, naming the tag (same in both modes)."""
-    for key, value in tags.items():
-        if not isinstance(key, str):
-            raise ConfigError(
-                f"sample {index}: tag names must be str, got {key!r:.60}; tags must be msgpack-safe: {TAG_TYPES}"
-            )
-        problem = _untaggable(value)
-        if problem is not None:
-            raise ConfigError(
-                f"sample {index}: tag {key!r} holds {problem}, which cannot be stored; "
-                f"tags must be msgpack-safe: {TAG_TYPES}"
-            )
-
-
-def _untaggable(value: Any) -> str | None:
-    """What in ``value`` a tag cannot hold (None: it is fine)."""
-    if value is None or isinstance(value, bool | float | str | bytes):
-        return None
-    if isinstance(value, int):
-        return None if -(2**63) <= value < 2**64 else f"the int {value}, outside 64 bits"
-    if isinstance(value, list | tuple):
-        return next((p for p in map(_untaggable, value) if p is not None), None)
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                return f"a dict key of type {type(k).__qualname__}"
-            problem = _untaggable(v)
-            if problem is not None:
-                return problem
-        return None
-    return f"a {type(value).__qualname__}"
 
 
 def on_topic(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
@@ -373,47 +329,3 @@ async def _reset_local(topic: Topic, partition: str, task: str) -> None:
 
 async def _give_back_local(topic: Topic, partition: str, task: str, indexes: list[int]) -> None:
     topic.give_back(partition, task, indexes)
-
-
-def _lease(delivery: Any, lease_seconds: Any) -> float | None:
-    """The lease of acknowledged delivery, None for consume-on-fetch."""
-    if delivery == "fetch":
-        return None
-    if delivery != "ack":
-        raise ConfigError(f"delivery must be 'fetch' (consume-on-fetch) or 'ack' (leases), got {delivery!r}")
-    if not isinstance(lease_seconds, int | float) or isinstance(lease_seconds, bool) or lease_seconds <= 0:
-        raise ConfigError(f"lease_seconds must be a number > 0, got {lease_seconds!r}")
-    return float(lease_seconds)
-
-
-def _sampler_kw(dp_rank: Any, batch_index: Any) -> dict[str, int]:
-    kw = {}
-    for label, value in (("dp_rank", dp_rank), ("batch_index", batch_index)):
-        if value is not None:
-            if type(value) is not int or value < 0:
-                raise ConfigError(f"{label} must be an int >= 0, got {value!r}")
-            kw[label] = value
-    return kw
-
-
-def _check_sampler(sampler: Any) -> None:
-    if sampler is not None and not isinstance(sampler, samplers.Sampler):
-        raise ConfigError(
-            "sampler must have sample(ready, batch_size, **kw) -> (sampled, consumed); "
-            f"got {type(sampler).__qualname__}"
-        )
-
-
-def _sampler_wire(sampler: Any) -> dict[str, Any] | None:
-    """A sampler as the broker rebuilds it: built-in ones only (nothing from the wire is unpickled)."""
-    _check_sampler(sampler)
-    if sampler is None:
-        return None
-    to_wire = getattr(sampler, "to_wire", None)
-    if type(sampler).__module__ != samplers.__name__ or to_wire is None:
-        raise ConfigError(
-            f"{type(sampler).__qualname__} is a custom sampler: it works in embedded mode only, the broker runs "
-            "the built-in ones (Sequential, RankAware, GRPOGroupN and LengthBalanced samplers)"
-        )
-    wire: dict[str, Any] = to_wire()
-    return wire

@@ -18,12 +18,15 @@ from ..engine import BackendFactory, Location, Topic, TopicConfig, object_store_
 from ..errors import ConfigError, QueueClosedError
 from ..queue.lance_backend import LanceBackend
 from ..queue.persisting_backend import PersistingBackend
+from ..tensors.dedup import check_mode as check_dedup_mode
 from ..tensors.objects import check_mode as check_objects_mode
 from . import _loop
 from .remote import RemoteTopic
 
 ZEROCOPY_MODES = ("auto", "force", "off")
 MOVED_KEYS = ("put_zero_copy_bytes", "put_copied_bytes", "put_spooled_bytes", "get_zero_copy_bytes", "get_copied_bytes")
+# bytes of deduped fields as put, and of them stored (tensors/dedup.py): the difference is what dedup saved
+DEDUP_KEYS = ("dedup_put_bytes", "dedup_stored_bytes")
 
 _topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
 _registry_lock: asyncio.Lock | None = None
@@ -97,6 +100,7 @@ class TopicHandle:
         storage_options: Mapping[str, Any] | None = None,
         local_path: str | os.PathLike[str] | None = None,
         objects: str | None = None,
+        dedup: Any = False,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
@@ -112,6 +116,7 @@ class TopicHandle:
         self.as_tensordict = bool(as_tensordict)  # what get_data/get_batch return by default
         # "pickle": this process pickles values the codec cannot store and unpickles them (tensors/objects.py)
         self.objects = check_objects_mode(objects)
+        self.dedup = check_dedup_mode(dedup)  # fields whose equal values a put stores once (tensors/dedup.py)
         self.config = config
         self._factory = _resolve_backend(backend, self.enable_metrics)
         # Broker mode: an explicit address, else PERSISTING_BROKER; the broker owns storage_path then.
@@ -124,7 +129,8 @@ class TopicHandle:
             raise ConfigError("an object-store storage_path is written by the built-in Lance backend; omit backend")
         self._topic: Topic | RemoteTopic | None = None
         self.closed = False
-        self._moved = dict.fromkeys(MOVED_KEYS, 0)  # bytes of tensor payload moved through this handle, by path
+        # bytes of tensor payload moved through this handle, by path; of deduped fields put and stored
+        self._moved = dict.fromkeys(MOVED_KEYS + DEDUP_KEYS, 0)
 
     @property
     def opened(self) -> Topic | RemoteTopic | None:

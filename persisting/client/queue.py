@@ -55,6 +55,7 @@ class Queue(DataAPI):
         storage_options: Mapping[str, Any] | None = None,
         local_path: str | os.PathLike[str] | None = None,
         objects: str | None = None,
+        dedup: bool | Sequence[str] = False,
     ) -> None:
         config = TopicConfig(
             num_buckets=num_buckets,
@@ -76,6 +77,7 @@ class Queue(DataAPI):
             storage_options=storage_options,
             local_path=local_path,
             objects=objects,
+            dedup=dedup,
         )
         super().__init__(handle)
         self.name = handle.name
@@ -340,16 +342,8 @@ class Queue(DataAPI):
         out["zerocopy"] = self._handle.transfers()  # bytes of tensor payload moved by this Queue, by path
         if self.enable_metrics and isinstance(topic, Topic):
             m = topic.metrics
-            out["metrics"] = {
-                "puts": m.puts,
-                "records_put": m.records_put,
-                "gets": m.gets,
-                "records_read": m.records_read,
-                "flushes": m.flushes,
-                "records_flushed": m.records_flushed,
-                "flush_seconds": m.flush_seconds,
-                "commit_seconds": m.commit_seconds,
-            }
+            names = ("puts", "records_put", "gets", "records_read", "flushes", "records_flushed", "flush_seconds")
+            out["metrics"] = {name: getattr(m, name) for name in (*names, "commit_seconds")}
         return out
 
     def __len__(self) -> int:

@@ -62,11 +62,19 @@ class RemoteTopic:
         self._count = int(stats.get("total_count", 0))
 
     async def append(
-        self, batch: EncodedBatch, partition: str, rows_blob: bytes, key: str | None = None, of: list[int] | None = None
+        self,
+        batch: EncodedBatch,
+        partition: str,
+        rows_blob: bytes,
+        key: str | None = None,
+        of: list[int] | None = None,
+        dedup_bytes: tuple[int, int] | None = None,
     ) -> tuple[int, int]:
         args = self._args(partition=partition, kinds=batch.kinds, count=len(batch.rows), key=key or uuid.uuid4().hex)
         if of is not None:
             args["of"] = of
+        if dedup_bytes is not None:
+            args["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
         reply = await self._conn.request("put_batch", args, [rows_blob])
         first, n = reply.result
         self.kinds.update(batch.kinds)

@@ -125,8 +125,13 @@ class ArenaClient:
         of: list[int] | None = None,
         key: str | None = None,
         kv: dict[str, Any] | None = None,
+        dedup_bytes: tuple[int, int] | None = None,
+        lease_ahead: bool = True,
     ) -> tuple[int, int, dict[str, str], list[Any]]:
-        """(first, count, kinds, what a keyed put's reply adds: ``kv`` {keys, tags}, see broker/keys.py)."""
+        """(first, count, kinds, what a keyed put's reply adds: ``kv`` {keys, tags}, see broker/keys.py).
+        ``lease_ahead=False``: the next put is of another size (a deduped put's payloads, then its samples), so
+        no extent of this one's size is leased ahead for it (it would hold arena space, and a consumer's views of
+        the next put would pin all of it)."""
         places, total = batches.layout(columns)
         need = max(total, 1)
         fields = [batches.wire_field(name, col, off) for name, col, off, _nb in places]
@@ -134,7 +139,10 @@ class ArenaClient:
         async def extent_for(_attempt: int) -> tuple[int, bytes]:
             return await self._write(places, need, timeout)
 
-        return await self._seal(fields, need, extent_for, other, other_blob, n, partition, of, key, kv)
+        ahead = need if lease_ahead else 0
+        return await self._seal(
+            fields, need, extent_for, other, other_blob, n, partition, of, key, kv, dedup_bytes, ahead
+        )
 
     async def put_reserved(
         self,
@@ -171,6 +179,8 @@ class ArenaClient:
         of: list[int] | None,
         key: str | None = None,
         kv: dict[str, Any] | None = None,
+        dedup_bytes: tuple[int, int] | None = None,
+        lease_next: int | None = None,
     ) -> tuple[int, int, dict[str, str], list[Any]]:
         """Send ``put_tensors`` for the extent ``extent_for(attempt)`` gives (id, arena generation); again, with
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
@@ -188,12 +198,15 @@ class ArenaClient:
                 generation=generation,
                 fields=fields,
                 peer=peer_id(),
-                lease_next=need,  # the reply brings the next put's extent: one round trip per put, not two
+                # the reply brings the next put's extent: one round trip per put, not two
+                lease_next=need if lease_next is None else lease_next,
             )
             if of is not None:
                 args["of"] = of
             if kv is not None:
                 args["kv"] = kv
+            if dedup_bytes is not None:
+                args["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
             try:
                 result = (await self._conn.request("put_tensors", args, [other_blob])).result
                 break
@@ -243,8 +256,9 @@ class ArenaClient:
                 arena.view(base + offset, values, writable=True)[:] = col.values.reshape(-1).view(np.uint8)
                 at = batches.jagged_offsets_at(offset, values)
                 arena.view(base + at, col.offsets.nbytes, writable=True)[:] = col.offsets.view(np.uint8)
-            else:
-                arena.view(base + offset, nbytes, writable=True)[:] = col.array.reshape(-1).view(np.uint8)
+            else:  # (a strided source, e.g. every n-th sample of a deduped field, is read in place, not copied first)
+                dst = arena.view(base + offset, nbytes, writable=True).view(col.array.dtype)
+                dst.reshape(col.array.shape)[...] = col.array
         return extent, arena.generation
 
     async def reserve_extent(self, need: int, timeout: float) -> ReservedExtent:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..engine import Topic
 from ..errors import ConfigError, InvalidRecordError
-from ..tensors import batches, objects, reservation, tensordicts
+from ..tensors import batches, dedup, objects, reservation, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
@@ -34,6 +34,7 @@ class TensorPuts:
         self._handle = handle
         self._owner = owner  # the Queue: reservations check that they are put through the queue that made them
         self._reservations: weakref.WeakSet[Reservation] = weakref.WeakSet()  # given back at close if not put
+        self._index = dedup.ContentIndex()  # what this producer stored, for dedup across its puts
 
     async def close(self) -> None:
         """Give back every reservation not put."""
@@ -55,15 +56,58 @@ class TensorPuts:
                 f"tensor batch field {reserved[0]!r} starts with {codec.RESERVED_PREFIX!r} (reserved for the queue); "
                 "rename it"
             )
-        of = None
-        if patch is not None:
-            if n != patch.size:
-                raise ConfigError(f"data holds {n} samples but batch_meta names {patch.size}; give one row per sample")
-            of = patch.global_indexes
+        refs = [name for name in (*columns, *other) if name.endswith(dedup.REF_SUFFIX)]
+        if refs:
+            raise InvalidRecordError(
+                f"tensor batch field {refs[0]!r} ends with {dedup.REF_SUFFIX!r} (the references of deduped fields); "
+                "rename it"
+            )
+        if patch is not None and n != patch.size:
+            raise ConfigError(f"data holds {n} samples but batch_meta names {patch.size}; give one row per sample")
         topic = await self._handle.engine()
         other = objects.prepare(other, non_tensor, self._handle.objects, topic.kinds, _storable)
         if n == 0:
             return patch if patch is not None else BatchMeta()
+        dedup_bytes = None
+        if names := dedup.chosen(self._handle.dedup, columns, other):
+            putter = self._payload_putter(partition, timeout, key)
+            plan = await dedup.plan(names, columns, other, partition, self._index, putter)
+            columns, other = plan.columns, plan.other
+            dedup_bytes = (plan.put_bytes, plan.stored_bytes)
+            self._handle.moved("dedup_put_bytes", plan.put_bytes)
+            self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
+        return await self._store(topic, columns, other, n, partition, timeout, patch, key, dedup_bytes)
+
+    def _payload_putter(self, partition: str, timeout: float | None, key: str | None) -> dedup.PutPayload:
+        """Stores the new distinct values of a deduped field as rows of the partition's payload partition."""
+        topic = self._handle.opened
+
+        async def put_payload(name: str, part: tensors.AnyColumn | list[Any], count: int) -> int:
+            if topic is None:
+                raise ConfigError("the queue's topic closed during a put")
+            cols = {} if isinstance(part, list) else {name: part}
+            other = {name: part} if isinstance(part, list) else {}
+            sub = None if key is None else dedup.payload_key(key, name)
+            where = dedup.payload_partition(partition)
+            meta = await self._store(topic, cols, other, count, where, timeout, None, sub, None, lease_ahead=False)
+            return meta.global_indexes[0]
+
+        return put_payload
+
+    async def _store(
+        self,
+        topic: Topic | RemoteTopic,
+        columns: Mapping[str, tensors.AnyColumn],
+        other: dict[str, list[Any]],
+        n: int,
+        partition: str,
+        timeout: float | None,
+        patch: BatchMeta | None,
+        key: str | None,
+        dedup_bytes: tuple[int, int] | None,
+        lease_ahead: bool = True,
+    ) -> BatchMeta:
+        """Store a prepared batch: through the broker's arena where it can, else copied into rows."""
         payload = sum(col.nbytes for col in columns.values())
         if self._handle.zerocopy_mode != "force":  # a batch larger than the arena: through a spool file
             big = await big_batches.put(topic, columns, other, n, partition, patch, key, lambda c: on_topic(topic, c))
@@ -71,19 +115,22 @@ class TensorPuts:
                 self._handle.moved("put_spooled_bytes", payload)
                 return big
         remote = await self._through_arena(topic) if columns else None
+        of = None if patch is None else patch.global_indexes
         if remote is not None:
             plain = batches.other_rows(other, n, remote.kinds)
             try:
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout
                 blob = codec.pack(plain.rows)
-                sealed = await remote.arena.put_tensors(columns, plain, blob, n, partition, wait, of, key)
+                sealed = await remote.arena.put_tensors(
+                    columns, plain, blob, n, partition, wait, of, key, dedup_bytes=dedup_bytes, lease_ahead=lease_ahead
+                )
                 first, n = remote.stored(*sealed[:3])
                 self._handle.moved("put_zero_copy_bytes", payload)
                 return batches.batch_meta(first, n, partition, columns, other, patch)
             except ConfigError as exc:
                 if not self._copy_instead(exc):
                     raise
-        return await self._put_copied(topic, columns, other, n, partition, patch, key)
+        return await self._put_copied(topic, columns, other, n, partition, patch, key, dedup_bytes)
 
     async def _through_arena(self, topic: Topic | RemoteTopic) -> RemoteTopic | None:
         """The broker topic if a tensor batch goes through its arena (put and reserve decide alike), else None;
@@ -112,12 +159,16 @@ class TensorPuts:
         partition: str,
         patch: BatchMeta | None,
         key: str | None,
+        dedup_bytes: tuple[int, int] | None = None,
     ) -> BatchMeta:
         """The copy path: every sample encoded into a row, stored like records."""
         batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
         blob = await asyncio.to_thread(codec.pack, batch.rows)
         of = None if patch is None else patch.global_indexes
-        first, n = await on_topic(topic, topic.append(batch, partition, blob, key, of=of))
+        if isinstance(topic, RemoteTopic):
+            first, n = await topic.append(batch, partition, blob, key, of=of, dedup_bytes=dedup_bytes)
+        else:
+            first, n = await on_topic(topic, topic.append(batch, partition, blob, key, of=of))
         self._handle.moved("put_copied_bytes", sum(col.nbytes for col in columns.values()))
         return batches.batch_meta(first, n, partition, columns, other, patch)
 

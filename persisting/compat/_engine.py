@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from persisting import Queue, Sampler
 from persisting.client import _loop
-from persisting.client.data_api import _sampler_wire
+from persisting.client.data_args import sampler_wire
 from persisting.client.remote import RemoteTopic
 from persisting.engine import Topic
 
@@ -79,7 +79,7 @@ async def take_records(
     trip (get_meta + get_data would be two). None only for a topic that is neither (use get_meta and get_data)."""
     topic = await queue._handle.engine()
     if isinstance(topic, RemoteTopic):
-        return await topic.take_rows(partition, task, batch_size, timeout, _sampler_wire(sampler), lease_s, fields)
+        return await topic.take_rows(partition, task, batch_size, timeout, sampler_wire(sampler), lease_s, fields)
     if not isinstance(topic, Topic):
         return None
 

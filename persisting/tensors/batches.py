@@ -169,11 +169,19 @@ class Batch(dict[str, Any]):
     batch must not be used any more (their memory may be reused by later puts). A no-op for copied data."""
 
     _hold: _Hold | None = None
+    _also: tuple[Batch, ...] = ()  # batches this one's values come from (deduped fields' payloads)
 
     def release(self) -> None:
         hold, self._hold = self._hold, None
         if hold is not None:
             hold.release_now()
+        also, self._also = self._also, ()
+        for batch in also:
+            batch.release()
+
+    def also(self, batches: list[Any]) -> None:
+        """Release ``batches`` with this one (they hold what some of its values view)."""
+        self._also = (*self._also, *batches)
 
     def __enter__(self) -> Batch:
         return self
