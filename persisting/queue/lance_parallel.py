@@ -34,6 +34,13 @@ MAX_DEFAULT_ENCODERS = 8
 # leaves alone (lance_compaction.COMPACT_BELOW_BYTES), so no payload is written twice. The kill -9 tests lower it.
 MIN_ENCODER_BYTES = int(os.environ.get("PERSISTING_LANCE_MIN_ENCODER_BYTES", str(16 * 1024 * 1024)))
 
+STORAGE_VERSION_ENV = "PERSISTING_LANCE_STORAGE_VERSION"
+# The Lance file format of a NEW topic's buckets; None: Lance's default ("stable", 2.2 in pylance 14). An existing
+# dataset keeps the format it was created with (Lance fixes it at create; appends follow it). "legacy" (0.1) encodes
+# a fixed-shape tensor column in 0.3-0.6 CPU s/GB against 2.0-3.4 for 2.1/2.2 (docs/benchmarks/multimodal-big.md),
+# but reads a null variable-shape tensor (a null struct) back as an empty one: opt-in only, not the default.
+DEFAULT_STORAGE_VERSION: str | None = None
+
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
@@ -49,6 +56,12 @@ def default_encoders() -> int:
     if env:
         return check_encoders(env, ENCODERS_ENV)
     return max(1, min(MAX_DEFAULT_ENCODERS, len(os.sched_getaffinity(0))))
+
+
+def storage_version() -> str | None:
+    """``PERSISTING_LANCE_STORAGE_VERSION`` if set (a Lance ``data_storage_version``: legacy, 2.0, 2.1, stable...),
+    else ``DEFAULT_STORAGE_VERSION``; applies to topics created from then on."""
+    return os.environ.get(STORAGE_VERSION_ENV) or DEFAULT_STORAGE_VERSION
 
 
 def check_encoders(value: Any, name: str = "encoders") -> int:
@@ -120,6 +133,7 @@ def create(
         parts[0],
         uri,
         mode="create",
+        data_storage_version=storage_version(),
         enable_stable_row_ids=True,
         session=session,
         storage_options=storage_options,
