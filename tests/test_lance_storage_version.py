@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from persisting import Queue
+from persisting.errors import ConfigError
 from persisting.queue import lance_parallel
 
 
@@ -56,3 +57,9 @@ def test_a_topic_keeps_the_format_it_was_created_in_and_reads_back_every_row(
     asyncio.run(_put_flush(tmp_path, second))  # appended under another setting, to a dataset created before
     assert _versions(tmp_path) == before
     np.testing.assert_array_equal(_column(tmp_path), np.concatenate([first, second]))
+
+
+def test_an_unknown_format_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lance_parallel.STORAGE_VERSION_ENV, "3.9")
+    with pytest.raises(ConfigError, match="PERSISTING_LANCE_STORAGE_VERSION must be one of"):
+        lance_parallel.storage_version()

@@ -58,10 +58,16 @@ def default_encoders() -> int:
     return max(1, min(MAX_DEFAULT_ENCODERS, len(os.sched_getaffinity(0))))
 
 
-def storage_version() -> str | None:
+STORAGE_VERSIONS = ("legacy", "0.1", "2.0", "2.1", "2.2", "stable")
+
+
+def storage_version() -> Any:
     """``PERSISTING_LANCE_STORAGE_VERSION`` if set (a Lance ``data_storage_version``: legacy, 2.0, 2.1, stable...),
     else ``DEFAULT_STORAGE_VERSION``; applies to topics created from then on."""
-    return os.environ.get(STORAGE_VERSION_ENV) or DEFAULT_STORAGE_VERSION
+    value = os.environ.get(STORAGE_VERSION_ENV) or DEFAULT_STORAGE_VERSION
+    if value is not None and value not in STORAGE_VERSIONS:
+        raise ConfigError(f"{STORAGE_VERSION_ENV} must be one of {', '.join(STORAGE_VERSIONS)}, got {value!r}")
+    return value
 
 
 def check_encoders(value: Any, name: str = "encoders") -> int:
