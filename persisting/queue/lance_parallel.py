@@ -34,13 +34,6 @@ MAX_DEFAULT_ENCODERS = 8
 # leaves alone (lance_compaction.COMPACT_BELOW_BYTES), so no payload is written twice. The kill -9 tests lower it.
 MIN_ENCODER_BYTES = int(os.environ.get("PERSISTING_LANCE_MIN_ENCODER_BYTES", str(16 * 1024 * 1024)))
 
-STORAGE_VERSION_ENV = "PERSISTING_LANCE_STORAGE_VERSION"
-# The Lance file format of a NEW topic's buckets; None: Lance's default ("stable", 2.2 in pylance 14). An existing
-# dataset keeps the format it was created with (Lance fixes it at create; appends follow it). "legacy" (0.1) encodes
-# a fixed-shape tensor column in 0.3-0.6 CPU s/GB against 2.0-3.4 for 2.1/2.2 (docs/benchmarks/multimodal-big.md),
-# but reads a null variable-shape tensor (a null struct) back as an empty one: opt-in only, not the default.
-DEFAULT_STORAGE_VERSION: str | None = None
-
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
@@ -56,18 +49,6 @@ def default_encoders() -> int:
     if env:
         return check_encoders(env, ENCODERS_ENV)
     return max(1, min(MAX_DEFAULT_ENCODERS, len(os.sched_getaffinity(0))))
-
-
-STORAGE_VERSIONS = ("legacy", "0.1", "2.0", "2.1", "2.2", "stable")
-
-
-def storage_version() -> Any:
-    """``PERSISTING_LANCE_STORAGE_VERSION`` if set (a Lance ``data_storage_version``: legacy, 2.0, 2.1, stable...),
-    else ``DEFAULT_STORAGE_VERSION``; applies to topics created from then on."""
-    value = os.environ.get(STORAGE_VERSION_ENV) or DEFAULT_STORAGE_VERSION
-    if value is not None and value not in STORAGE_VERSIONS:
-        raise ConfigError(f"{STORAGE_VERSION_ENV} must be one of {', '.join(STORAGE_VERSIONS)}, got {value!r}")
-    return value
 
 
 def check_encoders(value: Any, name: str = "encoders") -> int:
@@ -139,7 +120,6 @@ def create(
         parts[0],
         uri,
         mode="create",
-        data_storage_version=storage_version(),
         enable_stable_row_ids=True,
         session=session,
         storage_options=storage_options,
