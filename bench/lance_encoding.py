@@ -5,7 +5,9 @@
 Each case: ``lance.write_dataset`` of ``--mib`` MiB in one column (rows of 1 MiB) to a new dataset, then fsync of
 its files. CPU s/GB: this process's CPU time (Lance's threads included) per GB of payload; GB/s: payload / wall
 time. Median of ``--reps``. "typed storage": a struct column with a null row written, then a column of nulls
-only added, and both read back as written.
+only added, and both read back as written. Pieces: the writer's setting (fixed-shape float32, compression off,
+``stable``) appended with ``lance.fragment.write_fragments`` (what ``lance_parallel`` does) in pieces of 16, 64 and
+256 MiB: CPU s/GB of the whole ``--mib``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import lance
 import numpy as np
 import pyarrow as pa
+from lance.fragment import write_fragments
 
 MiB = 1024 * 1024
 ROW_BYTES = MiB
@@ -94,6 +97,27 @@ def _typed_storage(folder: Path, fmt: str) -> str:
     return "yes"
 
 
+PIECES_MIB = (16, 64, 256)
+
+
+def _pieces(folder: Path, rows: int, reps: int) -> list[dict[str, Any]]:
+    """CPU s/GB of appending the writer's column as fragments of each size in ``PIECES_MIB`` (alternating)."""
+    array = _column("fixed_shape_tensor", "float32", rows)
+    table = pa.Table.from_arrays([array], schema=pa.schema([pa.field("x", array.type, metadata=NO_COMPRESSION)]))
+    path = folder / "pieces.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    ds = lance.write_dataset(table.slice(0, 1), str(path))
+    runs: dict[int, list[float]] = {}
+    for _ in range(reps):
+        for mib in PIECES_MIB:
+            step = max(1, mib * MiB // ROW_BYTES)
+            cpu0 = time.process_time()
+            for start in range(0, rows, step):
+                write_fragments(table.slice(start, step), ds)
+            runs.setdefault(mib, []).append((time.process_time() - cpu0) / (table.nbytes / 1e9))
+    return [{"piece_mib": mib, "cpu": r} for mib, r in runs.items()]
+
+
 def run(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
     rows = max(1, args.mib * MiB // ROW_BYTES)
     out: list[dict[str, Any]] = []
@@ -104,7 +128,7 @@ def run(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
             out.append({"layout": layout, "dtype": dtype, "meta": meta, "format": fmt, "runs": runs})
     for fmt in FORMATS:
         out.append({"format": fmt, "typed_storage": _typed_storage(folder, fmt)})
-    return out
+    return out + _pieces(folder, rows, args.reps)
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -125,6 +149,12 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
     lines += ["", "| format | keeps the typed storage (null structs, columns added as nulls) |", "|---|---|"]
     lines += [f"| {r['format']} | {r['typed_storage']} |" for r in rows if "typed_storage" in r]
+    lines += ["", "| appended in pieces of (write_fragments) | CPU s/GB (median) | runs |", "|---|---:|---|"]
+    lines += [
+        f"| {r['piece_mib']} MiB | {med(r['cpu']):.2f} | {', '.join(f'{c:.2f}' for c in r['cpu'])} |"
+        for r in rows
+        if "piece_mib" in r
+    ]
     return "\n".join(lines)
 
 
