@@ -41,8 +41,8 @@ def test_described_bytes_matches_the_per_sample_meta() -> None:
         described = _described(rng, names)
         fields = rng.sample(names, rng.randint(0, len(names))) + (["a"] if rng.random() < 0.2 else [])
         n = sum(int(r[0]) for r in described)  # type: ignore[call-overload]
-        meta = batches.meta_from(list(range(n)), "p", described, fields)  # type: ignore[arg-type]
-        assert pieces.described_bytes(described, fields) == sum(pieces.sample_bytes(meta, fields))  # type: ignore[arg-type]
+        meta = batches.meta_from(list(range(n)), "p", described, fields)
+        assert pieces.described_bytes(described, fields) == sum(pieces.sample_bytes(meta, fields))
 
 
 def test_too_big_checks_the_runs_cover_the_samples() -> None:
