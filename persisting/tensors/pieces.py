@@ -68,6 +68,16 @@ def write_part(path: str, columns: Mapping[str, AnyColumn], fields: list[list[An
         os.close(fd)
 
 
+def _field_bytes(kind: str, dtype: str, shape: Any) -> int:
+    """Bytes of one sample of a tensor field (0 for a value field or an unknown shape or dtype)."""
+    if kind not in ("ndarray", "tensor") or not dtype:
+        return 0
+    try:
+        return int(np.prod(shape, dtype=np.int64)) * storage_dtype(kind, dtype).itemsize
+    except (TypeError, ValueError, ConfigError):
+        return 0
+
+
 def sample_bytes(meta: BatchMeta, fields: list[str]) -> list[int]:
     """Bytes of the wanted tensor fields of each sample of ``meta`` (0 where shapes are not known)."""
     out = []
@@ -80,15 +90,27 @@ def sample_bytes(meta: BatchMeta, fields: list[str]) -> list[int]:
         total = 0
         for name in fields:
             f = s.fields.get(name)
-            if f is None or f.kind not in ("ndarray", "tensor") or not f.dtype:
-                continue
-            try:
-                total += int(np.prod(f.shape, dtype=np.int64)) * storage_dtype(f.kind, f.dtype).itemsize
-            except (TypeError, ValueError, ConfigError):
-                continue
+            if f is not None:
+                total += _field_bytes(f.kind, f.dtype, f.shape)
         seen[id(s.fields)] = total
         out.append(total)
     return out
+
+
+def described_bytes(described: list[list[Any]], fields: list[str]) -> int:
+    """Bytes of the wanted tensor fields of the samples ``Topic.describe``'s runs cover ([count, {name: [kind,
+    dtype, shape]}, ...] each): what ``sum(sample_bytes(meta_from(...)))`` gives, sized per run, without making a
+    meta per sample (the broker asks this on every get_batch)."""
+    total = 0
+    for count, desc, *_rest in described:
+        per = 0
+        for name in fields:
+            d = desc.get(name)
+            if d is not None:
+                kind, dtype, shape = d
+                per += _field_bytes(str(kind), str(dtype), tuple(int(x) for x in shape))
+        total += int(count) * per
+    return total
 
 
 def piece_ranges(sizes: list[int], piece_bytes: int) -> list[tuple[int, int]]:
