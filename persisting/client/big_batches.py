@@ -15,11 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..engine import Topic, new_spool_part, put_spooled
+from ..engine import Topic, new_spool_part, put_spooled, spool_where
 from ..tensors import batches, pieces
-from ..tensors.column import AnyColumn
+from ..tensors.column import AnyColumn, to_user
 from ..tensors.meta import BatchMeta
 from ..wire import codec
+from . import _loop
 from .remote import RemoteTopic
 
 
@@ -70,11 +71,52 @@ async def put(
 
 
 async def get(
-    meta: BatchMeta, fields: list[str], topic: Topic | RemoteTopic, fetch: Callable[[BatchMeta], Awaitable[Any]]
+    meta: BatchMeta,
+    fields: list[str],
+    topic: Topic | RemoteTopic,
+    fetch: Callable[[BatchMeta], Awaitable[Any]],
+    device: Any = None,
 ) -> batches.Batch | None:
     """The data of a ``meta`` larger than ``limit``, asked for in pieces and gathered into one result per field;
     None if it is not that large (the caller reads it in one request)."""
     if meta.size <= 1:
         return None
+    direct = await _from_spool(meta, fields, topic, fetch, device)
+    if direct is not None:
+        return direct
     found = await pieces.gather(meta, fields, await limit(topic), fetch)
     return None if found is None else batches.Batch(found)
+
+
+async def _from_spool(
+    meta: BatchMeta,
+    fields: list[str],
+    topic: Topic | RemoteTopic,
+    fetch: Callable[[BatchMeta], Awaitable[Any]],
+    device: Any,
+) -> batches.Batch | None:
+    """A spooled batch's dense fields read from its files (``pieces.read_spooled``: one copy per field), the
+    other fields asked for as usual; None if they are not all in spool files still there, or if this process
+    is not on the node for the broker's part (a tcp client): then the pieces path."""
+    first = meta.samples[0].fields
+    dense = [f for f in fields if f in first and first[f].kind in ("ndarray", "tensor")]
+    sizes = pieces.sample_bytes(meta, dense)
+    if not dense or sum(sizes) <= await limit(topic):
+        return None
+    indexes = meta.global_indexes
+    if isinstance(topic, RemoteTopic):
+        where = await topic.call("spool_where", indexes=indexes, fields=dense)
+    else:
+        where = await _loop.call(spool_where(topic, indexes, dense))
+    if not where:
+        return None
+    read = await asyncio.to_thread(pieces.read_spooled, where, meta.size)
+    if read is None:
+        return None  # flushed meanwhile (the file is gone): from the backends
+    plain = [f for f in fields if f not in read]
+    out = batches.Batch(await fetch(meta.select_fields(plain))) if plain else batches.Batch()
+    for name in fields:
+        if name in read:
+            arr, kind, dtype_name = read[name]
+            out[name] = to_user(arr, kind, dtype_name, device)
+    return batches.Batch({name: out[name] for name in fields if name in out})

@@ -230,7 +230,7 @@ class DataAPI:
             return batches.Batch()
         topic = await self._handle.engine()
         if (
-            big := await big_batches.get(batch_meta, fields, topic, lambda m: self._get_data(m, None, device))
+            big := await big_batches.get(batch_meta, fields, topic, lambda m: self._get_data(m, None, device), device)
         ) is not None:
             return big  # larger than the arena: read in pieces into one result per field (tensors/pieces.py)
         if isinstance(topic, RemoteTopic):

@@ -229,3 +229,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+async def where(topic: Any, indexes: list[int], fields: list[str]) -> dict[str, Any] | None:
+    """For a reader on this node: the spool folder of ``topic`` and where the dense ``fields`` of ``indexes``
+    lie in its spool files (``Reader.spool_runs``), if all of them still do (else None: read them otherwise).
+    The reader opens the files itself; an open file outlives its deletion by the flush, so no hold is needed,
+    and the kernel closes it if the reader dies."""
+    if not indexes or topic.not_cleared(indexes) != indexes:
+        return None  # cleared samples: the usual read says so
+    await topic.field_index()  # before spool_runs, which refuses fields written by patches
+    runs = topic.spool_runs(indexes, fields)
+    if runs is None:
+        return None
+    return {"dir": str(spool_dir(topic.path)), "runs": [[name, entries] for name, entries in runs]}

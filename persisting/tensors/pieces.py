@@ -164,3 +164,51 @@ async def gather(
         # this, a 2 GiB read left ~0.9x its size of dead pieces in RSS until a full collection came by.
         gc.collect(1)
     return out.out
+
+
+def read_spooled(where: Mapping[str, Any], n: int) -> dict[str, tuple[np.ndarray, str, str]] | None:
+    """The dense fields of ``n`` samples read straight from the spool files that hold them (``where``: the
+    engine's ``spool_where``), one ``pread`` per run and piece into one result array per field: the one copy a
+    consumer needs, from the page cache. Every file is opened before any byte is read: an open file stays
+    readable when the flush deletes it (that is the hold; the kernel drops it if this process dies). None if a
+    file is gone already (flushed: read it otherwise). Returns (array, kind, dtype name) per field."""
+    directory = str(where["dir"])
+    runs = where["runs"]
+    fds: dict[str, int] = {}
+    try:
+        for name, _entries in runs:
+            if name not in fds:
+                if not isinstance(name, str) or "/" in name or name.startswith("."):
+                    raise ConfigError(f"spool file name {str(name)[:80]!r} is not a plain file name")
+                try:
+                    fds[name] = os.open(os.path.join(directory, name), os.O_RDONLY)
+                except FileNotFoundError:
+                    return None
+        out: dict[str, tuple[np.ndarray, str, str]] = {}
+        at: dict[str, int] = {}
+        for name, entries in runs:
+            for field, kind, dtype_name, shape, offset, count, per in entries:
+                if field not in out:
+                    out[field] = (np.empty((n, *shape), dtype=storage_dtype(kind, dtype_name)), kind, dtype_name)
+                    at[field] = 0
+                arr = out[field][0]
+                a = at[field]
+                if arr.shape[1:] != tuple(shape) or a + count > n or per != arr[0].nbytes:
+                    raise ConfigError(f"spooled field {field!r} changes shape inside one get; read it in parts")
+                _pread_into(fds[name], arr[a : a + count].reshape(-1).view(np.uint8), offset)
+                at[field] = a + count
+        return out
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _pread_into(fd: int, dest: np.ndarray, offset: int) -> None:
+    """Fill ``dest`` (bytes) from ``fd`` at ``offset``, ``PIECE_BYTES`` per call (one copy, no staging)."""
+    view = memoryview(dest)  # type: ignore[arg-type]
+    done, total = 0, len(view)
+    while done < total:
+        got = os.preadv(fd, [view[done : min(done + PIECE_BYTES, total)]], offset + done)
+        if got <= 0:
+            raise ConfigError(f"a spool file ended {total - done} bytes early (truncated by hand?)")
+        done += got
