@@ -17,7 +17,7 @@ from typing import Any
 
 from ..engine import Topic, new_spool_part, put_spooled, spool_where
 from ..tensors import batches, pieces
-from ..tensors.column import AnyColumn, to_user
+from ..tensors.column import AnyColumn
 from ..tensors.meta import BatchMeta
 from ..wire import codec
 from . import _loop
@@ -95,28 +95,14 @@ async def _from_spool(
     fetch: Callable[[BatchMeta], Awaitable[Any]],
     device: Any,
 ) -> batches.Batch | None:
-    """A spooled batch's dense fields read from its files (``pieces.read_spooled``: one copy per field), the
-    other fields asked for as usual; None if they are not all in spool files still there, or if this process
-    is not on the node for the broker's part (a tcp client): then the pieces path."""
-    first = meta.samples[0].fields
-    dense = [f for f in fields if f in first and first[f].kind in ("ndarray", "tensor")]
-    sizes = pieces.sample_bytes(meta, dense)
-    if not dense or sum(sizes) <= await limit(topic):
-        return None
-    indexes = meta.global_indexes
+    """A spooled batch's dense fields read from its files (``pieces.from_spool``); None if they are not all in
+    spool files still there (or this is a tcp client): then the pieces path."""
     if isinstance(topic, RemoteTopic):
-        where = await topic.call("spool_where", indexes=indexes, fields=dense)
+        found = await topic.from_spool(meta, fields, fetch, device)
     else:
-        where = await _loop.call(spool_where(topic, indexes, dense))
-    if not where:
-        return None
-    read = await asyncio.to_thread(pieces.read_spooled, where, meta.size)
-    if read is None:
-        return None  # flushed meanwhile (the file is gone): from the backends
-    plain = [f for f in fields if f not in read]
-    out = batches.Batch(await fetch(meta.select_fields(plain))) if plain else batches.Batch()
-    for name in fields:
-        if name in read:
-            arr, kind, dtype_name = read[name]
-            out[name] = to_user(arr, kind, dtype_name, device)
-    return batches.Batch({name: out[name] for name in fields if name in out})
+
+        async def where(indexes: list[int], dense: list[str]) -> Any:
+            return await _loop.call(spool_where(topic, indexes, dense))
+
+        found = await pieces.from_spool(meta, fields, await limit(topic), where, fetch, device)
+    return None if found is None else batches.Batch(found)

@@ -166,6 +166,9 @@ async def put_spooled(
         with contextlib.suppress(OSError):
             sealed.unlink()
         return first, count
+    # Built before the flush starts (once per open topic; a take builds it too): a reader's ``where`` needs it,
+    # and building it waits for a running flush, by which time the file would be gone.
+    await topic.field_index()
     # Acknowledged now (the file and its log frame are synced); the flush to the backends follows behind
     # (the flusher calls on_stored, set before the append, once state.json says replay needs the file no more).
     topic.flush_soon()

@@ -10,6 +10,7 @@ and no request, reply or buffer anywhere holds more than a piece.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .arena import DEFAULT_ARENA_BYTES, HEADER_BYTES, align_up
-from .column import AnyColumn, Column, storage_dtype
+from .column import AnyColumn, Column, storage_dtype, to_user
 from .meta import BatchMeta
 
 SPOOL_ABOVE_BYTES = DEFAULT_ARENA_BYTES  # embedded mode (no arena): batches above this go through a spool file
@@ -212,3 +213,36 @@ def _pread_into(fd: int, dest: np.ndarray, offset: int) -> None:
         if got <= 0:
             raise ConfigError(f"a spool file ended {total - done} bytes early (truncated by hand?)")
         done += got
+
+
+async def from_spool(
+    meta: BatchMeta,
+    fields: list[str],
+    most: int,
+    where: Callable[[list[int], list[str]], Awaitable[Any]],
+    fetch: Callable[[BatchMeta], Awaitable[Any]],
+    device: Any,
+) -> dict[str, Any] | None:
+    """The data of ``meta`` if its dense fields exceed ``most`` bytes and all lie in spool files still there:
+    ``where`` (the engine's ``spool_where``, or the broker's) says where, ``read_spooled`` reads them (one copy),
+    ``fetch`` gets the other fields; None otherwise (read it in pieces: ``gather``)."""
+    first = meta.samples[0].fields if meta.samples else {}
+    dense = [f for f in fields if f in first and first[f].kind in ("ndarray", "tensor")]
+    if meta.size <= 1 or not dense or sum(sample_bytes(meta, dense)) <= most:
+        return None
+    found = await where(meta.global_indexes, dense)
+    if not found:
+        return None
+    read = await asyncio.to_thread(read_spooled, found, meta.size)
+    if read is None:
+        return None  # flushed meanwhile (the file is gone): from the backends
+    plain = [f for f in fields if f not in read]
+    others = dict(await fetch(meta.select_fields(plain))) if plain else {}
+    out: dict[str, Any] = {}
+    for name in fields:
+        if name in read:
+            arr, kind, dtype_name = read[name]
+            out[name] = to_user(arr, kind, dtype_name, device)
+        elif name in others:
+            out[name] = others[name]
+    return out
