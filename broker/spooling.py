@@ -2,6 +2,8 @@
 ``spooled.py`` holds the file's life; docs/concepts/batch-sizes.md the path each size takes).
 
     spool_begin  {topic, config, pid}                     -> [name, path of a fresh part file the caller writes]
+    spool_where  {topic, config, indexes, fields}         -> {dir, runs} or None: where a get's dense fields lie in
+                 spool files (a client the kernel names only: it reads the files itself; tcp clients get None)
     put_spooled  {topic, config, partition, count, kinds, key, name, fields[, of]} + 1 buffer (the non-tensor
                  rows) -> [first, count], once logged, synced and flushed (the file is then deleted)
 
@@ -15,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from persisting.engine import Topic, new_spool_part, put_spooled, sweep_spool
+from persisting.engine import Topic, new_spool_part, put_spooled, spool_where, sweep_spool
 from persisting.errors import ConfigError, ProtocolError
 from persisting.tensors import pieces
 from persisting.wire import codec
@@ -23,7 +25,7 @@ from persisting.wire.protocol import Reply, Request, arg
 
 from .givebacks import int_list
 
-OPS = frozenset({"spool_begin", "put_spooled"})
+OPS = frozenset({"spool_begin", "put_spooled", "spool_where"})
 
 
 async def handle(req: Request, topic: Any, peer: Any) -> Reply:
@@ -34,6 +36,13 @@ async def handle(req: Request, topic: Any, peer: Any) -> Reply:
         sweep_spool(topic.path, None)
         name, path = new_spool_part(topic.path, int(pid))
         return Reply(req.id, True, [name, str(path)])
+    if req.op == "spool_where":
+        fields = req.args.get("fields")
+        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+            raise ProtocolError("spool_where fields must be a list of str")
+        if peer is None:  # a tcp client (or no kernel credentials): it may not be on this node, reads copies
+            return Reply(req.id, True, None)
+        return Reply(req.id, True, await spool_where(topic, int_list(req.args.get("indexes"), "indexes"), fields))
     key = req.args.get("key")
     if isinstance(key, str):
         done = await topic.recall(key)  # a re-sent put whose first attempt stored the batch

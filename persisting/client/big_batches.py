@@ -15,11 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..engine import Topic, new_spool_part, put_spooled
+from ..engine import Topic, new_spool_part, put_spooled, spool_where
 from ..tensors import batches, pieces
 from ..tensors.column import AnyColumn
 from ..tensors.meta import BatchMeta
 from ..wire import codec
+from . import _loop
 from .remote import RemoteTopic
 
 
@@ -70,11 +71,38 @@ async def put(
 
 
 async def get(
-    meta: BatchMeta, fields: list[str], topic: Topic | RemoteTopic, fetch: Callable[[BatchMeta], Awaitable[Any]]
+    meta: BatchMeta,
+    fields: list[str],
+    topic: Topic | RemoteTopic,
+    fetch: Callable[[BatchMeta], Awaitable[Any]],
+    device: Any = None,
 ) -> batches.Batch | None:
     """The data of a ``meta`` larger than ``limit``, asked for in pieces and gathered into one result per field;
     None if it is not that large (the caller reads it in one request)."""
     if meta.size <= 1:
         return None
+    direct = await _from_spool(meta, fields, topic, fetch, device)
+    if direct is not None:
+        return direct
     found = await pieces.gather(meta, fields, await limit(topic), fetch)
+    return None if found is None else batches.Batch(found)
+
+
+async def _from_spool(
+    meta: BatchMeta,
+    fields: list[str],
+    topic: Topic | RemoteTopic,
+    fetch: Callable[[BatchMeta], Awaitable[Any]],
+    device: Any,
+) -> batches.Batch | None:
+    """A spooled batch's dense fields read from its files (``pieces.from_spool``); None if they are not all in
+    spool files still there (or this is a tcp client): then the pieces path."""
+    if isinstance(topic, RemoteTopic):
+        found = await topic.from_spool(meta, fields, fetch, device)
+    else:
+
+        async def where(indexes: list[int], dense: list[str]) -> Any:
+            return await _loop.call(spool_where(topic, indexes, dense))
+
+        found = await pieces.from_spool(meta, fields, await limit(topic), where, fetch, device)
     return None if found is None else batches.Batch(found)

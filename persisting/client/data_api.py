@@ -233,7 +233,7 @@ class DataAPI:
         fields = batches.wanted_fields(batch_meta)  # (payload rows hold deduped fields under their own names)
         fields = fields if payloads else await dedup_reads.named(topic, fields, self._handle.dedup) or fields
         if (
-            big := await big_batches.get(batch_meta, fields, topic, lambda m: self._get_data(m, None, device))
+            big := await big_batches.get(batch_meta, fields, topic, lambda m: self._get_data(m, None, device), device)
         ) is not None:
             return big  # larger than the arena: read in pieces into one result per field (tensors/pieces.py)
         if isinstance(topic, RemoteTopic):

@@ -328,10 +328,23 @@ class RemoteTopic:
         if isinstance(result, dict) and result.get("later"):  # larger than the arena: asked for in pieces
             meta = batches.meta_from(list(indexes), partition, descs, fields)
             most = pieces.spool_above(await self._tensors.arena_bytes())
-            found = await pieces.gather(meta, fields, most, self._piece(fields, mode, device)) or {}
+            fetch = self._piece(fields, mode, device)
+            found = await self.from_spool(meta, fields, fetch, device)
+            found = found or await pieces.gather(meta, fields, most, fetch) or {}
             return list(indexes), list(descs), batches.Batch(found), 0, sum(pieces.sample_bytes(meta, fields))
         data, zero, copied = await self._tensors.data(result, reply.buffers, fields, mode, device)
         return list(indexes), list(descs), data, zero, copied
+
+    async def from_spool(
+        self, meta: Any, fields: list[str], fetch: Callable[[Any], Awaitable[Any]], device: Any
+    ) -> dict[str, Any] | None:
+        """A spooled batch's dense fields read from its files (``pieces.from_spool``), else None."""
+
+        async def where(indexes: list[int], dense: list[str]) -> Any:
+            return await self.call("spool_where", indexes=indexes, fields=dense)
+
+        most = pieces.spool_above(await self._tensors.arena_bytes())
+        return await pieces.from_spool(meta, fields, most, where, fetch, device)
 
     def _piece(self, fields: list[str], mode: str, device: Any) -> Callable[[Any], Awaitable[batches.Batch]]:
         async def fetch(meta: Any) -> batches.Batch:

@@ -43,6 +43,7 @@ from .samplers import from_wire as sampler_from_wire
 from .spooled import new_part as new_spool_part
 from .spooled import put_spooled
 from .spooled import sweep as sweep_spool
+from .spooled import where as spool_where
 from .tail import ArenaPayload
 from .topic import BackendFactory, Topic
 
@@ -68,6 +69,7 @@ __all__ = [
     "put_spooled",
     "sampler_from_wire",
     "shared_fields",
+    "spool_where",
     "stored_topics",
     "sweep_spool",
     "topic_dirname",

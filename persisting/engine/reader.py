@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError
+from ..tensors.column import Column
 from ..tensors.jagged import JaggedColumn
 from ..wire.codec import INDEX_KEY, RESERVED_PREFIX, decode_jagged
 from .buckets import Buckets
@@ -122,6 +125,30 @@ class Reader:
                 runs.extend(part)
             return runs
         return self._arena_field_runs(indexes, fields)
+
+    def spool_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[str, list[list[Any]]]] | None:
+        """Where the dense fields of ``indexes`` lie in spool files (``spooled.py``), if all of them do (else None,
+        also for fields written later by patches): per run of consecutive samples in one file, (file name,
+        [[field, kind, dtype, shape, file offset of the run's first sample, samples in the run, bytes per sample],
+        ...]). Synchronous, like ``arena_runs``: true until the caller's next await."""
+        sources = self._index.fields.sources
+        if not fields or (sources and any(i in sources for i in indexes)):
+            return None
+        runs: list[tuple[str, list[list[Any]]]] = []
+        for chunk, at, count in self._arena_groups(indexes):
+            if chunk is None or chunk.arena is None or chunk.arena.extent_id >= 0:
+                return None
+            i = indexes[at] - chunk.first
+            entries: list[list[Any]] = []
+            for name in fields:
+                col = chunk.arena.columns.get(name)
+                if not isinstance(col, Column):
+                    return None
+                per = col.array.strides[0] if col.array.ndim else 0
+                start = _file_offset(col.array) + i * per
+                entries.append([name, col.kind, col.dtype_name, list(col.sample_shape), start, count, per])
+            runs.append((str(chunk.arena.ref["spool"]), entries))
+        return runs
 
     def _arena_field_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
         runs: list[tuple[int, list[list[Any]]]] = []
@@ -305,3 +332,13 @@ class Reader:
             for n, name, src in wanted:
                 out[n][name] = by_index[src].get(name)
         return out, kinds
+
+
+def _file_offset(view: Any) -> int:
+    """Where a view on a spool file's mapping (``spooled.columns_of``: one mapping of the whole file, at 0)
+    starts in the file; correct for the slices a split batch keeps too."""
+    root = view
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    start = view.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return int(start + getattr(root, "offset", 0))

@@ -166,6 +166,9 @@ async def put_spooled(
         with contextlib.suppress(OSError):
             sealed.unlink()
         return first, count
+    # Built before the flush starts (once per open topic; a take builds it too): a reader's ``where`` needs it,
+    # and building it waits for a running flush, by which time the file would be gone.
+    await topic.field_index()
     # Acknowledged now (the file and its log frame are synced); the flush to the backends follows behind
     # (the flusher calls on_stored, set before the append, once state.json says replay needs the file no more).
     topic.flush_soon()
@@ -229,3 +232,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+async def where(topic: Any, indexes: list[int], fields: list[str]) -> dict[str, Any] | None:
+    """For a reader on this node: the spool folder of ``topic`` and where the dense ``fields`` of ``indexes``
+    lie in its spool files (``Reader.spool_runs``), if all of them still do (else None: read them otherwise).
+    The reader opens the files itself; an open file outlives its deletion by the flush, so no hold is needed,
+    and the kernel closes it if the reader dies."""
+    if not indexes or topic.not_cleared(indexes) != indexes:
+        return None  # cleared samples: the usual read says so
+    await topic.field_index()  # before spool_runs, which refuses fields written by patches
+    runs = topic.spool_runs(indexes, fields)
+    if runs is None:
+        return None
+    return {"dir": str(spool_dir(topic.path)), "runs": [[name, entries] for name, entries in runs]}

@@ -333,6 +333,10 @@ class Topic:
         """Where the tensor fields of ``indexes`` lie in the arena, if all of them do (else None); see ``Reader``."""
         return self._reader.arena_runs(indexes, fields)
 
+    def spool_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[str, list[list[Any]]]] | None:
+        """Where the dense fields of ``indexes`` lie in spool files, if all of them do (else None); see ``Reader``."""
+        return self._reader.spool_runs(indexes, fields)
+
     def forget_arena(self, extent_id: int) -> None:
         """The arena reuses this extent: its (flushed) samples are read from the backends from now on."""
         self._tail.forget_arena(extent_id)

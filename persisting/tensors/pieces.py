@@ -10,6 +10,7 @@ and no request, reply or buffer anywhere holds more than a piece.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .arena import DEFAULT_ARENA_BYTES, HEADER_BYTES, align_up
-from .column import AnyColumn, Column, storage_dtype
+from .column import AnyColumn, Column, storage_dtype, to_user
 from .meta import BatchMeta
 
 SPOOL_ABOVE_BYTES = DEFAULT_ARENA_BYTES  # embedded mode (no arena): batches above this go through a spool file
@@ -186,3 +187,84 @@ async def gather(
         # this, a 2 GiB read left ~0.9x its size of dead pieces in RSS until a full collection came by.
         gc.collect(1)
     return out.out
+
+
+def read_spooled(where: Mapping[str, Any], n: int) -> dict[str, tuple[np.ndarray, str, str]] | None:
+    """The dense fields of ``n`` samples read straight from the spool files that hold them (``where``: the
+    engine's ``spool_where``), one ``pread`` per run and piece into one result array per field: the one copy a
+    consumer needs, from the page cache. Every file is opened before any byte is read: an open file stays
+    readable when the flush deletes it (that is the hold; the kernel drops it if this process dies). None if a
+    file is gone already (flushed: read it otherwise). Returns (array, kind, dtype name) per field."""
+    directory = str(where["dir"])
+    runs = where["runs"]
+    fds: dict[str, int] = {}
+    try:
+        for name, _entries in runs:
+            if name not in fds:
+                if not isinstance(name, str) or "/" in name or name.startswith("."):
+                    raise ConfigError(f"spool file name {str(name)[:80]!r} is not a plain file name")
+                try:
+                    fds[name] = os.open(os.path.join(directory, name), os.O_RDONLY)
+                except FileNotFoundError:
+                    return None
+        out: dict[str, tuple[np.ndarray, str, str]] = {}
+        at: dict[str, int] = {}
+        for name, entries in runs:
+            for field, kind, dtype_name, shape, offset, count, per in entries:
+                if field not in out:
+                    out[field] = (np.empty((n, *shape), dtype=storage_dtype(kind, dtype_name)), kind, dtype_name)
+                    at[field] = 0
+                arr = out[field][0]
+                a = at[field]
+                if arr.shape[1:] != tuple(shape) or a + count > n or per != arr[0].nbytes:
+                    raise ConfigError(f"spooled field {field!r} changes shape inside one get; read it in parts")
+                _pread_into(fds[name], arr[a : a + count].reshape(-1).view(np.uint8), offset)
+                at[field] = a + count
+        return out
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _pread_into(fd: int, dest: np.ndarray, offset: int) -> None:
+    """Fill ``dest`` (bytes) from ``fd`` at ``offset``, ``PIECE_BYTES`` per call (one copy, no staging)."""
+    view = memoryview(dest)  # type: ignore[arg-type]
+    done, total = 0, len(view)
+    while done < total:
+        got = os.preadv(fd, [view[done : min(done + PIECE_BYTES, total)]], offset + done)
+        if got <= 0:
+            raise ConfigError(f"a spool file ended {total - done} bytes early (truncated by hand?)")
+        done += got
+
+
+async def from_spool(
+    meta: BatchMeta,
+    fields: list[str],
+    most: int,
+    where: Callable[[list[int], list[str]], Awaitable[Any]],
+    fetch: Callable[[BatchMeta], Awaitable[Any]],
+    device: Any,
+) -> dict[str, Any] | None:
+    """The data of ``meta`` if its dense fields exceed ``most`` bytes and all lie in spool files still there:
+    ``where`` (the engine's ``spool_where``, or the broker's) says where, ``read_spooled`` reads them (one copy),
+    ``fetch`` gets the other fields; None otherwise (read it in pieces: ``gather``)."""
+    first = meta.samples[0].fields if meta.samples else {}
+    dense = [f for f in fields if f in first and first[f].kind in ("ndarray", "tensor")]
+    if meta.size <= 1 or not dense or sum(sample_bytes(meta, dense)) <= most:
+        return None
+    found = await where(meta.global_indexes, dense)
+    if not found:
+        return None
+    read = await asyncio.to_thread(read_spooled, found, meta.size)
+    if read is None:
+        return None  # flushed meanwhile (the file is gone): from the backends
+    plain = [f for f in fields if f not in read]
+    others = dict(await fetch(meta.select_fields(plain))) if plain else {}
+    out: dict[str, Any] = {}
+    for name in fields:
+        if name in read:
+            arr, kind, dtype_name = read[name]
+            out[name] = to_user(arr, kind, dtype_name, device)
+        elif name in others:
+            out[name] = others[name]
+    return out

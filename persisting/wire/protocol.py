@@ -76,7 +76,7 @@ OPS = frozenset(
     | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
     | {"clear", "partitions", "set_tags", "status", "give_back"}
     | {"kv_put", "kv_get", "kv_list", "kv_clear", "kv_names"}  # keyed samples (broker/keys.py)
-    | {"spool_begin", "put_spooled"}  # batches larger than the arena (broker/spooling.py)
+    | {"spool_begin", "put_spooled", "spool_where"}  # batches larger than the arena (broker/spooling.py)
 )
 
 
