@@ -379,6 +379,7 @@ _STANDALONE = {
     "verl": ".verl_bench",
     "verl-nodes": ".verl_nodes",
     "multimodal": ".multimodal",
+    "lance-encoding": ".lance_encoding",
 }
 
 
