@@ -26,6 +26,7 @@ import numpy as np
 from persisting import Queue
 
 from .broker_server import broker_process
+from .measure import reset_peak, vm_hwm_bytes
 
 MiB = 1024 * 1024
 BIG_SAMPLE_MIB = 16
@@ -51,23 +52,10 @@ def _batch(nbytes: int) -> np.ndarray:
     return out
 
 
-def _vm_hwm_bytes(pid: int | str) -> int:
-    """Peak RSS of a process (its own: unlike ru_maxrss, not inherited across fork + exec, as spawn does)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _reset_peak(pid: int | str = "self") -> None:
-    """Start the peak RSS again from the current RSS (Linux: ``5`` into /proc/<pid>/clear_refs)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
 def _consumer(address: str, n: int, per: int, out: Any, start: Any) -> None:
     async def go() -> None:
         async with Queue("big", broker=address) as q:
-            _reset_peak()  # what the interpreter and its imports took is not this batch's
+            reset_peak()  # what the interpreter and its imports took is not this batch's
             out.put(("ready", time.monotonic()))
             await asyncio.to_thread(start.wait)  # at once, or (--after-flush) once the batch is in Lance
             data, meta = await q.get_batch(["x"], n, "train", "p", wait=True, timeout=600)
@@ -77,7 +65,7 @@ def _consumer(address: str, n: int, per: int, out: Any, start: Any) -> None:
             for i in range(n) if ok else ():
                 row = x[i]
                 ok = ok and float(row[0]) == -float(i) and bool((row[1:] == i).all())
-            out.put(("done", got, ok, _vm_hwm_bytes("self")))
+            out.put(("done", got, ok, vm_hwm_bytes("self")))
 
     asyncio.run(go())
 
@@ -124,7 +112,7 @@ def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int, after_flush:
             out.get(timeout=120)  # the consumer is connected and waiting
             t0, put_done, asked = asyncio.run(_produce(address, batch, after_flush, start))
             _kind, got, ok, consumer_rss = out.get(timeout=900)
-            broker_rss = _vm_hwm_bytes(broker.pid)
+            broker_rss = vm_hwm_bytes(broker.pid)
         finally:
             consumer.join(timeout=600)
             if consumer.is_alive():

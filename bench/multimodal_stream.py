@@ -34,6 +34,7 @@ from persisting import Queue
 from persisting.client.connection import connection
 
 from .broker_server import broker_process
+from .measure import reset_peak, vm_hwm_bytes
 from .persist_bench import BATCH_ROWS, _batch, _disk, _stream_run
 
 MiB = 1024 * 1024
@@ -53,19 +54,6 @@ def _encoders(args: argparse.Namespace) -> list[int]:
     return sorted({1, 2, os.cpu_count() or 1})
 
 
-def _vm_hwm_bytes(pid: int | str) -> int:
-    """Peak RSS of a process (its own: unlike ru_maxrss, not inherited across fork + exec, as spawn does)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _reset_peak(pid: int | str = "self") -> None:
-    """Start the peak RSS again from the current RSS (Linux: ``5`` into /proc/<pid>/clear_refs)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
 def _consumer(address: str, task: str, rows: int, out: Any) -> None:
     async def go() -> None:
         async with Queue("mem", broker=address, durability="process") as q:
@@ -78,7 +66,7 @@ def _consumer(address: str, task: str, rows: int, out: Any) -> None:
                 taken += meta.size
                 float(data["x"][0, 0])  # read it, then drop it: the hold goes back
                 del data
-            out.put(("done", task, taken, _vm_hwm_bytes("self")))
+            out.put(("done", task, taken, vm_hwm_bytes("self")))
 
     asyncio.run(go())
 
@@ -99,7 +87,7 @@ async def _produce_watched(address: str, batch: np.ndarray, batches: int) -> tup
                 await asyncio.wait_for(stop.wait(), 0.05)
 
     async with Queue("mem", broker=address, durability="process") as q:
-        _reset_peak()  # this process ran the stream cases before: their peak is not this case's
+        reset_peak()  # this process ran the stream cases before: their peak is not this case's
         watcher = asyncio.ensure_future(watch())
         t0 = time.perf_counter()
         for _ in range(batches):
@@ -107,7 +95,7 @@ async def _produce_watched(address: str, batch: np.ndarray, batches: int) -> tup
         seconds = time.perf_counter() - t0
         stop.set()
         await watcher
-    return seconds, most, _vm_hwm_bytes("self")
+    return seconds, most, vm_hwm_bytes("self")
 
 
 def _memory_run(base: Path, arena_bytes: int, batch: np.ndarray, batches: int, rep: int) -> dict[str, Any]:
@@ -128,7 +116,7 @@ def _memory_run(base: Path, arena_bytes: int, batch: np.ndarray, batches: int, r
                 out.get(timeout=120)
             seconds, most, producer_rss = asyncio.run(_produce_watched(address, batch, batches))
             done = [out.get(timeout=600) for _ in procs]
-            broker_rss = _vm_hwm_bytes(broker.pid)
+            broker_rss = vm_hwm_bytes(broker.pid)
         finally:
             for p in procs:
                 p.join(timeout=120)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .broker_fixture import BrokerProcess, running_broker
+from .broker_fixture import BrokerProcess, make_broker, running_broker
 
 
 @pytest.fixture
@@ -41,3 +41,16 @@ def arena_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Bro
     """A real broker whose arena is the test module's ``ARENA_BYTES`` (a small arena fills in a few puts)."""
     with running_broker(tmp_path, ["--arena-bytes", str(request.module.ARENA_BYTES)]) as b:
         yield b
+
+
+@pytest.fixture
+def logged_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A real broker with a 4 MiB arena whose stderr goes to ``tmp_path/broker.log`` (tests that read its log)."""
+    b = make_broker(tmp_path)
+    b.extra_args = ["--arena-bytes", str(4 * 1024 * 1024)]
+    b.log_path = tmp_path / "broker.log"
+    try:
+        b.start()
+        yield b
+    finally:
+        b.ensure_dead()

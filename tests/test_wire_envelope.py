@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,6 @@ from .broker_fixture import BrokerProcess, make_broker
 
 ODD_VALUES: list[Any] = [{1: "int key"}, {(1, 2): "array key"}, msgpack.ExtType(5, b"ab"), msgpack.Timestamp(0)]
 CONFIG = {"durability": "process"}
-
-
-@pytest.fixture
-def logged_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    b.extra_args = ["--arena-bytes", str(4 * 1024 * 1024)]
-    b.log_path = tmp_path / "broker.log"
-    try:
-        b.start()
-        yield b
-    finally:
-        b.ensure_dead()
 
 
 def test_odd_values_in_args_get_error_replies_and_no_traceback(logged_broker: BrokerProcess) -> None:

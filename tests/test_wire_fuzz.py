@@ -4,8 +4,6 @@ traceback and stays small (persisting/testing/wire_fuzz.py makes the frames; ``p
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import msgpack
 import pytest
@@ -15,22 +13,10 @@ from persisting import SyncQueue
 from persisting.testing import wire_fuzz
 from persisting.wire.protocol import PROTOCOL_VERSION
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess
 
 FRAMES = int(os.environ.get("PERSISTING_FUZZ_FRAMES", "600"))
 LOG_BYTES_PER_FRAME_MAX = 200  # complaints are one line per peer and interval, values cut short
-
-
-@pytest.fixture
-def logged_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    b.extra_args = ["--arena-bytes", str(4 * 1024 * 1024)]
-    b.log_path = tmp_path / "broker.log"
-    try:
-        b.start()
-        yield b
-    finally:
-        b.ensure_dead()
 
 
 def _ask(address: str, env: dict[object, object]) -> dict[str, object]:
