@@ -35,6 +35,9 @@ class _TakeKeys:
     uuid4 for what the broker remembers of takes, at a tenth of its cost, which every get_meta pays."""
 
     def __init__(self) -> None:
+        self.draw()
+
+    def draw(self) -> None:
         self.prefix = uuid.uuid4().hex[:16]
         self.counter = itertools.count()
 
@@ -43,7 +46,7 @@ class _TakeKeys:
 
 
 _take_keys = _TakeKeys()
-os.register_at_fork(after_in_child=_take_keys.__init__)
+os.register_at_fork(after_in_child=_take_keys.draw)
 take_key = _take_keys.new
 
 
