@@ -80,7 +80,7 @@ def workload_rows(result: SamplesBenchResult) -> list[list[str]]:
         ["samples taken per s (overall)", f"{result.take_rate:,.0f}"],
         ["samples put per s (producers)", f"{result.produce_rate:,.0f}"],
         [
-            f"floor: bare `hello` round trips per s, {CONSUMERS} processes, no producers (x {TAKE} samples)",
+            f"floor: bare `hello` round trips per s, {CONSUMERS} processes, fresh broker (x {TAKE} samples)",
             f"{result.floor_rate:,.0f} ({result.floor_rate * TAKE:,.0f} samples/s; taken: "
             f"{result.take_rate / (result.floor_rate * TAKE):.2f}x of it)"
             if result.floor_rate
@@ -159,8 +159,8 @@ def _notes(result: SamplesBenchResult) -> list[str]:
         "carries the arena's stats, which count its extents (one per tensor put, kept as a cache once flushed), so "
         "the interleaved hello above costs more as the reference's puts add extents.",
         "samples taken per s = unique samples taken / (first worker start after the barrier -> last sample taken).",
-        f"Floor: after the workload, on the same broker, {CONSUMERS} spawned processes each make {FLOOR_CALLS:,} "
-        "bare hello round trips back to back (no producers); round trips per s = all of them / (first start -> "
+        f"Floor: first, on the fresh broker (no topic, no put yet), {CONSUMERS} spawned processes each make "
+        f"{FLOOR_CALLS:,} bare hello round trips back to back; round trips per s = all of them / (first start -> "
         f"last end). A get_meta is one round trip (the take is logged before it answers), so that rate x {TAKE} is "
         "the most samples per s consumers of this shape could take on this machine in this run.",
         f"Correctness: the union of all consumers' global indexes must be 0..N-1 (N = {result.total:,}) with no "
