@@ -44,6 +44,7 @@ from persisting.client.connection import connection
 
 from .broker_server import broker_process, cpu_seconds, log_lines
 from .measure import Tick, nearest_rank
+from .samples_floor import round_trips_per_s
 from .samples_transferqueue import run_tq_reference
 from .workers import START_TIMEOUT_S, gather, guarded, join_each, queue_past_barrier, span, worker, write_result
 
@@ -60,6 +61,7 @@ PROBE_INTERVAL_S = 0.01  # hello round trips timed during the workload, one per 
 BACKLOG_EVERY_S = 0.05  # backlog sampling period during the workload
 BACKLOG = 32_768  # untaken samples in the backlog reference
 BACKLOG_CALLS = 100
+FRESH_HELLOS = 500  # hello round trips timed before the reference's first put
 
 
 @dataclass(slots=True)
@@ -82,9 +84,11 @@ class SamplesBenchResult:
     idle: Series = field(default_factory=lambda: Series("get_meta-idle", "get_meta, samples ready"))
     backlog: Series = field(default_factory=lambda: Series("get_meta-backlog", "get_meta, 32,768 untaken"))
     live: Series = field(default_factory=lambda: Series("get_meta-live", "get_meta, 2 producers + 4 consumers"))
+    hello_fresh: Series = field(default_factory=lambda: Series("hello-fresh", "protocol hello before any put"))
     hello_live: Series = field(default_factory=lambda: Series("hello-live", "protocol hello during the workload"))
     tq: Series = field(default_factory=lambda: Series("tq-get_meta-idle", "TransferQueue get_meta, samples ready"))
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds during the workload: broker, producers, ...
+    floor_rate: float = 0.0  # bare hello round trips per s, CONSUMERS processes back to back (samples_floor.py)
     workload_s: float = 0.0  # wall seconds the CPU times above were taken over (barrier -> every sample taken)
     max_backlog: int = 0  # most samples put and not yet taken, sampled every 50 ms during the workload
     total: int = 0  # samples the producers set out to put
@@ -151,6 +155,11 @@ async def _reference(broker: str, n: int, warmup: int, result: SamplesBenchResul
             left[0] -= len(meta)
             return -(time.perf_counter_ns() - t0) if len(meta) else 0  # negative: its own timing (ns)
 
+        for k in range(warmup + FRESH_HELLOS):  # before any put: no arena extents for hello's arena_stats to count
+            t0 = time.perf_counter_ns()
+            await hello()
+            if k >= warmup:
+                result.hello_fresh.samples_us.append((time.perf_counter_ns() - t0) / 1e3)
         plan = [(result.hello, hello), (result.idle, get_meta)]
         for _series, fn in plan:
             for _ in range(warmup):
@@ -407,6 +416,9 @@ def run_samples_bench(
     with tqdm(total=total, unit="op", unit_scale=True, file=sys.stderr, disable=not progress) as bar:
         bar.set_description("starting broker")
         with broker_process(base / "storage", address, log_path, (), "WARNING") as proc:
+            # First, on the fresh broker: hello's reply counts the arena's extents, which the later puts add.
+            bar.set_description(f"floor: hello from {CONSUMERS} processes")
+            result.floor_rate = round_trips_per_s(address, CONSUMERS, work, result.errors)
             bar.set_description("reference: hello / get_meta, idle")
             asyncio.run(_reference(address, latency_n, warmup, result, bar.update))
             bar.set_description("2 producers, 4 consumers")

@@ -11,6 +11,7 @@ from .samples_bench import (
     BACKLOG_EVERY_S,
     CONSUMERS,
     FEATURES,
+    FRESH_HELLOS,
     GROUP_N,
     LATENCY_ROUNDS,
     PROBE_INTERVAL_S,
@@ -20,9 +21,12 @@ from .samples_bench import (
     SamplesBenchResult,
     Series,
 )
+from .samples_floor import FLOOR_CALLS
 from .tq_cluster import TQ_SETTINGS
 
 AIM_P50_MS = 0.5
+AIM_VS_HELLO = 1.5  # issue 22: idle get_meta at most this many hello round trips
+AIM_TAKEN_PER_S = 100_000  # issue 22: samples taken per s in the workload
 HEADERS = ("series", "calls timed", "p50 ms", "p99 ms", "p50 vs hello")
 
 
@@ -35,6 +39,7 @@ def rows(result: SamplesBenchResult) -> list[list[str]]:
     out = []
     labels = {
         "hello": "protocol `hello` round trip (the floor), idle broker",
+        "hello-fresh": "protocol `hello` round trip, idle broker, before any put (no arena extents)",
         "get_meta-idle": f"get_meta {TAKE} (GRPO n={GROUP_N}), 64-128 samples ready, 1 caller, idle broker",
         "get_meta-backlog": f"get_meta {TAKE} (GRPO n={GROUP_N}), {BACKLOG:,} samples ready, 1 caller, idle broker",
         "get_meta-live": f"get_meta {TAKE} (GRPO n={GROUP_N}, wait=True), {CONSUMERS} consumers during "
@@ -55,7 +60,7 @@ def rows(result: SamplesBenchResult) -> list[list[str]]:
 
 
 def _series(result: SamplesBenchResult) -> tuple[Series, ...]:
-    s = (result.hello, result.idle, result.backlog, result.live, result.hello_live)
+    s = (result.hello, result.hello_fresh, result.idle, result.backlog, result.live, result.hello_live)
     return (*s, result.tq) if result.tq.samples_us else s
 
 
@@ -74,6 +79,13 @@ def workload_rows(result: SamplesBenchResult) -> list[list[str]]:
         ["samples put / taken (unique)", f"{result.produced:,} / {result.unique:,} of {result.total:,}"],
         ["samples taken per s (overall)", f"{result.take_rate:,.0f}"],
         ["samples put per s (producers)", f"{result.produce_rate:,.0f}"],
+        [
+            f"floor: bare `hello` round trips per s, {CONSUMERS} processes, fresh broker (x {TAKE} samples)",
+            f"{result.floor_rate:,.0f} ({result.floor_rate * TAKE:,.0f} samples/s; taken: "
+            f"{result.take_rate / (result.floor_rate * TAKE):.2f}x of it)"
+            if result.floor_rate
+            else "-",
+        ],
         ["taken per consumer", ", ".join(f"{n:,}" for n in result.per_consumer)],
         ["duplicates / missing / foreign", f"{result.duplicates} / {result.missing} / {result.foreign}"],
         ["batches not whole aligned groups", f"{result.bad_batches} of {len(result.live.samples_us):,}"],
@@ -103,7 +115,21 @@ def aims(result: SamplesBenchResult) -> list[list[str]]:
                 "met" if p50 / 1e3 < AIM_P50_MS and result.correct else "NO",
             ]
         )
+    idle, hello = result.idle.p(0.5), result.hello.p(0.5)
+    if idle is not None and hello:  # issue 22's aims
+        ratio = idle / hello
+        out.append(
+            ["get_meta p50 / hello p50 (idle)", f"{ratio:.2f}x", f"<= {AIM_VS_HELLO:g}x", _met(ratio <= AIM_VS_HELLO)]
+        )
+    if result.take_rate:
+        rate = result.take_rate
+        met = _met(rate >= AIM_TAKEN_PER_S and result.correct)
+        out.append(["samples taken per s (workload)", f"{rate:,.0f}", f">= {AIM_TAKEN_PER_S:,}", met])
     return out
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NO"
 
 
 def _notes(result: SamplesBenchResult) -> list[str]:
@@ -129,7 +155,14 @@ def _notes(result: SamplesBenchResult) -> list[str]:
         "idle); get_meta there is on its own topic kept at 64-128 untaken samples by untimed puts, wait=False, "
         f"every call returned {TAKE} samples. Then {BACKLOG_CALLS} get_meta calls on a topic prefilled with "
         f"{BACKLOG:,} untaken samples (the take sees only its sampler's window of them).",
+        f"hello before any put: {FRESH_HELLOS:,} calls after the same warm-up, on the fresh broker. hello's reply "
+        "carries the arena's stats, which count its extents (one per tensor put, kept as a cache once flushed), so "
+        "the interleaved hello above costs more as the reference's puts add extents.",
         "samples taken per s = unique samples taken / (first worker start after the barrier -> last sample taken).",
+        f"Floor: first, on the fresh broker (no topic, no put yet), {CONSUMERS} spawned processes each make "
+        f"{FLOOR_CALLS:,} bare hello round trips back to back; round trips per s = all of them / (first start -> "
+        f"last end). A get_meta is one round trip (the take is logged before it answers), so that rate x {TAKE} is "
+        "the most samples per s consumers of this shape could take on this machine in this run.",
         f"Correctness: the union of all consumers' global indexes must be 0..N-1 (N = {result.total:,}) with no "
         f"index twice; every returned batch must be runs of {GROUP_N} consecutive indexes starting at a multiple of "
         f"{GROUP_N}.",

@@ -18,6 +18,8 @@ from persisting.queue.lance_backend import LanceBackend
 from persisting.wire import codec, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
+CONFIGS_KEPT = 256  # distinct topic configs remembered as checked
+
 log = logging.getLogger("persisting.broker")
 
 _CONFIG_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -49,12 +51,27 @@ class Topics:
         self._remote_for = remote_for  # an object-store topic's lease and settings (None: local storage)
         self.open: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
+        self._configs: dict[tuple[Any, ...], TopicConfig] = {}  # checked configs, by the request's config items
+
+    def _config_of(self, raw: dict[str, Any]) -> TopicConfig:
+        """The request's topic config, checked; a client sends the same one with every request, so the check
+        (a TopicConfig built and validated, several microseconds) runs once per distinct config."""
+        try:
+            key = tuple([(k, type(v), v) for k, v in raw.items()])  # True == 1, but only 1 is a valid int
+            config = self._configs.get(key)
+        except TypeError:  # an unhashable value: checked (and refused) below
+            key, config = (), None
+        if config is None:
+            config = _topic_config(raw, self._backend_options)
+            if key and len(self._configs) < CONFIGS_KEPT:
+                self._configs[key] = config
+        return config
 
     async def get(self, req: Request) -> Topic:
         """The topic ``req`` names, opened with the settings it asks for if it is not open yet."""
         name = arg(req, "topic", str)
         raw = arg(req, "config", dict)
-        config = _topic_config(raw, self._backend_options)
+        config = self._config_of(raw)
         topic = self.open.get(name)
         if topic is None:
             lock = self._opening.setdefault(name, asyncio.Lock())

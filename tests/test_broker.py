@@ -293,6 +293,25 @@ def test_bad_input_gets_error_replies_and_the_broker_keeps_serving(broker: Broke
         assert q.get() == [{"a": 1}]
 
 
+def test_a_topic_config_is_checked_on_every_request(broker: BrokerProcess) -> None:
+    """The broker remembers configs it checked (records.py); one that differs only by type (True == 1) or holds
+    an unhashable value is still checked, and refused."""
+
+    def read(request_id: int, config: dict[str, object]) -> dict[str, object]:
+        args = {"topic": "g", "config": config, "offset": 0, "limit": 1}
+        env = _raw(
+            broker.address, [msgpack.packb({"v": PROTOCOL_VERSION, "id": request_id, "op": "read", "args": args})]
+        )
+        assert env is not None
+        return env
+
+    assert read(1, {"num_buckets": 1})["ok"] is True
+    for request_id, bad in ((2, {"num_buckets": True}), (3, {"num_buckets": [1]}), (4, {"num_buckets": 1.0})):
+        env = read(request_id, bad)
+        assert env["ok"] is False and "num_buckets" in env["error"]["message"], (bad, env)  # type: ignore[index]
+    assert read(5, {"num_buckets": 1})["ok"] is True
+
+
 def _read_request(request_id: int, offset: int, wait: float | None) -> list[bytes]:
     args = {"topic": "lp", "config": {}, "offset": offset, "limit": 10, "wait": wait}
     return [msgpack.packb({"v": PROTOCOL_VERSION, "id": request_id, "op": "read", "args": args})]

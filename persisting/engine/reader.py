@@ -235,12 +235,17 @@ class Reader:
                 descs[n] = desc
         runs: list[list[Any]] = []
         tags = self._clears.tags
+        last: list[Any] = []  # the run being extended: [count, description(, tags)]
+        last_desc: Any = None
+        last_tags: Any = None
         for index, entry in zip(indexes, descs, strict=True):
             tagged = tags.get(index) if tags else None
-            if runs and (runs[-1][1] is entry or runs[-1][1] == entry) and (runs[-1][2:] or [None])[0] == tagged:
-                runs[-1][0] += 1
-            else:
-                runs.append([1, entry or {}] if tagged is None else [1, entry or {}, tagged])
+            if last and (last_desc is entry or last_desc == entry) and last_tags == tagged:
+                last[0] += 1
+                continue
+            last = [1, entry or {}] if tagged is None else [1, entry or {}, tagged]
+            last_desc, last_tags = last[1], tagged
+            runs.append(last)
         return runs
 
     async def _describe_each(self, indexes: list[int], lenient: bool = False) -> list[dict[str, list[Any]] | None]:
@@ -256,12 +261,17 @@ class Reader:
             }
             first = indexes[at] - chunk.first
             kinds = self._schema.kinds
+            # Rows of one batch nearly always write the same fields: one description per set of fields written,
+            # shared by its rows (describe() then joins them into one run by identity, not by comparing dicts).
+            shared: dict[tuple[str, ...], dict[str, list[Any]]] = {(): base}
             for n, other in enumerate(chunk.other[first : first + count], start=at):
-                # the engine's columns (a keyed sample's key) are no fields
-                own = {k: [kinds.get(k, ""), "", []] for k, v in other.items() if v is not None} if other else None
-                if own and any(k.startswith(RESERVED_PREFIX) for k in own):
-                    own = {k: v for k, v in own.items() if not k.startswith(RESERVED_PREFIX)}
-                descs[n] = {**base, **own} if own else base
+                written = tuple([k for k, v in other.items() if v is not None]) if other else ()
+                desc = shared.get(written)
+                if desc is None:
+                    # the engine's columns (a keyed sample's key) are no fields
+                    own = {k: [kinds.get(k, ""), "", []] for k in written if not k.startswith(RESERVED_PREFIX)}
+                    desc = shared[written] = {**base, **own} if own else base
+                descs[n] = desc
         if need:
             rows, kinds = await self.rows_at([indexes[n] for n in need], lenient)
             for n, row in zip(need, rows, strict=True):

@@ -155,7 +155,7 @@ class Takes:
             self._check_open()
         # What the sampler was shown (the window, unless it had to see everything) is ascending: look each pick up
         # there instead of building a set of a whole backlog per take.
-        if not _within(ready, sampled) or not _within(ready, consumed):
+        if not _within(ready, sampled) or (consumed is not sampled and not _within(ready, consumed)):
             raise ConfigError(
                 f"sampler {type(sampler).__qualname__} returned samples that were not ready for task {task!r}"
             )
@@ -170,7 +170,7 @@ class Takes:
             if answers or request_key is not None:
                 record.append(answers)
             if request_key is not None:
-                record.append([request_key, runs_of(sampled)])
+                record.append([request_key, taken if sampled is consumed else runs_of(sampled)])
             self._log.append(record)
             state.done.add_runs(taken)
             if request_key is not None:
@@ -314,10 +314,15 @@ class Takes:
 
 def _within(ascending: list[int], picked: list[int]) -> bool:
     """Whether every index of ``picked`` is in ``ascending`` (sorted, no repeats)."""
+    k, n = 0, len(ascending)
     for i in picked:
+        if k < n and ascending[k] == i:  # the usual pick: the next of what was shown, no search
+            k += 1
+            continue
         k = bisect.bisect_left(ascending, i)
-        if k == len(ascending) or ascending[k] != i:
+        if k == n or ascending[k] != i:
             return False
+        k += 1
     return True
 
 
