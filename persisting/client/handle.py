@@ -16,8 +16,6 @@ from typing import Any
 
 from ..engine import BackendFactory, Location, Topic, TopicConfig, object_store_topic, parse_location, topic_dirname
 from ..errors import ConfigError, QueueClosedError
-from ..queue.lance_backend import LanceBackend
-from ..queue.persisting_backend import PersistingBackend
 from ..tensors.dedup import check_mode as check_dedup_mode
 from ..tensors.objects import check_mode as check_objects_mode
 from . import _loop
@@ -74,6 +72,11 @@ async def _release(topic: Topic, holder: int) -> None:
 
 def _resolve_backend(backend: Any, enable_metrics: bool) -> BackendFactory:
     if backend is None:
+        # Imported here: Lance (with pyarrow's datasets and pandas) is ~half of the import time of a process
+        # that only talks to a broker and never opens a backend.
+        from ..queue.lance_backend import LanceBackend
+        from ..queue.persisting_backend import PersistingBackend
+
         return PersistingBackend if enable_metrics else LanceBackend
     if isinstance(backend, type) or callable(backend):
         return backend
