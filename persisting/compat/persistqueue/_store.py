@@ -230,7 +230,7 @@ class Store:
         if not pqids:
             return
         indexes = [p - 1 for p in pqids]
-        await self.queue.mark_consumed(TASK, indexes, partition)
+        await _engine.mark_consumed(self.queue, partition, TASK, indexes)
         if delete:
             await self.forget(pqids, partition)
 
@@ -249,7 +249,7 @@ class Store:
             await self.set_status(pqids, status)
             return
         indexes = [p - 1 for p in pqids]
-        await asyncio.gather(self.queue.mark_consumed(TASK, indexes, partition), self.set_status(pqids, status))
+        await asyncio.gather(_engine.mark_consumed(self.queue, partition, TASK, indexes), self.set_status(pqids, status))
 
     async def forget(self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False) -> None:
         """Delete consumed items (in batches). Unique queues record the deletion instead, see the module doc."""
