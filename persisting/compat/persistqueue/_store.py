@@ -249,7 +249,8 @@ class Store:
             await self.set_status(pqids, status)
             return
         indexes = [p - 1 for p in pqids]
-        await asyncio.gather(_engine.mark_consumed(self.queue, partition, TASK, indexes), self.set_status(pqids, status))
+        consumed = _engine.mark_consumed(self.queue, partition, TASK, indexes)
+        await asyncio.gather(consumed, self.set_status(pqids, status))
 
     async def forget(self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False) -> None:
         """Delete consumed items (in batches). Unique queues record the deletion instead, see the module doc."""
