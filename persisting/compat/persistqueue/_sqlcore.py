@@ -213,13 +213,13 @@ class AsyncSQL:
         pqid = self._find_id(item, id)
         if pqid is None:
             return None
-        held = pqid in self._unack_cache
         self._unack_cache.pop(pqid, None)
         if status == READY:
             await self._store.set_status([pqid], READY)  # before the give-back: a re-get's UNACK comes after it
             await self._store.give_back([pqid])
         else:
-            await self._store.settle([pqid], status, held)
+            await self._store.commit([pqid], delete=False)
+            await self._store.set_status([pqid], status)
         return pqid
 
     async def ack(self, item: Any = None, id: Any = None) -> int | None:

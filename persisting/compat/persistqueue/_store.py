@@ -21,7 +21,6 @@ meets one before that skips it the same way.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import shutil
@@ -233,24 +232,6 @@ class Store:
         await _engine.mark_consumed(self.queue, partition, TASK, indexes)
         if delete:
             await self.forget(pqids, partition)
-
-    async def settle(self, pqids: Sequence[int], status: int, held: bool, partition: str = ITEMS) -> None:
-        """Consume leased items for good (rows kept) and record their final ``status`` (an ack). ``held``: this
-        handle took them (so they exist): through a broker both requests are then in flight at once, one round
-        trip of waiting instead of two (an id it did not take is checked by the first before the second goes,
-        so a bad id leaves no state record). Once both landed the state
-        is the same in either order; a process killed before both landed leaves an item consumed without its
-        record (a resume finds it taken and leaves it) or recorded but still leased (the lease ends with the
-        process and the item is handed out again: an ack that never returned)."""
-        if not pqids:
-            return
-        if self.broker is None or not held:  # embedded: both are steps without a wait, nothing to overlap
-            await self.commit(pqids, partition, delete=False)
-            await self.set_status(pqids, status)
-            return
-        indexes = [p - 1 for p in pqids]
-        consumed = _engine.mark_consumed(self.queue, partition, TASK, indexes)
-        await asyncio.gather(consumed, self.set_status(pqids, status))
 
     async def forget(self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False) -> None:
         """Delete consumed items (in batches). Unique queues record the deletion instead, see the module doc."""
