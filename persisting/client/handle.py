@@ -16,8 +16,6 @@ from typing import Any
 
 from ..engine import BackendFactory, Location, Topic, TopicConfig, object_store_topic, parse_location, topic_dirname
 from ..errors import ConfigError, QueueClosedError
-from ..queue.lance_backend import LanceBackend
-from ..queue.persisting_backend import PersistingBackend
 from ..tensors.dedup import check_mode as check_dedup_mode
 from ..tensors.objects import check_mode as check_objects_mode
 from . import _loop
@@ -72,9 +70,19 @@ async def _release(topic: Topic, holder: int) -> None:
         await topic.close()
 
 
-def _resolve_backend(backend: Any, enable_metrics: bool) -> BackendFactory:
+def _default_backend(enable_metrics: bool) -> BackendFactory:
+    # Imported at the first embedded open: Lance (with pyarrow's datasets and pandas) is ~half of the import time
+    # of a process, and one that only talks to a broker never opens a backend.
+    from ..queue.lance_backend import LanceBackend
+    from ..queue.persisting_backend import PersistingBackend
+
+    return PersistingBackend if enable_metrics else LanceBackend
+
+
+def _resolve_backend(backend: Any) -> BackendFactory | None:
+    """The backend factory asked for; None: the default (see ``_default_backend``)."""
     if backend is None:
-        return PersistingBackend if enable_metrics else LanceBackend
+        return None
     if isinstance(backend, type) or callable(backend):
         return backend
     raise ConfigError(
@@ -118,7 +126,7 @@ class TopicHandle:
         self.objects = check_objects_mode(objects)
         self.dedup = check_dedup_mode(dedup)  # fields whose equal values a put stores once (tensors/dedup.py)
         self.config = config
-        self._factory = _resolve_backend(backend, self.enable_metrics)
+        self._factory = _resolve_backend(backend)
         # Broker mode: an explicit address, else PERSISTING_BROKER; the broker owns storage_path then.
         self.broker = broker if broker is not None else (os.environ.get("PERSISTING_BROKER") or None)
         if self.broker is not None and (backend is not None or config.backend_kwargs):
@@ -147,7 +155,8 @@ class TopicHandle:
                 await remote.open()  # broker mode runs on the caller's loop
                 self._topic = remote
             else:
-                self._topic = await _loop.call(_acquire(self.name, self.location, self.config, self._factory, id(self)))
+                factory = self._factory or _default_backend(self.enable_metrics)
+                self._topic = await _loop.call(_acquire(self.name, self.location, self.config, factory, id(self)))
         return self._topic
 
     async def aclose(self) -> None:

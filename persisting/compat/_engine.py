@@ -8,6 +8,7 @@
 - ``stop_engine_loop``: at exit, for queues left open (see ``persistqueue._twin``).
 - ``take_records``: a take of records and their bytes in one step, embedded on the engine loop and through a
   broker in one round trip (``Queue.get_meta`` + ``get_data`` cost ~2.5x as much for one small record).
+- ``mark_consumed``: ``Queue.mark_consumed`` without its argument checks (the layer passes the indexes it took).
 - ``read_window``: records from a global index on, with where the window ended (``Queue.get`` does not say,
   and a window holding cleared samples' rows returns fewer rows than it spans).
 """
@@ -36,6 +37,14 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 async def call(coro: Coroutine[Any, Any, T]) -> T:
     """Await ``coro`` on the engine loop from any event loop."""
     return await _loop.call(coro)
+
+
+async def mark_consumed(queue: Queue, partition: str, task: str, indexes: list[int]) -> None:
+    topic = await queue._handle.engine()
+    if isinstance(topic, RemoteTopic):
+        await topic.mark_consumed(partition, task, indexes)
+    else:
+        await _loop.call(topic.mark_consumed(partition, task, indexes))
 
 
 async def read_window(queue: Queue, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:

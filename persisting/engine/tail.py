@@ -274,7 +274,11 @@ class Tail:
             return None
         out: list[dict[str, Any]] = []
         pos = lo
-        for chunk in self._recent[k:]:
+        recent = self._recent
+        # By position, not a slice: ``recent[k:]`` copies every chunk past k (one per put when puts come one by
+        # one), which made reading the oldest rows linear in the rows kept.
+        for j in range(k, len(recent)):
+            chunk = recent[j]
             if pos >= hi:
                 break
             if chunk.first > pos or chunk.first + chunk.count <= pos:
@@ -311,7 +315,9 @@ class Tail:
         if hi <= start:
             return out
         k = max(0, bisect.bisect_right(self._firsts, start) - 1)
-        for chunk in self.chunks[k:]:
+        chunks = self.chunks
+        for j in range(k, len(chunks)):  # by position: a slice would copy every chunk past k (see recent_rows)
+            chunk = chunks[j]
             if chunk.first >= hi:
                 break
             a = max(start - chunk.first, 0)

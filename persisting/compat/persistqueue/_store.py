@@ -229,7 +229,7 @@ class Store:
         if not pqids:
             return
         indexes = [p - 1 for p in pqids]
-        await self.queue.mark_consumed(TASK, indexes, partition)
+        await _engine.mark_consumed(self.queue, partition, TASK, indexes)
         if delete:
             await self.forget(pqids, partition)
 
