@@ -12,6 +12,7 @@ queue put, one blocking get and one ``call_soon_threadsafe``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -43,10 +44,8 @@ class Syncer:
                 job()
             except BaseException as exc:  # handed to the awaiting put, which raises it
                 error = exc
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody awaits the round any more
                 loop.call_soon_threadsafe(_settle, done, error)
-            except RuntimeError:  # the loop closed meanwhile: nobody awaits the round any more
-                pass
 
     def stop(self) -> None:
         """End the thread once the rounds handed to it ran (the log awaits its last round before closing)."""
