@@ -20,7 +20,8 @@ once per step instead of at every frame; replay cuts the zeros after a segment's
 rotated-out or closed segment is trimmed to its frames.
 
 Group commit: ``append`` only calls write(2); ``commit`` waits until one fdatasync covers everything appended
-before it, so a burst of concurrent puts shares one sync. In ``process`` durability mode ``commit`` returns at
+before it, so a burst of concurrent puts shares one sync; a round's fdatasync runs on the log's own thread
+(syncer.py), or in a blocking caller's thread (inline.py). In ``process`` durability mode ``commit`` returns at
 once (a write(2) survives the process being killed, not the machine losing power).
 
 The engine rotates to a new segment when a flush starts and the current one holds ROTATE_AT_BYTES, and drops a
