@@ -380,6 +380,7 @@ _STANDALONE = {
     "verl-nodes": ".verl_nodes",
     "multimodal": ".multimodal",
     "lance-encoding": ".lance_encoding",
+    "wal-rounds": ".wal_rounds",
 }
 
 

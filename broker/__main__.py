@@ -68,6 +68,7 @@ SETTINGS = (
     "local_path",
 )
 STATUS_TIMEOUT_S = 5.0
+GIL_SWITCH_INTERVAL_S = 0.0005  # the broker's sys.setswitchinterval (see run_loop)
 # Only in the TOML file (a [storage_options] table) or PERSISTING_STORAGE_OPTIONS (JSON): never a flag, so that
 # credentials do not show in the process list.
 FILE_ONLY_SETTINGS = ("storage_options",)
@@ -237,6 +238,10 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
     per request than asyncio's (~10 % of a put's round trip measured in bench broker). PERSISTING_BROKER_LOOP=asyncio
     picks asyncio's own loop."""
     choice = os.environ.get("PERSISTING_BROKER_LOOP", "uvloop")
+    # The loop thread shares the GIL with the write-ahead log's sync thread and the flush's Lance threads: a sync
+    # thread whose fdatasync returned waits for the GIL up to this long before it can wake the loop (default 5 ms,
+    # longer than the fdatasync itself), and a durable put waits with it.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     if choice not in ("uvloop", "asyncio"):
         raise SystemExit(f"PERSISTING_BROKER_LOOP must be uvloop or asyncio, got {choice!r}")
     if choice == "uvloop":

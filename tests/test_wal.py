@@ -107,3 +107,68 @@ def test_small_and_large_frames_mixed_replay_intact(tmp_path: Path) -> None:
     assert [f.first_index for f in frames] == list(range(10))
     assert frames[3].rows() == [{"blob": big}] and frames[7].rows() == [{"blob": big[:1000]}]
     assert [frames[i].rows() for i in (0, 6, 9)] == [[{"n": 0}], [{"n": 6}], [{"n": 9}]]
+
+
+def test_a_commit_returns_after_its_fdatasync_on_the_logs_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loop (the broker, embedded mode's engine loop) a round's fdatasync runs on the log's own thread, and a
+    commit returns only once a sync that began after its frame was written has finished; concurrent commits share
+    rounds. The thread ends at close."""
+    import os
+    import threading
+
+    real = os.fdatasync
+    synced: list[tuple[str, int]] = []  # (thread name, frames written when the sync began)
+
+    async def run() -> None:
+        wal = WriteAheadLog(tmp_path / "wal", sync=True)
+        wal.rotate(0)
+
+        def recording(fd: int) -> None:
+            written = wal._written_seq
+            real(fd)
+            synced.append((threading.current_thread().name, written))
+
+        monkeypatch.setattr(os, "fdatasync", recording)
+
+        async def put(i: int) -> None:
+            _frames(wal, i, 1)
+            mine = wal._written_seq
+            await wal.commit()
+            assert any(written >= mine for _, written in synced), f"commit of frame {mine} returned before its sync"
+
+        await asyncio.gather(*(put(i) for i in range(50)))
+        await wal.close()
+        monkeypatch.setattr(os, "fdatasync", real)
+
+    asyncio.run(run())
+    assert synced and all(name.startswith("wal-sync") for name, _ in synced[:-1]), synced[:3]
+    assert len(synced) < 50, "concurrent commits should share rounds"
+    mine = f"wal-sync {tmp_path.name}"
+    assert not [t for t in threading.enumerate() if t.name == mine], "the sync thread outlived close"
+    assert [f.first_index for f in WriteAheadLog(tmp_path / "wal", sync=True).replay()] == list(range(50))
+
+
+def test_a_failed_fdatasync_fails_the_commit_and_every_later_write(tmp_path: Path) -> None:
+    """A round whose fdatasync fails (here: the segment's descriptor closed under it, EBADF) raises StorageError
+    in the waiting commit, and the log refuses further writes (the page cache state is unknown after a failed
+    sync)."""
+    import os
+
+    from persisting.errors import StorageError
+
+    async def run() -> None:
+        wal = WriteAheadLog(tmp_path / "wal", sync=True)
+        wal.rotate(0)
+        _frames(wal, 0, 1)
+        assert wal._current is not None
+        os.close(wal._current.fd)
+        with pytest.raises(StorageError, match="fdatasync"):
+            await wal.commit()
+        with pytest.raises(StorageError, match="failed earlier"):
+            _frames(wal, 1, 1)
+        wal._current.fd = os.open(os.devnull, os.O_RDONLY)  # so that close has a descriptor to close
+        await wal.close()
+
+    asyncio.run(run())

@@ -20,7 +20,8 @@ once per step instead of at every frame; replay cuts the zeros after a segment's
 rotated-out or closed segment is trimmed to its frames.
 
 Group commit: ``append`` only calls write(2); ``commit`` waits until one fdatasync covers everything appended
-before it, so a burst of concurrent puts shares one sync. In ``process`` durability mode ``commit`` returns at
+before it, so a burst of concurrent puts shares one sync; a round's fdatasync runs on the log's own thread
+(syncer.py), or in a blocking caller's thread (inline.py). In ``process`` durability mode ``commit`` returns at
 once (a write(2) survives the process being killed, not the machine losing power).
 
 The engine rotates to a new segment when a flush starts and the current one holds ROTATE_AT_BYTES, and drops a
@@ -48,6 +49,7 @@ import msgpack
 from ..errors import CorruptionError, StorageError
 from ..wire import codec
 from . import inline
+from .syncer import Syncer
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,7 @@ class WriteAheadLog:
         self._synced_seq = 0
         self._dir_dirty = False
         self._sync_task: asyncio.Task[None] | None = None
+        self._syncer = Syncer(f"wal-sync {directory.parent.name}")
         self._failed: BaseException | None = None
 
     # -- start-up -----------------------------------------------------------------------------------
@@ -291,7 +294,7 @@ class WriteAheadLog:
     async def _sync_round(self) -> None:
         try:
             round_ = self._round_start()
-            await asyncio.to_thread(self._round_sync, round_)
+            await self._syncer.run(lambda: self._round_sync(round_))
             self._round_done(round_)
         finally:
             self._sync_task = None
@@ -347,6 +350,7 @@ class WriteAheadLog:
     async def close(self) -> None:
         if self._sync_task is not None:
             await asyncio.shield(self._sync_task)
+        self._syncer.stop()
         if self._current is not None and self._failed is None:
             self._trim(self._current)
         for seg in [*self._retired, *([self._current] if self._current else [])]:
