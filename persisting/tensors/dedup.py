@@ -57,6 +57,9 @@ PAYLOAD_PARTITION_PREFIX = RESERVED_PREFIX + "payloads:"
 VERIFY = os.environ.get("PERSISTING_DEDUP_VERIFY", "0") == "1"
 MIN_SAMPLE_BYTES = 4096  # smaller values cost more as references (an int per sample, a lookup) than they save
 INDEX_ENTRIES = 65536  # distinct values remembered per producer Queue for dedup across puts (LRU)
+# Tries of a deduped put whose samples the engine refuses because a value they reference was cleared meanwhile
+# (each try stores the values again; only a clear of that partition racing every try exhausts them).
+PUT_ATTEMPTS = 8
 
 
 def payload_partition(partition: str) -> str:
@@ -77,10 +80,12 @@ def check_mode(dedup: Any) -> bool | frozenset[str]:
     raise ConfigError(f"dedup must be True, False or a list of field names, got {dedup!r}")
 
 
-def payload_key(key: str, name: str) -> str:
+def payload_key(key: str, name: str, attempt: int = 0) -> str:
     """The idempotency key of the payload put of field ``name`` of the put keyed ``key`` (a retried put stores its
-    payloads once too); a digest, so that it stays short whatever the length of ``key``."""
-    return "payload-" + xxhash.xxh3_128_hexdigest(f"{key}\x00{name}".encode())
+    payloads once too); ``attempt``: the put's how-many-th try after its samples were refused for referencing a
+    cleared value (``PayloadClearedError``). A digest, so that it stays short whatever the length of ``key``."""
+    again = f"\x00{attempt}" if attempt else ""
+    return "payload-" + xxhash.xxh3_128_hexdigest(f"{key}\x00{name}{again}".encode())
 
 
 def digest(sample: Any) -> bytes:
