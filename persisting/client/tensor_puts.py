@@ -86,7 +86,7 @@ class TensorPuts:
     ) -> BatchMeta:
         """Store the new distinct values, then the samples with their references. The engine refuses samples
         that reference a value cleared meanwhile (``PayloadClearedError``: its last sample was cleared, maybe by
-        another process): the content index of the partition is forgotten and the values stored again."""
+        another process): the values this put found in the content index are forgotten and stored again."""
         for attempt in range(dedup.PUT_ATTEMPTS):
             putter = self._payload_putter(partition, timeout, key, attempt)
             plan = await dedup.plan(names, columns, other, partition, self._index, putter)
@@ -95,7 +95,7 @@ class TensorPuts:
                 dedup_bytes = (plan.put_bytes, plan.stored_bytes)
                 meta = await self._store(topic, plan.columns, plan.other, n, partition, timeout, patch, key, dedup_bytes)
             except PayloadClearedError:
-                self._index.forget(partition)
+                self._index.drop(partition, plan.reused)  # those rows were cleared (the new ones are live)
                 if attempt + 1 == dedup.PUT_ATTEMPTS:
                     raise
                 continue

@@ -39,7 +39,7 @@ import ctypes.util
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -192,6 +192,12 @@ class ContentIndex:
         while len(self._rows) > self._entries:
             self._rows.popitem(last=False)
 
+    def drop(self, partition: str, entries: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Forget ``(field, key)`` entries of ``partition``: a put that referenced their rows was refused (the
+        rows were cleared)."""
+        for name, key in entries:
+            self._rows.pop((partition, name, key), None)
+
     def forget(self, partition: str | None = None) -> None:
         """After a clear: its payload rows may be gone."""
         if partition is None:
@@ -223,6 +229,7 @@ class Plan:
     other: dict[str, list[Any]]
     put_bytes: int = 0  # bytes of the deduped fields as put
     stored_bytes: int = 0  # bytes of them stored (new payloads)
+    reused: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # (field, key) found in the index
 
 
 def chosen(mode: bool | frozenset[str], columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]]) -> list[str]:
@@ -267,6 +274,7 @@ async def plan(
             per = 0
         rows: list[int | None] = [index.get(partition, name, key) for key in d.keys]
         new = [j for j, row in enumerate(rows) if row is None]
+        out.reused += [(name, key) for key, row in zip(d.keys, rows, strict=True) if row is not None]
         if new:
             positions = [d.first[j] for j in new]
             if isinstance(col, Column):
