@@ -58,8 +58,12 @@ class InvalidSerializerError(ConfigError, AttributeError):
 
 class PayloadClearedError(ConfigError):
     """A put references a stored value of a deduped field (a payload row) that is no longer live: the last sample
-    referencing it was cleared. A ``Queue`` with ``dedup`` catches it, forgets what it had stored in that
-    partition and stores the values again (docs/concepts/dedup.md, "Lifetime")."""
+    referencing it was cleared. A ``Queue`` with ``dedup`` catches it, forgets those values and stores them again
+    (docs/concepts/dedup.md, "Lifetime"). ``rows``: the payload rows (global indexes) that are not live."""
+
+    def __init__(self, message: str, rows: list[int] | tuple[int, ...] = ()) -> None:
+        self.rows = list(rows)
+        super().__init__(message)
 
 
 class QueueClosedError(PersistingError):

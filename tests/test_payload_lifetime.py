@@ -190,6 +190,7 @@ def test_broker_killed_during_puts_and_clears_leaves_no_payload_dangling_or_orph
     rng = random.Random(seed)
     broker = make_broker(tmp_path)
     broker.extra_args = ["--arena-bytes", str(ARENA_BYTES)]
+    broker.log_path = tmp_path / "broker.log"  # printed on a failure
     broker.start()
     want: dict[int, int] = {}  # global index -> image id, of acknowledged samples not cleared
     counts = {"puts": 0, "clears": 0, "whole": 0}
@@ -239,7 +240,7 @@ def test_broker_killed_during_puts_and_clears_leaves_no_payload_dangling_or_orph
                 data.release()
                 del data
             live_payloads = q.partitions()[dedup.payload_partition("p")]["samples"]
-            assert live_payloads == len(set(want.values())), f"seed {seed}: live payload rows"
+            assert live_payloads == len(set(want.values())), f"seed {seed}: one payload row per image shown"
         assert broker.stop() == 0  # the clean stop flushes and purges
         samples = lance_rows(broker.storage / "kill", "p", ["_persisting_index", "pixel_values%40payload"])
         refs = {r["pixel_values%40payload"] for r in samples}
@@ -254,6 +255,9 @@ def test_broker_killed_during_puts_and_clears_leaves_no_payload_dangling_or_orph
         assert payload_rows(broker.storage / "kill", "p") == 0, f"seed {seed}: payload rows of a cleared partition"
         assert not lance_rows(broker.storage / "kill", "p", ["_persisting_index"])
         assert not default_path(broker.storage).exists(), "no shared-memory file left"
+    except BaseException:
+        print(broker.log_path.read_text()[-6000:])
+        raise
     finally:
         broker.ensure_dead()
 

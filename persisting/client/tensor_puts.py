@@ -94,8 +94,8 @@ class TensorPuts:
             try:
                 dedup_bytes = (plan.put_bytes, plan.stored_bytes)
                 meta = await self._store(topic, plan.columns, plan.other, n, partition, timeout, patch, key, dedup_bytes)
-            except PayloadClearedError:
-                self._index.drop(partition, plan.reused)  # those rows were cleared (the new ones are live)
+            except PayloadClearedError as exc:
+                self._index.drop(partition, plan.reused, exc.rows)  # forget those cleared, store them again
                 if attempt + 1 == dedup.PUT_ATTEMPTS:
                     raise
                 continue

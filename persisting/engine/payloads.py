@@ -68,7 +68,8 @@ class PayloadRefs:
             raise PayloadClearedError(
                 f"this put into partition {partition!r} references payload rows {gone[:10]} of deduped fields that "
                 "were cleared (no live sample referenced them) or never were payloads of this partition; store the "
-                "values again (a Queue with dedup does so by itself)"
+                "values again (a Queue with dedup does so by itself)",
+                gone,
             )
 
     def add(

@@ -192,11 +192,14 @@ class ContentIndex:
         while len(self._rows) > self._entries:
             self._rows.popitem(last=False)
 
-    def drop(self, partition: str, entries: list[tuple[str, tuple[Any, ...]]]) -> None:
-        """Forget ``(field, key)`` entries of ``partition``: a put that referenced their rows was refused (the
-        rows were cleared)."""
+    def drop(self, partition: str, entries: list[tuple[str, tuple[Any, ...]]], rows: list[int]) -> None:
+        """Forget those ``(field, key)`` entries of ``partition`` whose row is among ``rows`` (cleared: a put
+        that referenced them was refused); all of them if ``rows`` is empty (not known)."""
+        gone = set(rows)
         for name, key in entries:
-            self._rows.pop((partition, name, key), None)
+            k = (partition, name, key)
+            if not gone or self._rows.get(k) in gone:
+                self._rows.pop(k, None)
 
     def forget(self, partition: str | None = None) -> None:
         """After a clear: its payload rows may be gone."""
