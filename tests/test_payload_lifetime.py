@@ -107,7 +107,9 @@ def test_payload_rows_stay_bounded_over_steps_of_put_and_clear(queue_kw: Any) ->
             n = PROMPTS * RESPONSES
             keys = [f"s{s}-{j}" for j in range(n)]
             if s % 3 == 2:  # keyed samples, their fields written by a deduped put (references in patch rows)
-                meta = q.put(step, partition_id="train", batch_meta=q.kv_put(keys, None, "train", tags=[{"step": s}] * n))
+                meta = q.put(
+                    step, partition_id="train", batch_meta=q.kv_put(keys, None, "train", tags=[{"step": s}] * n)
+                )
             else:
                 meta = q.put(step, partition_id="train")
             assert q.partitions()[dedup.payload_partition("train")]["samples"] == PROMPTS
@@ -147,7 +149,7 @@ def test_partial_clears_keep_the_payloads_live_samples_reference(queue_kw: Any, 
             shown = len({img for img, _ in want.values()})
             assert q.partitions()[dedup.payload_partition("p")]["samples"] == shown
             q.flush()
-            eventually(lambda: payload_rows(root / "partial", "p") == shown, f"{shown} payload rows in Lance")
+            eventually(lambda n=shown: payload_rows(root / "partial", "p") == n, f"{shown} payload rows in Lance")
 
 
 def test_a_value_put_again_after_its_payload_was_cleared_is_stored_again(queue_kw: Any) -> None:
@@ -167,6 +169,29 @@ def test_a_value_put_again_after_its_payload_was_cleared_is_stored_again(queue_k
         assert q.partitions()["p"]["samples"] == PROMPTS * RESPONSES and again.size == PROMPTS * RESPONSES
         if other is not q:
             other.close()
+
+
+@pytest.mark.parametrize("moment", ["samples", "clear"])
+def test_a_process_killed_between_payloads_and_samples_converges_at_open(tmp_path: Path, moment: str) -> None:
+    """kill -9 of an embedded producer after a put's new payload rows were stored and before its samples
+    ("samples"), or after a clear of samples was logged and before their payload rows' clear ("clear"): the next
+    open clears the payload rows no sample references (they leave Lance), and the others still read exact."""
+    from . import payload_crash_worker as worker
+
+    out = subprocess.run(
+        [sys.executable, worker.__file__, str(tmp_path), moment], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == -signal.SIGKILL and "DONE puts" in out.stdout, out.stderr[-2000:]
+    kept = 2 if moment == "clear" else 4  # images of A (and of B, unless B was cleared)
+    with SyncQueue("crash", str(tmp_path), dedup=["pixel_values"], num_buckets=1) as q:
+        assert q.partitions()[dedup.payload_partition("p")]["samples"] == kept
+        meta = q.get_meta(["pixel_values", "tok"], 100, "t", "p")
+        data = q.get_data(meta)
+        images = [1, 1, 2, 2] + ([] if moment == "clear" else [3, 3, 4, 4])
+        assert meta.size == len(images)
+        for got, i in zip(data["pixel_values"], images, strict=True):
+            np.testing.assert_array_equal(np.asarray(got), image(i))
+    assert payload_rows(tmp_path / "crash", "p") == kept  # the orphans were purged (open, then close)
 
 
 def test_the_payload_partition_itself_cannot_be_cleared(tmp_path: Path) -> None:
@@ -244,7 +269,10 @@ def test_broker_killed_during_puts_and_clears_leaves_no_payload_dangling_or_orph
         assert broker.stop() == 0  # the clean stop flushes and purges
         samples = lance_rows(broker.storage / "kill", "p", ["_persisting_index", "pixel_values%40payload"])
         refs = {r["pixel_values%40payload"] for r in samples}
-        stored = {r["_persisting_index"] for r in lance_rows(broker.storage / "kill", dedup.payload_partition("p"), ["_persisting_index"])}
+        stored = {
+            r["_persisting_index"]
+            for r in lance_rows(broker.storage / "kill", dedup.payload_partition("p"), ["_persisting_index"])
+        }
         assert len(samples) == len(want) and refs == stored, f"seed {seed}: Lance holds {stored} for references {refs}"
         broker.start()
         with SyncQueue("kill", broker=broker.address, durability="process") as q:

@@ -93,7 +93,9 @@ class TensorPuts:
             self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
             try:
                 dedup_bytes = (plan.put_bytes, plan.stored_bytes)
-                meta = await self._store(topic, plan.columns, plan.other, n, partition, timeout, patch, key, dedup_bytes)
+                meta = await self._store(
+                    topic, plan.columns, plan.other, n, partition, timeout, patch, key, dedup_bytes
+                )
             except PayloadClearedError as exc:
                 self._index.drop(partition, plan.reused, exc.rows)  # forget those cleared, store them again
                 if attempt + 1 == dedup.PUT_ATTEMPTS:

@@ -139,19 +139,22 @@ class PayloadRefs:
                 if str(part).startswith(PAYLOAD_PARTITION_PREFIX) or any(v is not None for v in values):
                     self._found(str(part), int(index), of, dict(zip(names, values, strict=True)), cleared, samples)
         for chunk in self._tail.chunks:
-            for k, row in enumerate(chunk.other):
-                of = None if chunk.of is None else chunk.of[k]
-                self._found(chunk.partition, chunk.first + k, of, row, cleared, samples)
+            for k, tail_row in enumerate(chunk.other):
+                target = None if chunk.of is None else chunk.of[k]
+                self._found(chunk.partition, chunk.first + k, target, tail_row, cleared, samples)
         by_partition: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
         for part, sample, row in samples:
             by_partition.setdefault(part, []).append((sample, row))
-        for part, rows in by_partition.items():
-            self._count(part, names, rows)
-        orphans = {p: sorted(r for r, n in live.items() if n == 0) for p, live in self._live.items()}
-        for p, rows in orphans.items():
-            for r in rows:
-                del self._live[p][r]
-        return {p: rows for p, rows in orphans.items() if rows}
+        for part, found in by_partition.items():
+            self._count(part, names, found)
+        orphans: dict[str, list[int]] = {}
+        for part, live in self._live.items():
+            unreferenced = sorted(r for r, n in live.items() if n == 0)
+            for r in unreferenced:
+                del live[r]
+            if unreferenced:
+                orphans[part] = unreferenced
+        return orphans
 
     def _found(
         self,
