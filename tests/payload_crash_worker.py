@@ -3,7 +3,8 @@
 Usage: python payload_crash_worker.py STORAGE MODE, embedded topic "crash", partition "p". It puts batch A (kept)
 and batch B, prints DONE after each acknowledged step, then, by MODE:
   samples: puts batch C and dies after C's new payload rows are stored, before C's samples are;
-  clear:   clears B's samples and dies after that clear is logged, before B's payload rows are cleared.
+  clear:   clears B's samples; the log write of that clear (the samples' record, then their payload rows') lands
+           with its first record only, and the process dies (a torn write: what a power loss may leave).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from persisting import SyncQueue
 from persisting.client.tensor_puts import TensorPuts
-from persisting.engine.payloads import PayloadRefs
+from persisting.engine.consumption import ConsumptionLog
 from persisting.tensors import dedup
 
 
@@ -49,7 +50,15 @@ def main() -> None:
             TensorPuts._store = store_then_die  # type: ignore[method-assign]
             q.put(batch([5, 6]), partition_id="p")
         else:
-            PayloadRefs.release = die  # type: ignore[method-assign]
+            append = ConsumptionLog.append
+
+            def first_then_die(self: ConsumptionLog, *records: list[Any], sync: bool = False) -> None:
+                if len(records) > 1:
+                    append(self, records[0], sync=True)
+                    die()
+                append(self, *records, sync=sync)
+
+            ConsumptionLog.append = first_then_die  # type: ignore[method-assign]
             q.clear(b, partition_id="p")
 
 

@@ -174,8 +174,9 @@ def test_a_value_put_again_after_its_payload_was_cleared_is_stored_again(queue_k
 @pytest.mark.parametrize("moment", ["samples", "clear"])
 def test_a_process_killed_between_payloads_and_samples_converges_at_open(tmp_path: Path, moment: str) -> None:
     """kill -9 of an embedded producer after a put's new payload rows were stored and before its samples
-    ("samples"), or after a clear of samples was logged and before their payload rows' clear ("clear"): the next
-    open clears the payload rows no sample references (they leave Lance), and the others still read exact."""
+    ("samples"), or after a clear of samples was logged and before their payload rows' clear ("clear": the
+    second record of that log write torn away): the next open clears the payload rows no sample references (they
+    leave Lance), and the others still read exact."""
     from . import payload_crash_worker as worker
 
     out = subprocess.run(

@@ -83,7 +83,7 @@ class Clears:
         """At open, after the replay and before the purge: rebuild the payload references and clear the payload
         rows nothing references (left by a crash between a clear and its payloads' clear, or by a producer)."""
         for partition, rows in (await self.payloads.rebuild(self._cleared, kinds)).items():
-            self._clear_logged(payload_partition(partition), rows)
+            self._clear_logged((payload_partition(partition), rows))
 
     @property
     def cleared(self) -> set[int]:
@@ -120,9 +120,9 @@ class Clears:
         if unknown:
             raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}{why}")
 
-    def _log_durably(self, record: list[Any]) -> None:
-        """Write a clear or tags record before the call returns (synced too with durability="sync")."""
-        self._log.append(record, sync=self._config.durability == "sync")
+    def _log_durably(self, *records: list[Any]) -> None:
+        """Write clear or tags records before the call returns (synced too with durability="sync")."""
+        self._log.append(*records, sync=self._config.durability == "sync")
 
     async def clear(self, partition: str, indexes: list[int] | None) -> list[int]:
         """Delete samples of ``partition`` (None: every sample it has); returns the newly cleared ones. Payload
@@ -142,19 +142,21 @@ class Clears:
             done = self._cleared_in.get(partition, set())
             targets = [i for i in dict.fromkeys(indexes) if i not in done]
             await self.check_in_partition(partition, targets)
-        # From here on nothing awaits: the samples' clear and their payloads' clear are one step for puts.
-        self._clear_logged(partition, targets)
+        # From here on nothing awaits: the samples' clear and their payloads' clear are one step for puts, and
+        # one write to the log, the samples' record first (a crash may leave the payloads' clear to the open).
         gone = self.payloads.release(partition, targets, whole=indexes is None)
-        self._clear_logged(payload_partition(partition), gone)
+        self._clear_logged((partition, targets), (payload_partition(partition), gone))
         return targets
 
-    def _clear_logged(self, partition: str, targets: list[int]) -> None:
-        if not targets:
+    def _clear_logged(self, *clears: tuple[str, list[int]]) -> None:
+        clears = tuple((partition, targets) for partition, targets in clears if targets)
+        if not clears:
             return
-        self._log_durably(["clear", partition, targets])
-        self._cleared.update(targets)
-        self._cleared_in.setdefault(partition, set()).update(targets)
-        self._unpurged.update(targets)
+        self._log_durably(*(["clear", partition, targets] for partition, targets in clears))
+        for partition, targets in clears:
+            self._cleared.update(targets)
+            self._cleared_in.setdefault(partition, set()).update(targets)
+            self._unpurged.update(targets)
 
     async def set_tags(self, partition: str, items: Sequence[tuple[int, dict[str, Any]]]) -> None:
         """Merge tags into samples of ``partition``: ``[(global index, {key: value}), ...]``, values msgpack-safe.
