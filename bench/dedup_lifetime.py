@@ -5,11 +5,11 @@ Embedded mode, one process, durability="sync" (the default). Each step puts one 
 int64 x 256 per sample; new images every step, as an RL run's steps) into the long-lived partition "train", then
 clears the step's samples by index (as verl's ``kv_clear`` does). Timed per call: the put, and the clear. The same
 steps go into a topic without dedup, in the same run, interleaved step by step: that is the reference (its puts
-and clears carry no references, so they do no reference counting). Then ``--open-samples`` samples (4 per image)
-are put into a fresh topic of each kind, and the topic is closed and opened again (timed: the open, with its
-rebuild of the references from Lance). Reported: medians over the steps, the median of ``--runs`` runs, and the
-ratio deduped / reference. Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench.dedup_lifetime``) to
-compare before and after.
+and clears carry no references, so they count none). Then ``--open-samples`` samples (4 per image) are put into a
+fresh topic of each kind, closed, and opened again ``--open-repeats`` times (timed: the open, with its rebuild of
+the references from Lance; median). Reported: medians over the steps, the median of ``--runs`` runs, and the
+ratio deduped / reference. Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench.dedup_lifetime``, or
+a copy of this file beside each checkout's ``persisting/``) to compare before and after.
 """
 
 from __future__ import annotations
@@ -61,15 +61,19 @@ def one_run(root: Path, args: argparse.Namespace) -> dict[str, float]:
         for what, d in (("put", put), ("clear", clear))
         for kind, v in d.items()
     }
-    for kind, kw in (("dedup", {"dedup": ["pixel_values"]}), ("plain", {})):
-        name = f"open-{kind}"
-        with SyncQueue(name, str(root), num_buckets=1, **kw) as q:
+    kinds: dict[str, dict[str, Any]] = {"dedup": {"dedup": ["pixel_values"]}, "plain": {}}
+    for kind, kw in kinds.items():
+        with SyncQueue(f"open-{kind}", str(root), num_buckets=1, **kw) as q:
             for s in range(0, args.open_samples, 256):
                 q.put(step(64, 4, 10_000 + s), partition_id="train")
-        t0 = time.perf_counter()
-        with SyncQueue(name, str(root), num_buckets=1, **kw) as q:
-            q.partitions()
-            out[f"open_{kind}_ms"] = 1e3 * (time.perf_counter() - t0)
+    opens: dict[str, list[float]] = {"dedup": [], "plain": []}
+    for _ in range(args.open_repeats):  # interleaved, so that the machine's drift hits both alike
+        for kind, kw in kinds.items():
+            t0 = time.perf_counter()
+            with SyncQueue(f"open-{kind}", str(root), num_buckets=1, **kw) as q:
+                opens[kind].append(time.perf_counter() - t0)
+                q.partitions()
+    out.update({f"open_{kind}_ms": 1e3 * statistics.median(v) for kind, v in opens.items()})
     return out
 
 
@@ -79,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--responses", type=int, default=8)
     parser.add_argument("--open-samples", type=int, default=8192)
+    parser.add_argument("--open-repeats", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     runs: list[dict[str, Any]] = []

@@ -24,11 +24,16 @@ of every repeat would read them a second time (``memcmp``, ~6 GB/s), more than d
 process's memory).
 
 Across puts: each producer ``Queue`` keeps a bounded index (``ContentIndex``: partition -> hash -> payload row),
-so a value put again into the same partition is referenced, not stored again. Payload rows are never freed
-before the samples that reference them (they are rows like others: in Lance until ``clear()``), so a reference
-never dangles while its sample is readable; in the arena, a payload's extent is kept while any consumer holds
-a view of it and, as every flushed extent, reused afterwards (reads then come from Lance). Two producer
-processes do not share an index: each stores its own first copy.
+so a value put again into the same partition is referenced, not stored again. Two producer processes do not share
+an index: each stores its own first copy.
+
+Lifetime (engine/payloads.py, docs/concepts/dedup.md "Lifetime"): a payload row lives exactly as long as a live
+sample references it. The engine counts the references and clears a payload row with the last sample naming it
+(and, on a clear of the whole partition, the rows nothing names yet); Lance loses it at the next purge. The index
+here may then name a cleared row: the engine refuses a put that references one (``PayloadClearedError``, with
+the rows), and ``TensorPuts`` drops those entries and stores the values again (``PUT_ATTEMPTS``). In the arena, a
+payload's extent is kept while any consumer holds a view of it and, as every flushed extent, reused afterwards
+(reads then come from Lance).
 """
 
 from __future__ import annotations
