@@ -49,11 +49,8 @@ class PayloadRefs:
         self._tail = tail
         # sample partition -> payload row -> references from samples not cleared; a row is here while it is live
         self._live: dict[str, dict[int, int]] = {}
-        self._held: dict[int, list[int]] = {}  # sample -> the payload rows it references (own row and patches)
-
-    def live_rows(self, partition: str) -> int:
-        """How many payload rows of ``partition`` are live (for tests and stats)."""
-        return len(self._live.get(partition, ()))
+        # sample -> the payload row it references, or the rows (several fields, or patches): an int for most
+        self._held: dict[int, int | list[int]] = {}
 
     # -- puts (Appender.append, with no await between check and add) ---------------------------------
 
@@ -88,15 +85,23 @@ class PayloadRefs:
 
     def _count(self, partition: str, names: Sequence[str], rows: Iterable[tuple[int, Mapping[str, Any]]]) -> None:
         live = self._live.get(partition)
+        if live is None:
+            return
         for sample, row in rows:
-            refs = _refs(row, names)
-            if refs and live is not None:
-                refs = [r for r in refs if r in live]  # (only the rebuild meets rows not live: they were purged)
-                for r in refs:
-                    live[r] += 1
-                self._held.setdefault(sample, []).extend(refs)
+            for r in _refs(row, names):  # live: check() said so, with no await since
+                live[r] += 1
+                self._hold(sample, r)
 
-    # -- clears (Clears.clear, right after the samples' clear is logged) ------------------------------
+    def _hold(self, sample: int, row: int) -> None:
+        had = self._held.get(sample)
+        if had is None:
+            self._held[sample] = row
+        elif isinstance(had, int):
+            self._held[sample] = [had, row]
+        else:
+            had.append(row)
+
+    # -- clears (Clears.clear, in the step that logs the samples' clear) ------------------------------
 
     def release(self, partition: str, samples: Sequence[int], whole: bool) -> list[int]:
         """Drop the references of cleared ``samples`` of ``partition``; returns the payload rows left with none,
@@ -107,7 +112,8 @@ class PayloadRefs:
             return []
         gone: list[int] = []
         for sample in samples:
-            for r in self._held.pop(sample, ()):
+            had = self._held.pop(sample, None)
+            for r in () if had is None else (had,) if isinstance(had, int) else had:
                 left = live.get(r)
                 if left is None:
                     continue
@@ -133,42 +139,36 @@ class PayloadRefs:
         names = ref_names(kinds)
         if not names:
             return {}
-        samples: list[tuple[str, int, Mapping[str, Any]]] = []  # (partition, sample, a row writing its fields)
-        for columns in await self._buckets.columns(PARTITION_KEY, INDEX_KEY, OF_KEY, *names):
-            for part, index, of, *values in zip(*columns, strict=True):
-                if str(part).startswith(PAYLOAD_PARTITION_PREFIX) or any(v is not None for v in values):
-                    self._found(str(part), int(index), of, dict(zip(names, values, strict=True)), cleared, samples)
+        blocks = await self._buckets.columns(PARTITION_KEY, INDEX_KEY, OF_KEY, *names)
         for chunk in self._tail.chunks:
-            for k, tail_row in enumerate(chunk.other):
-                target = None if chunk.of is None else chunk.of[k]
-                self._found(chunk.partition, chunk.first + k, target, tail_row, cleared, samples)
-        by_partition: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
-        for part, sample, row in samples:
-            by_partition.setdefault(part, []).append((sample, row))
-        for part, found in by_partition.items():
-            self._count(part, names, found)
+            targets = chunk.of if chunk.of is not None else [None] * chunk.count
+            refs = [[row.get(name) for row in chunk.other] for name in names]
+            blocks.append(
+                [[chunk.partition] * chunk.count, list(range(chunk.first, chunk.first + chunk.count)), targets, *refs]
+            )
+        # Two passes over plain columns (every row of the topic: nothing made per row but the counts).
+        prefix, cut, live_of = PAYLOAD_PARTITION_PREFIX, len(PAYLOAD_PARTITION_PREFIX), self._live
+        for parts, indexes, targets, *_refs in blocks:
+            for part, index, of in zip(parts, indexes, targets, strict=True):
+                if of is None and part.startswith(prefix) and index not in cleared:
+                    live_of.setdefault(part[cut:], {})[index] = 0
+        for parts, indexes, targets, *columns in blocks:
+            for column in columns:
+                for part, index, of, ref in zip(parts, indexes, targets, column, strict=True):
+                    if ref is None:
+                        continue
+                    sample = index if of is None else of
+                    live = live_of.get(part)
+                    # a row not live was cleared, and purged: so was every sample naming it
+                    if live is None or ref not in live or sample in cleared:
+                        continue
+                    live[ref] += 1
+                    self._hold(sample, ref)
         orphans: dict[str, list[int]] = {}
-        for part, live in self._live.items():
+        for part, live in live_of.items():
             unreferenced = sorted(r for r, n in live.items() if n == 0)
             for r in unreferenced:
                 del live[r]
             if unreferenced:
                 orphans[part] = unreferenced
         return orphans
-
-    def _found(
-        self,
-        part: str,
-        index: int,
-        of: Any,
-        row: Mapping[str, Any],
-        cleared: set[int],
-        samples: list[tuple[str, int, Mapping[str, Any]]],
-    ) -> None:
-        if part.startswith(PAYLOAD_PARTITION_PREFIX):
-            if of is None and index not in cleared:
-                self._live.setdefault(part[len(PAYLOAD_PARTITION_PREFIX) :], {})[index] = 0
-            return
-        sample = index if of is None else int(of)
-        if sample not in cleared and any(row.get(name) is not None for name in row if name.endswith(REF_SUFFIX)):
-            samples.append((part, sample, row))
