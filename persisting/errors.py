@@ -6,6 +6,7 @@ One root, so ``except persisting.PersistingError`` catches all of them::
     ├── InvalidRecordError (TypeError)   a record the queue cannot store: bad type, bad key, reserved name
     │   └── SchemaConflictError          a value whose type differs from the stored column of that field
     ├── ConfigError (ValueError)         a bad argument, or one that contradicts what is stored on disk
+    │   └── PayloadClearedError          a deduped put references a stored value that was cleared meanwhile
     ├── QueueClosedError                 a call on a queue after close()
     ├── StorageError (OSError)           the disk, the write-ahead log or Lance failed; the cause is chained
     │   ├── CorruptionError              stored bytes that fail their checksum or cannot be decoded
@@ -53,6 +54,16 @@ class ConfigError(PersistingError, ValueError):
 
 class InvalidSerializerError(ConfigError, AttributeError):
     """A serializer lacks the methods it needs (an ``AttributeError`` too, as persist-queue raises)."""
+
+
+class PayloadClearedError(ConfigError):
+    """A put references a stored value of a deduped field (a payload row) that is no longer live: the last sample
+    referencing it was cleared. A ``Queue`` with ``dedup`` catches it, forgets those values and stores them again
+    (docs/concepts/dedup.md, "Lifetime"). ``rows``: the payload rows (global indexes) that are not live."""
+
+    def __init__(self, message: str, rows: list[int] | tuple[int, ...] = ()) -> None:
+        self.rows = list(rows)
+        super().__init__(message)
 
 
 class QueueClosedError(PersistingError):
@@ -117,6 +128,7 @@ __all__ = [
     "Empty",
     "Full",
     "InvalidRecordError",
+    "PayloadClearedError",
     "PersistingError",
     "ProtocolError",
     "QueueClosedError",

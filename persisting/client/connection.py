@@ -248,7 +248,9 @@ class Connection:
 
 
 _ERROR_TYPES: dict[str, type[errors.PersistingError]] = {
-    name: getattr(errors, name) for name in errors.__all__ if name not in ("SchemaConflictError", "RemoteError")
+    name: getattr(errors, name)
+    for name in errors.__all__
+    if name not in ("SchemaConflictError", "PayloadClearedError", "RemoteError")
 }
 
 
@@ -263,4 +265,7 @@ def raise_for(reply: Reply) -> Reply:
         if {"field", "stored", "given"} <= d.keys():
             raise errors.SchemaConflictError(d["field"], d["stored"], d["given"])
         raise errors.InvalidRecordError(reply.error_message)
+    if reply.error_type == "PayloadClearedError":
+        rows = reply.error_details.get("rows", "")
+        raise errors.PayloadClearedError(reply.error_message, [int(r) for r in rows.split(",") if r.isdigit()])
     raise errors.RemoteError(reply.error_type, reply.error_message)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..engine import Topic
-from ..errors import ConfigError, InvalidRecordError
+from ..errors import ConfigError, InvalidRecordError, PayloadClearedError
 from ..tensors import batches, dedup, objects, reservation, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
@@ -68,17 +68,44 @@ class TensorPuts:
         other = objects.prepare(other, non_tensor, self._handle.objects, topic.kinds, _storable)
         if n == 0:
             return patch if patch is not None else BatchMeta()
-        dedup_bytes = None
         if names := dedup.chosen(self._handle.dedup, columns, other):
-            putter = self._payload_putter(partition, timeout, key)
-            plan = await dedup.plan(names, columns, other, partition, self._index, putter)
-            columns, other = plan.columns, plan.other
-            dedup_bytes = (plan.put_bytes, plan.stored_bytes)
-            self._handle.moved("dedup_put_bytes", plan.put_bytes)
-            self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
-        return await self._store(topic, columns, other, n, partition, timeout, patch, key, dedup_bytes)
+            return await self._put_deduped(topic, names, columns, other, n, partition, timeout, patch, key)
+        return await self._store(topic, columns, other, n, partition, timeout, patch, key, None)
 
-    def _payload_putter(self, partition: str, timeout: float | None, key: str | None) -> dedup.PutPayload:
+    async def _put_deduped(
+        self,
+        topic: Topic | RemoteTopic,
+        names: list[str],
+        columns: Mapping[str, tensors.AnyColumn],
+        other: dict[str, list[Any]],
+        n: int,
+        partition: str,
+        timeout: float | None,
+        patch: BatchMeta | None,
+        key: str | None,
+    ) -> BatchMeta:
+        """Store the new distinct values, then the samples with their references. The engine refuses samples
+        that reference a value cleared meanwhile (``PayloadClearedError``: its last sample was cleared, maybe by
+        another process): the values this put found in the content index are forgotten and stored again."""
+        for attempt in range(dedup.PUT_ATTEMPTS):
+            putter = self._payload_putter(partition, timeout, key, attempt)
+            plan = await dedup.plan(names, columns, other, partition, self._index, putter)
+            self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
+            try:
+                dedup_bytes = (plan.put_bytes, plan.stored_bytes)
+                meta = await self._store(
+                    topic, plan.columns, plan.other, n, partition, timeout, patch, key, dedup_bytes
+                )
+            except PayloadClearedError as exc:
+                self._index.drop(partition, plan.reused, exc.rows)  # forget those cleared, store them again
+                if attempt + 1 == dedup.PUT_ATTEMPTS:
+                    raise
+                continue
+            self._handle.moved("dedup_put_bytes", plan.put_bytes)
+            return meta
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _payload_putter(self, partition: str, timeout: float | None, key: str | None, attempt: int) -> dedup.PutPayload:
         """Stores the new distinct values of a deduped field as rows of the partition's payload partition."""
         topic = self._handle.opened
 
@@ -87,7 +114,7 @@ class TensorPuts:
                 raise ConfigError("the queue's topic closed during a put")
             cols = {} if isinstance(part, list) else {name: part}
             other = {name: part} if isinstance(part, list) else {}
-            sub = None if key is None else dedup.payload_key(key, name)
+            sub = None if key is None else dedup.payload_key(key, name, attempt)
             where = dedup.payload_partition(partition)
             meta = await self._store(topic, cols, other, count, where, timeout, None, sub, None, lease_ahead=False)
             return meta.global_indexes[0]

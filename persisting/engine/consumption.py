@@ -268,12 +268,13 @@ class ConsumptionLog:
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
 
-    def append(self, record: list[Any], sync: bool = False) -> None:
-        """Write one record (``sync``: and fdatasync it, so it survives a power loss too)."""
+    def append(self, *records: list[Any], sync: bool = False) -> None:
+        """Write records, in one write (``sync``: and fdatasync them, so they survive a power loss too; the
+        replay stops at the first torn frame, so a later record never survives without an earlier one)."""
         if self._fd < 0:
             raise StorageError(f"{self.path} is not open")
         try:
-            os.write(self._fd, _frame(record))
+            os.write(self._fd, b"".join(_frame(record) for record in records))
             if sync:
                 os.fdatasync(self._fd)
         except OSError as exc:

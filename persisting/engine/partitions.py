@@ -33,11 +33,13 @@ from typing import Any
 import msgpack
 
 from ..errors import ConfigError
+from ..tensors.dedup import PAYLOAD_PARTITION_PREFIX, payload_partition
 from .buckets import Buckets
 from .config import TopicConfig
 from .consumption import ConsumptionLog
 from .gate import ReadGate
 from .index import SampleIndex
+from .payloads import PayloadRefs
 from .runs import PartitionIndex
 from .tail import Tail
 
@@ -69,12 +71,19 @@ class Clears:
         self._gate = ReadGate()  # reads of backend positions share it; a purge takes it alone
         self._unpurged: set[int] = set()  # cleared samples whose rows may still be in the backends
         self._last_purge = 0.0  # time.monotonic() of the last purge
+        self.payloads = PayloadRefs(buckets, tail)  # payload rows of deduped fields, cleared with their last sample
 
     def load(self) -> None:
         """At open: what the consumption log holds (it was replayed by ``ConsumptionLog.open``)."""
         self._cleared_in = {p: set(indexes) for p, indexes in self._log.cleared.items()}
         self._cleared = set().union(*self._cleared_in.values())
         self.tags = {i: tags for tagged in self._log.tags.values() for i, tags in tagged.items()}
+
+    async def load_payloads(self, kinds: dict[str, str]) -> None:
+        """At open, after the replay and before the purge: rebuild the payload references and clear the payload
+        rows nothing references (left by a crash between a clear and its payloads' clear, or by a producer)."""
+        for partition, rows in (await self.payloads.rebuild(self._cleared, kinds)).items():
+            self._clear_logged((payload_partition(partition), rows))
 
     @property
     def cleared(self) -> set[int]:
@@ -111,12 +120,18 @@ class Clears:
         if unknown:
             raise ConfigError(f"partition {partition!r} has no samples with global indexes {unknown[:10]}{why}")
 
-    def _log_durably(self, record: list[Any]) -> None:
-        """Write a clear or tags record before the call returns (synced too with durability="sync")."""
-        self._log.append(record, sync=self._config.durability == "sync")
+    def _log_durably(self, *records: list[Any]) -> None:
+        """Write clear or tags records before the call returns (synced too with durability="sync")."""
+        self._log.append(*records, sync=self._config.durability == "sync")
 
     async def clear(self, partition: str, indexes: list[int] | None) -> list[int]:
-        """Delete samples of ``partition`` (None: every sample it has); returns the newly cleared ones."""
+        """Delete samples of ``partition`` (None: every sample it has); returns the newly cleared ones. Payload
+        rows of deduped fields that no live sample references any more are cleared with them (payloads.py)."""
+        if partition.startswith(PAYLOAD_PARTITION_PREFIX):
+            raise ConfigError(
+                f"partition {partition!r} holds the stored values of deduped fields; they are cleared with the last "
+                f"sample that references them: clear samples of {partition[len(PAYLOAD_PARTITION_PREFIX) :]!r}"
+            )
         if indexes is None:
             samples = (await self._index.partitions()).get(partition)
             visible = [] if samples is None else samples.to_list(samples.below(self._tail.visible_upto))
@@ -127,13 +142,21 @@ class Clears:
             done = self._cleared_in.get(partition, set())
             targets = [i for i in dict.fromkeys(indexes) if i not in done]
             await self.check_in_partition(partition, targets)
-        if not targets:
-            return []
-        self._log_durably(["clear", partition, targets])
-        self._cleared.update(targets)
-        self._cleared_in.setdefault(partition, set()).update(targets)
-        self._unpurged.update(targets)
+        # From here on nothing awaits: the samples' clear and their payloads' clear are one step for puts, and
+        # one write to the log, the samples' record first (a crash may leave the payloads' clear to the open).
+        gone = self.payloads.release(partition, targets, whole=indexes is None)
+        self._clear_logged((partition, targets), (payload_partition(partition), gone))
         return targets
+
+    def _clear_logged(self, *clears: tuple[str, list[int]]) -> None:
+        clears = tuple((partition, targets) for partition, targets in clears if targets)
+        if not clears:
+            return
+        self._log_durably(*(["clear", partition, targets] for partition, targets in clears))
+        for partition, targets in clears:
+            self._cleared.update(targets)
+            self._cleared_in.setdefault(partition, set()).update(targets)
+            self._unpurged.update(targets)
 
     async def set_tags(self, partition: str, items: Sequence[tuple[int, dict[str, Any]]]) -> None:
         """Merge tags into samples of ``partition``: ``[(global index, {key: value}), ...]``, values msgpack-safe.

@@ -126,8 +126,12 @@ class Appender:
         tail = self._tail
         if n == 0:
             return tail.next_index, 0
-        # From here to the commit nothing awaits: indexes, kinds and the frame land together.
+        # From here to the commit nothing awaits: indexes, kinds and the frame land together, and the payload
+        # rows this put references stay live (a clear cannot run in between, see payloads.py).
+        payloads = self._clears.payloads
+        payloads.check(partition, batch.rows, batch.kinds)
         first = tail.assign(n)
+        payloads.add(partition, first, batch.rows, batch.kinds, None if patch is None else patch[0])
         header: list[Any] = [partition, new_kinds, key]
         if arena is not None or patch is not None:
             header.append(None if arena is None else arena.ref)

@@ -27,6 +27,7 @@ Topic is composed of parts, each the one owner of its state, each given the othe
      ├─ Schema       schema.py      field -> kind
      ├─ SampleIndex  index.py       partitions as runs of indexes, fields of each sample (built on first use)
      ├─ Clears       partitions.py  cleared samples, tags, the purge (with the read gate)
+     │   └─ PayloadRefs payloads.py  which payload rows of deduped fields are live, and their references
      ├─ Reader       reader.py      rows by index; where a sample's fields lie (tail, arena, backends)
      ├─ Takes        takes.py       consume-on-fetch, leases, samplers (the consumption log, with Clears)
      ├─ Flusher      flushing.py    tail -> backends, and when (write-behind of arena batches)
@@ -112,17 +113,8 @@ class Topic:
         self._flusher = Flusher(
             name, self.path, config, *parts, housekeeping=self._clears, on_flushed=on_flushed, remote=remote
         )
-        self._appender = Appender(
-            name,
-            config,
-            self._tail,
-            self._schema,
-            self._index,
-            self._clears,
-            self._flusher,
-            self.metrics,
-            self._accepting,
-        )
+        put_parts = (self._tail, self._schema, self._index, self._clears, self._flusher, self.metrics)
+        self._appender = Appender(name, config, *put_parts, self._accepting)
         # Which sample each (partition, key) names (engine/keys.py): the KV calls' index, derived from the rows.
         self.keys = KeyIndex(self._buckets, self._tail, self._clears, flush_lock, self.append, self.clear)
 
@@ -183,6 +175,7 @@ class Topic:
         self._appender.start(files.wal)
         if self._tail.chunks:
             await self._flusher.flush_once()  # completes whatever flush a crash interrupted
+        await self._clears.load_payloads(self._schema.kinds)  # the payload rows nothing references: cleared
         await self._clears.purge_unread()  # nothing reads yet, so no position can move under a reader
         self._flusher.run()
 

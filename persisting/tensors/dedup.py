@@ -24,11 +24,16 @@ of every repeat would read them a second time (``memcmp``, ~6 GB/s), more than d
 process's memory).
 
 Across puts: each producer ``Queue`` keeps a bounded index (``ContentIndex``: partition -> hash -> payload row),
-so a value put again into the same partition is referenced, not stored again. Payload rows are never freed
-before the samples that reference them (they are rows like others: in Lance until ``clear()``), so a reference
-never dangles while its sample is readable; in the arena, a payload's extent is kept while any consumer holds
-a view of it and, as every flushed extent, reused afterwards (reads then come from Lance). Two producer
-processes do not share an index: each stores its own first copy.
+so a value put again into the same partition is referenced, not stored again. Two producer processes do not share
+an index: each stores its own first copy.
+
+Lifetime (engine/payloads.py, docs/concepts/dedup.md "Lifetime"): a payload row lives exactly as long as a live
+sample references it. The engine counts the references and clears a payload row with the last sample naming it
+(and, on a clear of the whole partition, the rows nothing names yet); Lance loses it at the next purge. The index
+here may then name a cleared row: the engine refuses a put that references one (``PayloadClearedError``, with
+the rows), and ``TensorPuts`` drops those entries and stores the values again (``PUT_ATTEMPTS``). In the arena, a
+payload's extent is kept while any consumer holds a view of it and, as every flushed extent, reused afterwards
+(reads then come from Lance).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import ctypes.util
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,6 +62,9 @@ PAYLOAD_PARTITION_PREFIX = RESERVED_PREFIX + "payloads:"
 VERIFY = os.environ.get("PERSISTING_DEDUP_VERIFY", "0") == "1"
 MIN_SAMPLE_BYTES = 4096  # smaller values cost more as references (an int per sample, a lookup) than they save
 INDEX_ENTRIES = 65536  # distinct values remembered per producer Queue for dedup across puts (LRU)
+# Tries of a deduped put whose samples the engine refuses because a value they reference was cleared meanwhile
+# (each try stores the values again; only a clear of that partition racing every try exhausts them).
+PUT_ATTEMPTS = 8
 
 
 def payload_partition(partition: str) -> str:
@@ -77,10 +85,12 @@ def check_mode(dedup: Any) -> bool | frozenset[str]:
     raise ConfigError(f"dedup must be True, False or a list of field names, got {dedup!r}")
 
 
-def payload_key(key: str, name: str) -> str:
+def payload_key(key: str, name: str, attempt: int = 0) -> str:
     """The idempotency key of the payload put of field ``name`` of the put keyed ``key`` (a retried put stores its
-    payloads once too); a digest, so that it stays short whatever the length of ``key``."""
-    return "payload-" + xxhash.xxh3_128_hexdigest(f"{key}\x00{name}".encode())
+    payloads once too); ``attempt``: the put's how-many-th try after its samples were refused for referencing a
+    cleared value (``PayloadClearedError``). A digest, so that it stays short whatever the length of ``key``."""
+    again = f"\x00{attempt}" if attempt else ""
+    return "payload-" + xxhash.xxh3_128_hexdigest(f"{key}\x00{name}{again}".encode())
 
 
 def digest(sample: Any) -> bytes:
@@ -187,6 +197,15 @@ class ContentIndex:
         while len(self._rows) > self._entries:
             self._rows.popitem(last=False)
 
+    def drop(self, partition: str, entries: list[tuple[str, tuple[Any, ...]]], rows: list[int]) -> None:
+        """Forget those ``(field, key)`` entries of ``partition`` whose row is among ``rows`` (cleared: a put
+        that referenced them was refused); all of them if ``rows`` is empty (not known)."""
+        gone = set(rows)
+        for name, key in entries:
+            k = (partition, name, key)
+            if not gone or self._rows.get(k) in gone:
+                self._rows.pop(k, None)
+
     def forget(self, partition: str | None = None) -> None:
         """After a clear: its payload rows may be gone."""
         if partition is None:
@@ -218,6 +237,7 @@ class Plan:
     other: dict[str, list[Any]]
     put_bytes: int = 0  # bytes of the deduped fields as put
     stored_bytes: int = 0  # bytes of them stored (new payloads)
+    reused: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # (field, key) found in the index
 
 
 def chosen(mode: bool | frozenset[str], columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]]) -> list[str]:
@@ -262,6 +282,7 @@ async def plan(
             per = 0
         rows: list[int | None] = [index.get(partition, name, key) for key in d.keys]
         new = [j for j, row in enumerate(rows) if row is None]
+        out.reused += [(name, key) for key, row in zip(d.keys, rows, strict=True) if row is not None]
         if new:
             positions = [d.first[j] for j in new]
             if isinstance(col, Column):

@@ -65,7 +65,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import ProtocolError, ProtocolVersionError, SchemaConflictError
+from ..errors import PayloadClearedError, ProtocolError, ProtocolVersionError, SchemaConflictError
 
 PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -204,6 +204,8 @@ def error_reply(request_id: int, exc: BaseException) -> Reply:
     details = {}
     if isinstance(exc, SchemaConflictError):
         details = {"field": exc.field, "stored": exc.stored, "given": exc.given}
+    elif isinstance(exc, PayloadClearedError):
+        details = {"rows": ",".join(map(str, exc.rows))}
     return Reply(request_id, False, error_type=type(exc).__name__, error_message=str(exc), error_details=details)
 
 
