@@ -21,7 +21,7 @@ from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
 from ..wire import codec
-from . import big_batches
+from . import big_batches, dedup_reads
 from .data_api import on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
@@ -68,15 +68,31 @@ class TensorPuts:
         other = objects.prepare(other, non_tensor, self._handle.objects, topic.kinds, _storable)
         if n == 0:
             return patch if patch is not None else BatchMeta()
-        dedup_bytes = None
-        if names := dedup.chosen(self._handle.dedup, columns, other):
-            putter = self._payload_putter(partition, timeout, key)
-            plan = await dedup.plan(names, columns, other, partition, self._index, putter)
-            columns, other = plan.columns, plan.other
-            dedup_bytes = (plan.put_bytes, plan.stored_bytes)
-            self._handle.moved("dedup_put_bytes", plan.put_bytes)
-            self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
+        columns, other, dedup_bytes = await self.deduped(topic, columns, other, partition, timeout, key)
         return await self._store(topic, columns, other, n, partition, timeout, patch, key, dedup_bytes)
+
+    async def deduped(
+        self,
+        topic: Topic | RemoteTopic,
+        columns: dict[str, tensors.AnyColumn],
+        other: dict[str, list[Any]],
+        partition: str,
+        timeout: float | None,
+        key: str | None,
+    ) -> tuple[dict[str, tensors.AnyColumn], dict[str, list[Any]], tuple[int, int] | None]:
+        """A put's fields with the deduped ones' new distinct values stored and the fields turned into references
+        (tensors/dedup.py), and the bytes (put, stored) of those fields; as given where dedup applies to none."""
+        mode = self._handle.dedup
+        if mode == dedup.AUTO:  # decided by how the topic stores each field: learn what other processes put
+            await dedup_reads.refresh_kinds(topic, [*columns, *other])
+        names = dedup.chosen(mode, columns, other, topic.kinds)
+        if not names:
+            return columns, other, None
+        putter = self._payload_putter(partition, timeout, key)
+        plan = await dedup.plan(names, columns, other, partition, self._index, putter)
+        self._handle.moved("dedup_put_bytes", plan.put_bytes)
+        self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
+        return plan.columns, plan.other, (plan.put_bytes, plan.stored_bytes)
 
     def _payload_putter(self, partition: str, timeout: float | None, key: str | None) -> dedup.PutPayload:
         """Stores the new distinct values of a deduped field as rows of the partition's payload partition."""
