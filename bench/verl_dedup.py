@@ -83,7 +83,10 @@ def run_one(shape: str, mode: str, args: argparse.Namespace, work: Path) -> dict
             tq.kv_clear(keys=keys, partition_id="train")
             if step:  # the first step warms up (imports, the broker's first Lance files)
                 times.append(took)
-        address = tq.interface._plane.address
+        plane = tq.interface._plane
+        if plane is None:
+            raise SystemExit("init() made no data plane")
+        address = plane.address
         status = subprocess.run([sys.executable, "-m", "broker", "status", "--json", "--socket", address],
                                 capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
         topic = next(t for t in json.loads(status.stdout)["topics"] if t["name"] == "transfer_queue")

@@ -54,7 +54,9 @@ def _run(tmp_path: Path, dedup: Any, seed: int) -> tuple[dict[str, Any], dict[st
         if dedup is not None:
             section["dedup"] = dedup
         tq.init({"persisting": section})
-        address = tq.interface._plane.address
+        plane = tq.interface._plane
+        assert plane is not None
+        address = plane.address
         put = _worker(["rollout", str(seed)])
         got = _worker(["read", str(seed), str(tmp_path / f"ckpt-{dedup}")])
         status = subprocess.run([sys.executable, "-m", "broker", "status", "--json", "--socket", address],

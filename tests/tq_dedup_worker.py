@@ -94,7 +94,7 @@ def same(got: Any, put: Any, keys: list[str]) -> dict[str, bool]:
         a, b = got.get(name), put.get(name)
         if name == "multi_modal_inputs":
             ok = all(
-                torch.equal(x["pixel_values"], y["pixel_values"]) and torch.equal(x["image_grid_thw"], y["image_grid_thw"])
+                all(torch.equal(x[k], y[k]) for k in ("pixel_values", "image_grid_thw"))
                 for x, y in zip(a.tolist(), b.tolist(), strict=True)
             )
         else:
@@ -112,7 +112,7 @@ def rollout(tq: Any, seed: int) -> None:
 def read(tq: Any, seed: int, ckpt: str) -> None:
     from tensordict import TensorDict
 
-    keys, td, tags = step(seed)
+    keys, td, _tags = step(seed)
     h = hashlib.sha256()
     got = tq.kv_batch_get(keys=keys, partition_id=PARTITION)
     digest(got, h)

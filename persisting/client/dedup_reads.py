@@ -12,7 +12,7 @@ from ..tensors.meta import BatchMeta, FieldMeta, sample_metas
 from .remote import RemoteTopic
 
 
-async def named(topic: Topic | RemoteTopic, fields: list[str] | None, mode: bool | frozenset[str]) -> list[str] | None:
+async def named(topic: Topic | RemoteTopic, fields: list[str] | None, mode: dedup.Mode) -> list[str] | None:
     """Field names as the caller gives them, a deduped field turned into its references: a field this Queue's
     ``dedup`` names, or one the topic stores deduped. A name this process has not seen yet refreshes the topic's
     fields first (another process put it since this one opened the topic); a consumer that asks for a deduped

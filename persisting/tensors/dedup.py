@@ -47,8 +47,7 @@ import xxhash
 
 from ..errors import ConfigError
 from ..wire.codec import RESERVED_PREFIX
-from . import objects
-from . import jagged
+from . import jagged, objects
 from .column import AnyColumn, Column
 
 REF_SUFFIX = "@payload"
@@ -326,9 +325,10 @@ async def plan(
         new = [j for j, row in enumerate(rows) if row is None]
         if new:
             positions = [d.first[j] for j in new]
+            part: AnyColumn | list[Any]
             if col is not None:
-                part: AnyColumn | list[Any] = _take_column(col, positions)
-                out.stored_bytes += _values_bytes(part)
+                part = taken = _take_column(col, positions)
+                out.stored_bytes += _values_bytes(taken)
             else:
                 part = [values[i] for i in positions if values is not None]
                 out.stored_bytes += sum(len(v.data) for v in part if isinstance(v, objects.Pickled))

@@ -32,7 +32,9 @@ COPY_CHUNK = 1024  # keys per get/put while copying
 
 def _embedded(root: Path, dedup: Any) -> KVStore:
     """The checkpoint's store, deduped as the live one (``persisting.dedup``): a step's images stored once."""
-    data = Queue("transfer_queue", storage_path=str(root), num_buckets=1, durability="process", objects="pickle", dedup=dedup)
+    data = Queue(
+        "transfer_queue", storage_path=str(root), num_buckets=1, durability="process", objects="pickle", dedup=dedup
+    )
     return KVStore(data, dedup)
 
 
