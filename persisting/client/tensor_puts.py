@@ -83,8 +83,9 @@ class TensorPuts:
         """A put's fields with the deduped ones' new distinct values stored and the fields turned into references
         (tensors/dedup.py), and the bytes (put, stored) of those fields; as given where dedup applies to none."""
         mode = self._handle.dedup
-        if mode == dedup.AUTO:  # decided by how the topic stores each field: learn what other processes put
-            await dedup_reads.refresh_kinds(topic, [*columns, *other])
+        if mode == dedup.AUTO and (new := dedup.undecided(columns, other, topic.kinds)):
+            # decided by how the topic stores each field: learn what other processes put (once per new field)
+            await dedup_reads.refresh_kinds(topic, new)
         names = dedup.chosen(mode, columns, other, topic.kinds)
         if not names:
             return columns, other, None

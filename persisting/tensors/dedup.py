@@ -276,6 +276,17 @@ def stored_deduped(name: str, kinds: Mapping[str, str]) -> bool | None:
     return False if name in kinds else None
 
 
+def undecided(columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], kinds: Mapping[str, str]) -> list[str]:
+    """The fields of a put that ``"auto"`` would decide now by their values (big, and not stored yet): where
+    another process may have decided them already, the topic's fields are looked up first."""
+    big = [n for n, c in columns.items() if c.count and _values_bytes(c) // c.count >= MIN_SAMPLE_BYTES]
+    for name, values in other.items():
+        sizes = [len(v.data) for v in values if isinstance(v, objects.Pickled)]
+        if sizes and sum(sizes) // len(sizes) >= MIN_SAMPLE_BYTES:
+            big.append(name)
+    return [n for n in big if stored_deduped(n, kinds) is None]
+
+
 def _auto(columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], kinds: Mapping[str, str]) -> list[str]:
     """``dedup="auto"``: a field is decided at its first put into the topic and keeps that decision (the topic
     stores it deduped or plain, so a field never holds both): an ``object`` field whose pickles are big (>=
