@@ -98,7 +98,8 @@ def verify(tq: Any) -> None:
     pixels: dict[str, int] = {}
     if traj and MULTIMODAL:
         mm = tq.kv_batch_get(keys=traj, partition_id="train", select_fields=["multi_modal_inputs"])
-        pixels = {k: int(v["pixel_values"].sum()) for k, v in zip(traj, mm["multi_modal_inputs"].tolist(), strict=True)}
+        values = mm.get("multi_modal_inputs").tolist()
+        pixels = {k: int(v["pixel_values"].sum()) for k, v in zip(traj, values, strict=True)}
     say(tags=listed, responses=responses, old_log_probs=lps, pixels=pixels)
 
 
