@@ -205,7 +205,7 @@ def test_a_worker_on_b_writes_into_a_partition_a_owns(nodes: Any) -> None:
 def test_multimodal_inputs_put_from_another_node_are_deduped_where_the_partition_lives(nodes: Any) -> None:
     """``persisting.dedup`` (default auto) on several nodes: B's put runs in A's KV host, which stores each
     prompt's image once; A and B read every response's exact image back."""
-    from persisting.compat.transfer_queue import _engine
+    from persisting.compat import _engine
 
     seed = random.randrange(1 << 30)
     print(f"seed={seed}")
@@ -228,7 +228,7 @@ def test_multimodal_inputs_put_from_another_node_are_deduped_where_the_partition
         tq.kv_batch_get(keys=keys, partition_id="mm"),
         ray.get(worker.call.remote("kv_batch_get", keys=keys, partition_id="mm")),
     ):
-        values = got["multi_modal_inputs"].tolist()
+        values = got.get("multi_modal_inputs").tolist()
         assert all(torch.equal(v["pixel_values"], images[i // 4]) for i, v in enumerate(values))
         assert torch.equal(got["scores"], torch.arange(12.0))
     store = tq.interface._plane.store
