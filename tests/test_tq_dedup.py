@@ -95,11 +95,15 @@ def test_a_multimodal_grpo_step_stores_each_image_once_and_reads_back_as_without
     assert on_disk < 0.35 * off_disk, f"on disk: {on_disk} B deduped, {off_disk} B not"
 
 
-def test_the_dedup_setting_is_checked() -> None:
+def test_the_dedup_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PERSISTING_TQ_DEDUP", raising=False)
     from persisting.compat.transfer_queue.plane import dedup_mode
     from persisting.errors import ConfigError
 
     assert dedup_mode({}) == "auto"
+    monkeypatch.setenv("PERSISTING_TQ_DEDUP", "multi_modal_inputs,image")
+    assert dedup_mode({}) == frozenset({"multi_modal_inputs", "image"})
+    assert dedup_mode({"dedup": True}) is True  # the conf wins
     assert dedup_mode({"dedup": "false"}) is False
     assert dedup_mode({"dedup": ["multi_modal_inputs"]}) == frozenset({"multi_modal_inputs"})
     with pytest.raises(ConfigError, match="dedup must be True, False, 'auto' or a list of field names"):

@@ -20,7 +20,7 @@ Configuration (``conf`` is TransferQueue's config; persisting reads only its opt
     persisting.objects        "pickle" (default: NonTensorStack entries pickled in the clients) or "codec"
     persisting.durability     "process" (default: survives kill -9 of any process) or "sync" (power loss too)
     persisting.backend        "auto" (default), "ray" or "broker": on several nodes, ``ray_plane.py``
-    persisting.dedup          "auto" (default), true, false or a list of field names: see ``dedup_mode``
+    persisting.dedup          "auto" (default, or $PERSISTING_TQ_DEDUP), true, false or field names: ``dedup_mode``
 """
 
 from __future__ import annotations
@@ -168,10 +168,13 @@ def dedup_mode(section: dict[str, Any]) -> Any:
     columns are distinct per response and stay plain (hashed once, at their first put); its small non-tensor
     columns are never looked at. true: every NonTensorStack column and dense column >= 4 KiB per sample; false:
     none; a list: those fields (whatever their size)."""
-    value = section.get("dedup", dedup.AUTO)
+    value = section.get("dedup")
+    if value is None:  # $PERSISTING_TQ_DEDUP: true, false, auto or field names separated by commas
+        env = os.environ.get("PERSISTING_TQ_DEDUP", dedup.AUTO)
+        value = env if env.lower() in ("true", "false", dedup.AUTO) else [f for f in env.split(",") if f]
     if isinstance(value, str) and value.lower() in ("true", "false"):  # from an environment or a command line
         value = value.lower() == "true"
-    return dedup.check_mode(dedup.AUTO if value is None else value)
+    return dedup.check_mode(value)
 
 
 def open_store(address: str, section: dict[str, Any]) -> KVStore:
