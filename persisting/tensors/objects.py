@@ -60,8 +60,9 @@ def check_mode(mode: Any) -> str | None:
     return None if mode is None else str(mode)
 
 
-def _tensor(data: bytearray, dtype: str, shape: tuple[int, ...]) -> Any:
-    """A CPU tensor from its bytes (what ``_reduce_tensor`` pickled): it owns them, as one torch unpickles."""
+def tensor_from_bytes(data: bytearray, dtype: str, shape: tuple[int, ...]) -> Any:
+    """A CPU tensor from its bytes (what ``_reduce_tensor`` pickled): it owns them, as one torch unpickles.
+    Stored pickles name this function: keep its module and name."""
     import torch
 
     kind = getattr(torch, dtype)
@@ -82,7 +83,7 @@ def _reduce_tensor(t: Any) -> Any:
     if t.is_quantized or t.is_conj() or t.is_neg() or any(n is not None for n in getattr(t, "names", ())):
         return t.__reduce_ex__(PICKLE_PROTOCOL)
     data = t.reshape(-1).view(torch.uint8).numpy()  # a view: written into the pickle once, not copied first
-    return _tensor, (pickle.PickleBuffer(data), str(t.dtype).removeprefix("torch."), tuple(t.shape))
+    return tensor_from_bytes, (pickle.PickleBuffer(data), str(t.dtype).removeprefix("torch."), tuple(t.shape))
 
 
 _TABLE: dict[Any, Any] = {}  # made once torch is imported: copyreg's, plus plain tensors by their bytes
@@ -102,11 +103,13 @@ def _pickle(value: Any) -> bytes:
         pickler.dispatch_table = _TABLE
         mine = _LOCAL.pickler = (out, pickler)
     out, pickler = mine
-    out.seek(0)
-    out.truncate()
-    pickler.clear_memo()
-    pickler.dump(value)
-    return out.getvalue()
+    try:
+        pickler.dump(value)
+        return out.getvalue()
+    finally:  # the memo holds what was pickled: let it go now, not at the next value
+        pickler.clear_memo()
+        out.seek(0)
+        out.truncate()
 
 
 def dumps(name: str, value: Any) -> Pickled:
