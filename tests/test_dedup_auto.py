@@ -109,3 +109,20 @@ def test_equal_tensors_pickle_alike_and_come_back_exactly() -> None:
         assert torch.equal(back.detach(), t.detach()) and back.requires_grad == t.requires_grad
     view = torch.rand(1 << 16)[:4]
     assert len(objects.dumps("x", view).data) < 1024  # a view pickles its own bytes, not its whole storage
+
+
+def test_auto_follows_what_another_process_decided(arena_broker: BrokerProcess) -> None:
+    """Two producers, each with its own view of the topic: the second's small values of a field the first stored
+    deduped are stored deduped too (it looks the field up first), so the field is never stored both ways."""
+    big = [{"pv": torch.full((64, 64), float(i // GROUP))} for i in range(N)]  # 16 KiB pickles: deduped
+    small = [{"pv": torch.full((2,), float(i))} for i in range(N)]  # tiny: alone, auto would keep them plain
+    kw: dict[str, Any] = {"broker": arena_broker.address, "dedup": "auto", "objects": "pickle"}
+    with SyncQueue("follow", **kw) as first, SyncQueue("follow", **kw) as second:
+        second.put(_td({"ids": torch.arange(N)}), partition_id="p")  # opened, its view taken before mm existed
+        first.put(_td({"mm": big, "ids": torch.arange(N)}), partition_id="p")
+        second.put(_td({"mm": small, "ids": torch.arange(N)}), partition_id="p")
+        assert second.stats()["zerocopy"]["dedup_put_bytes"] > 0, "the second producer followed the first"
+        data, meta = first.get_batch(["mm"], 2 * N, "t", "p")
+    assert meta.size == 2 * N  # both puts' samples have the field, stored one way
+    values = [v["pv"] for v in data["mm"]]
+    assert all(torch.equal(v, w["pv"]) for v, w in zip(values, big + small, strict=True))

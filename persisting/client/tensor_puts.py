@@ -84,7 +84,8 @@ class TensorPuts:
         (tensors/dedup.py), and the bytes (put, stored) of those fields; as given where dedup applies to none."""
         mode = self._handle.dedup
         if mode == dedup.AUTO and (new := dedup.undecided(columns, other, topic.kinds)):
-            # decided by how the topic stores each field: learn what other processes put (once per new field)
+            # decided by how the topic stores each field: learn what other processes put (once per new field,
+            # a stats round trip; then the first put of a field this process has not seen costs two)
             await dedup_reads.refresh_kinds(topic, new)
         names = dedup.chosen(mode, columns, other, topic.kinds)
         if not names:

@@ -277,14 +277,11 @@ def stored_deduped(name: str, kinds: Mapping[str, str]) -> bool | None:
 
 
 def undecided(columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], kinds: Mapping[str, str]) -> list[str]:
-    """The fields of a put that ``"auto"`` would decide now by their values (big, and not stored yet): where
-    another process may have decided them already, the topic's fields are looked up first."""
-    big = [n for n, c in columns.items() if c.count and _values_bytes(c) // c.count >= MIN_SAMPLE_BYTES]
-    for name, values in other.items():
-        sizes = [len(v.data) for v in values if isinstance(v, objects.Pickled)]
-        if sizes and sum(sizes) // len(sizes) >= MIN_SAMPLE_BYTES:
-            big.append(name)
-    return [n for n in big if stored_deduped(n, kinds) is None]
+    """The fields of a put that ``"auto"`` has no decision on in ``kinds`` (this process's view of the topic):
+    another process may have decided them since, so the topic's fields are looked up first, once per new field.
+    (A field decided by its values here while another process decided it otherwise would be stored both ways.)"""
+    pickled = [n for n, values in other.items() if any(isinstance(v, objects.Pickled) for v in values)]
+    return [n for n in (*columns, *pickled) if stored_deduped(n, kinds) is None]
 
 
 def _auto(columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], kinds: Mapping[str, str]) -> list[str]:
