@@ -165,15 +165,15 @@ def dedup_mode(section: dict[str, Any]) -> Any:
     NonTensorStack columns whose pickles are >= 4 KiB per sample (``multi_modal_inputs``: a GRPO group's n
     responses carry the prompt's one ``pixel_values``), tensor columns whose samples are >= 4 KiB and repeat in
     that put (a prompt's image or tokens repeated per response). A text-only run's token, mask and log prob
-    columns are distinct per response and stay plain (hashed once, at their first put); its small non-tensor
-    columns are never looked at. true: every NonTensorStack column and dense column >= 4 KiB per sample; false:
+    columns are distinct per response and stay plain (hashed once, at their first put), as do its small
+    non-tensor columns. true: every NonTensorStack column and dense column >= 4 KiB per sample; false:
     none; a list: those fields (whatever their size)."""
     value = section.get("dedup")
     if value is None:  # $PERSISTING_TQ_DEDUP: true, false, auto or field names separated by commas
         env = os.environ.get("PERSISTING_TQ_DEDUP", dedup.AUTO)
-        value = env if env.lower() in ("true", "false", dedup.AUTO) else [f for f in env.split(",") if f]
-    if isinstance(value, str) and value.lower() in ("true", "false"):  # from an environment or a command line
-        value = value.lower() == "true"
+        value = env.lower() if env.lower() in ("true", "false", dedup.AUTO) else [f for f in env.split(",") if f]
+    if isinstance(value, str) and value.lower() in ("true", "false", dedup.AUTO):  # from an environment or a CLI
+        value = dedup.AUTO if value.lower() == dedup.AUTO else value.lower() == "true"
     return dedup.check_mode(value)
 
 
