@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,7 @@ def _run(tmp_path: Path, dedup: Any, seed: int) -> tuple[dict[str, Any], dict[st
         counters = dict(topic.get("dedup") or {})
     finally:
         tq.close()  # the owner: stops the broker (what it holds is flushed)
+        shutil.rmtree(run_dir, ignore_errors=True)
         if old is None:
             os.environ.pop("XDG_RUNTIME_DIR", None)
         else:
