@@ -4,6 +4,7 @@
 pq`` (persist-queue's API: persist-queue 1.1.0 beside persisting.compat.persistqueue, ``--format
 console|rst|json``); ``python -m bench verl`` (a verl-shaped step through persisting's TransferQueue layer and
 TransferQueue 0.1.11); ``python -m bench verl-nodes`` (the layer on two Ray nodes against one, bench/verl_nodes.py);
+``python -m bench verl-dedup`` (the layer's dedup on a GRPO step, on and off, bench/verl_dedup.py);
 ``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py)"""
 
 from __future__ import annotations
@@ -378,6 +379,7 @@ _STANDALONE = {
     "pq": ".pq_bench",
     "verl": ".verl_bench",
     "verl-nodes": ".verl_nodes",
+    "verl-dedup": ".verl_dedup",
     "multimodal": ".multimodal",
     "lance-encoding": ".lance_encoding",
     "wal-rounds": ".wal_rounds",

@@ -92,13 +92,18 @@ def stop_broker(run_dir: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("victim", ["broker", "rollout", "trainer"])
-def test_kill_9_loses_nothing_acknowledged(victim: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("victim", "multimodal"), [("broker", False), ("rollout", False), ("trainer", False), ("broker", True)]
+)
+def test_kill_9_loses_nothing_acknowledged(victim: str, multimodal: bool, tmp_path: Path) -> None:
+    """``multimodal``: each trajectory carries its group's image in ``multi_modal_inputs``, deduped by the
+    layer's default (payloads stored before the samples that reference them)."""
     seed = random.randrange(1 << 30)
-    print(f"seed={seed} victim={victim}")
+    print(f"seed={seed} victim={victim} multimodal={multimodal}")
     rng = random.Random(seed)
     run_dir = Path(tempfile.mkdtemp(prefix="tqk-"))  # short: the broker's ipc socket lives there
     env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "PERSISTING_LOG_LEVEL": "WARNING"}
+    env["TQ_CRASH_MULTIMODAL"] = "1" if multimodal else "0"
     storage = str(tmp_path / "data")
     procs: list[Proc] = []
     try:
@@ -155,5 +160,7 @@ def test_kill_9_loses_nothing_acknowledged(victim: str, tmp_path: Path) -> None:
     for op in acked:
         for key, total in op.get("responses", {}).items():
             assert found["responses"].get(key) == total, f"responses of {key} (seed {seed})"
+        for key, total in op.get("pixels", {}).items():
+            assert found["pixels"].get(key) == total, f"multi_modal_inputs of {key} (seed {seed})"
         for key, total in op.get("old_log_probs", {}).items():
             assert found["old_log_probs"].get(key) == pytest.approx(total), f"old_log_probs of {key} (seed {seed})"

@@ -202,6 +202,41 @@ def test_a_worker_on_b_writes_into_a_partition_a_owns(nodes: Any) -> None:
     assert ray.get(worker.call.remote("kv_list", "train")) == {"train": listed}
 
 
+def test_multimodal_inputs_put_from_another_node_are_deduped_where_the_partition_lives(nodes: Any) -> None:
+    """``persisting.dedup`` (default auto) on several nodes: B's put runs in A's KV host, which stores each
+    prompt's image once; A and B read every response's exact image back."""
+    from persisting.compat import _engine
+
+    seed = random.randrange(1 << 30)
+    print(f"seed={seed}")
+    g = torch.Generator().manual_seed(seed)
+    images = [torch.rand((128, 64), generator=g) for _ in range(3)]  # 32 KiB each, one per prompt
+    keys = [f"mm{p}_{r}_0" for p in range(3) for r in range(4)]
+    mm = tensordict.TensorDict(
+        {
+            "multi_modal_inputs": tensordict.NonTensorStack(
+                *({"pixel_values": images[i // 4].clone()} for i in range(12))
+            )
+        },
+        batch_size=[12],
+    )
+    scores = tensordict.TensorDict({"scores": torch.arange(12.0)}, batch_size=[12])
+    tq.kv_batch_put(keys=keys, partition_id="mm", fields=scores, tags=[{} for _ in keys])  # A claims it
+    worker = RolloutActor.options(**on("node_b")).remote()
+    ray.get(worker.call.remote("kv_batch_put", keys=keys, partition_id="mm", fields=mm))
+    for got in (
+        tq.kv_batch_get(keys=keys, partition_id="mm"),
+        ray.get(worker.call.remote("kv_batch_get", keys=keys, partition_id="mm")),
+    ):
+        values = got.get("multi_modal_inputs").tolist()
+        assert all(torch.equal(v["pixel_values"], images[i // 4]) for i, v in enumerate(values))
+        assert torch.equal(got["scores"], torch.arange(12.0))
+    store = tq.interface._plane.store
+    key, _node = _engine.run(store._route("mm", False))
+    fields = _engine.run(_engine.run(store._local_store(key)).data.stats())["fields"]
+    assert "multi_modal_inputs@payload" in fields  # stored once per prompt, referenced per response
+
+
 def test_kv_list_and_kv_clear_across_nodes(nodes: Any) -> None:
     worker = RolloutActor.options(**on("node_b")).remote()
     keys = ["v0", "v1", "v2"]

@@ -80,7 +80,11 @@ class RoundTrips:
 
 def test_kv_calls_wait_for_few_round_trips(tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     keys = [f"k{i}" for i in range(4)]
-    tq.kv_batch_put(keys=["warm"], partition_id="p", fields=_fields("a", 1), tags=[{"s": 0}])  # connects
+    warm = _fields("a", 1)
+    warm["b"], warm["c"] = _jagged(1), _jagged(1)
+    # connects; and the fields are known: persisting.dedup "auto" looks a field this process has not seen up in
+    # the topic once (one round trip more, the first time: another process may have stored it deduped)
+    tq.kv_batch_put(keys=["warm"], partition_id="p", fields=warm, tags=[{"s": 0}])
     trips = RoundTrips(monkeypatch)
     # every KV call is one engine call, one round trip: new keys (data, keys and tags together), known keys
     # (verl's tag updates, the trainer's column writes), a mix, reads with or without select_fields, list, clear

@@ -11,6 +11,7 @@ so the test knows what was acknowledged and what was in flight when the process 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -23,11 +24,16 @@ def say(**line: Any) -> None:
     print(json.dumps(line), flush=True)
 
 
+MULTIMODAL = os.environ.get("TQ_CRASH_MULTIMODAL") == "1"  # trajectories carry a 512 KiB image per group
+
+
 def conf(storage: str) -> dict[str, Any]:
-    return {"persisting": {"storage_path": storage, "arena_bytes": 64 << 20}}
+    return {"persisting": {"storage_path": storage, "arena_bytes": 64 << 20}}  # dedup: "auto", the default
 
 
 def rollout(tq: Any, name: str, rng: random.Random) -> None:
+    from tensordict import NonTensorStack
+
     from .tq_shapes import trajectories
 
     for i in range(100_000):
@@ -39,6 +45,10 @@ def rollout(tq: Any, name: str, rng: random.Random) -> None:
         keys, td, tags = trajectories([uid], 2, seed=rng.randrange(1 << 30))
         sums = {k: int(r.sum()) for k, r in zip(keys, td["responses"].unbind(), strict=True)}
         op = {"tags": dict(zip(keys, tags, strict=True)), "responses": sums}
+        if MULTIMODAL:  # the group's one image in each response's multi_modal_inputs (deduped: stored once)
+            pixels = torch.randint(0, 1000, (64, 1024), generator=torch.Generator().manual_seed(i))
+            td["multi_modal_inputs"] = NonTensorStack(*[{"pixel_values": pixels.clone()} for _ in keys])
+            op["pixels"] = {k: int(pixels.sum()) for k in keys}
         say(begin=op)
         tq.kv_batch_put(keys=keys, partition_id="train", fields=td, tags=tags)
         say(ack=op)
@@ -85,7 +95,12 @@ def verify(tq: Any) -> None:
         if trained:
             got = tq.kv_batch_get(keys=trained, partition_id="train", select_fields=["old_log_probs"])
             lps = {k: round(float(p.sum()), 3) for k, p in zip(trained, got["old_log_probs"].unbind(), strict=True)}
-    say(tags=listed, responses=responses, old_log_probs=lps)
+    pixels: dict[str, int] = {}
+    if traj and MULTIMODAL:
+        mm = tq.kv_batch_get(keys=traj, partition_id="train", select_fields=["multi_modal_inputs"])
+        values = mm.get("multi_modal_inputs").tolist()
+        pixels = {k: int(v["pixel_values"].sum()) for k, v in zip(traj, values, strict=True)}
+    say(tags=listed, responses=responses, old_log_probs=lps, pixels=pixels)
 
 
 def main() -> None:

@@ -11,11 +11,11 @@ from typing import Any
 
 from ..engine import Topic, check_keys, shared_fields
 from ..errors import ConfigError, InvalidRecordError
-from ..tensors import batches, objects, tensordicts
+from ..tensors import batches, dedup, objects, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..wire import codec
-from . import _loop, releases
+from . import _loop, dedup_reads, releases
 from .data_api import on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
@@ -74,27 +74,35 @@ async def put(
     if reserved:
         raise InvalidRecordError(f"field {reserved[0]!r} starts with {codec.RESERVED_PREFIX!r} (reserved); rename it")
     other = objects.prepare(other, non_tensor, handle.objects, topic.kinds, _storable)
-    remote = await puts._through_arena(topic) if columns else None
-    if remote is not None:
-        plain = batches.other_rows(other, n, remote.kinds)
-        try:
-            wait = LEASE_TIMEOUT_S if timeout is None else timeout
-            kv = {"keys": keys, "tags": given}
-            blob = codec.pack(plain.rows)
-            first, count, kinds, rest = await remote.arena.put_tensors(
-                columns, plain, blob, n, partition, wait, None, key, kv
-            )
-            remote.stored(first, count, kinds)
-            handle.moved("put_zero_copy_bytes", sum(col.nbytes for col in columns.values()))
-            return batches.meta_from(list(rest[0]), partition, list(rest[1]), None)
-        except ConfigError as exc:
-            if not puts._copy_instead(exc):
-                raise
-    batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
-    blob = await asyncio.to_thread(codec.pack, batch.rows)
-    described = await _put_rows(topic, partition, keys, given, batch, blob, key)
-    handle.moved("put_copied_bytes", sum(col.nbytes for col in columns.values()))
-    return batches.meta_from(described[0], partition, described[1], None)
+
+    async def store(
+        columns: dict[str, tensors.AnyColumn], other: dict[str, list[Any]], dedup_bytes: tuple[int, int] | None
+    ) -> BatchMeta:
+        remote = await puts._through_arena(topic) if columns else None
+        if remote is not None:
+            plain = batches.other_rows(other, n, remote.kinds)
+            try:
+                wait = LEASE_TIMEOUT_S if timeout is None else timeout
+                kv = {"keys": keys, "tags": given}
+                blob = codec.pack(plain.rows)
+                first, count, kinds, rest = await remote.arena.put_tensors(
+                    columns, plain, blob, n, partition, wait, None, key, kv, dedup_bytes=dedup_bytes
+                )
+                remote.stored(first, count, kinds)
+                handle.moved("put_zero_copy_bytes", sum(col.nbytes for col in columns.values()))
+                return batches.meta_from(list(rest[0]), partition, list(rest[1]), None)
+            except ConfigError as exc:
+                if not puts._copy_instead(exc):
+                    raise
+        batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
+        blob = await asyncio.to_thread(codec.pack, batch.rows)
+        described = await _put_rows(topic, partition, keys, given, batch, blob, key)
+        handle.moved("put_copied_bytes", sum(col.nbytes for col in columns.values()))
+        return batches.meta_from(described[0], partition, described[1], None)
+
+    # Deduped fields: their new distinct values stored first (payload rows), the keys' samples hold references;
+    # stored again if a value this producer had stored was cleared meanwhile (TensorPuts.deduped).
+    return await puts.deduped(topic, columns, other, partition, timeout, key, store)
 
 
 async def _put_rows(
@@ -124,15 +132,15 @@ async def _put_rows(
 
 
 async def get(
-    handle: TopicHandle, keys: Any, partition: Any, fields: Any, device: Any
+    handle: TopicHandle, keys: Any, partition: Any, fields: Any, device: Any, get_data: dedup_reads.GetData
 ) -> tuple[batches.Batch | None, BatchMeta]:
-    """``Queue.kv_get``: (data or None, meta of the keys found)."""
+    """``Queue.kv_get``: (data or None, meta of the keys found); ``get_data`` reads deduped fields' payloads."""
     keys = check_keys(keys)
     partition = _partition(partition)
     if fields is not None and (isinstance(fields, str) or not all(isinstance(f, str) for f in fields)):
         raise ConfigError(f"fields must be a list of field names or None, got {fields!r:.100}")
-    wanted = None if fields is None else list(fields)
     topic = await handle.engine()
+    wanted = None if fields is None else await dedup_reads.named(topic, list(fields), handle.dedup)
     data: batches.Batch | None = None
     if isinstance(topic, RemoteTopic):
         mode = handle.zerocopy_mode
@@ -165,6 +173,9 @@ async def get(
         named, runs, chosen, rows = await _loop.call(local(topic))
         if rows is not None:
             data = await asyncio.to_thread(batches.from_rows, rows[0], rows[1], list(chosen), device)
+    if data is not None:  # deduped fields (``<name>@payload``) back to their values, named as put
+        data = await dedup_reads.resolve(data, get_data, device)
+        chosen = [c[: -len(dedup.REF_SUFFIX)] if c.endswith(dedup.REF_SUFFIX) else c for c in chosen]
     indexes = [int(i) for i in named if i is not None]
     meta = batches.meta_from(indexes, partition, list(runs), None)
     meta.extra_info["keys"] = [k for k, i in zip(keys, named, strict=True) if i is not None]

@@ -382,7 +382,7 @@ class Queue(DataAPI):
     ) -> tuple[Any, BatchMeta]:
         """(data, meta) of the keys' samples in one round trip: meta of those found (``extra_info``: keys, missing),
         data: ``fields`` all of them have (None: all they share), as ``get_data`` gives; None if nothing to read."""
-        data, meta = await keyed.get(self._handle, keys, partition_id, fields, device)
+        data, meta = await keyed.get(self._handle, keys, partition_id, fields, device, self._get_data)
         return (None if data is None else self._shaped(data, meta.size, None)), meta
 
     async def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, dict[str, Any]]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from ..engine import Topic
 from ..errors import ConfigError, InvalidRecordError, PayloadClearedError
@@ -21,10 +21,12 @@ from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
 from ..wire import codec
-from . import big_batches
+from . import big_batches, dedup_reads
 from .data_api import on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
+
+T = TypeVar("T")
 
 LEASE_TIMEOUT_S = 30.0  # how long a tensor put waits for arena space by default before Full
 
@@ -68,41 +70,52 @@ class TensorPuts:
         other = objects.prepare(other, non_tensor, self._handle.objects, topic.kinds, _storable)
         if n == 0:
             return patch if patch is not None else BatchMeta()
-        if names := dedup.chosen(self._handle.dedup, columns, other):
-            return await self._put_deduped(topic, names, columns, other, n, partition, timeout, patch, key)
-        return await self._store(topic, columns, other, n, partition, timeout, patch, key, None)
+        return await self.deduped(
+            topic,
+            columns,
+            other,
+            partition,
+            timeout,
+            key,
+            lambda c, o, b: self._store(topic, c, o, n, partition, timeout, patch, key, b),
+        )
 
-    async def _put_deduped(
+    async def deduped(
         self,
         topic: Topic | RemoteTopic,
-        names: list[str],
-        columns: Mapping[str, tensors.AnyColumn],
+        columns: dict[str, tensors.AnyColumn],
         other: dict[str, list[Any]],
-        n: int,
         partition: str,
         timeout: float | None,
-        patch: BatchMeta | None,
         key: str | None,
-    ) -> BatchMeta:
-        """Store the new distinct values, then the samples with their references. The engine refuses samples
-        that reference a value cleared meanwhile (``PayloadClearedError``: its last sample was cleared, maybe by
-        another process): the values this put found in the content index are forgotten and stored again."""
+        store: Callable[[dict[str, tensors.AnyColumn], dict[str, list[Any]], tuple[int, int] | None], Awaitable[T]],
+    ) -> T:
+        """``store`` a put's fields, the deduped ones' new distinct values stored first and the fields turned into
+        references (tensors/dedup.py), with the bytes (put, stored) of those fields; as given where dedup applies
+        to none. The engine refuses samples that reference a value cleared meanwhile (``PayloadClearedError``:
+        its last sample was cleared, maybe by another process): the values this put found in the content index
+        are forgotten and stored again."""
+        mode = self._handle.dedup
+        if mode == dedup.AUTO and (new := dedup.undecided(columns, other, topic.kinds)):
+            # decided by how the topic stores each field: learn what other processes put (once per new field,
+            # a stats round trip; then the first put of a field this process has not seen costs two)
+            await dedup_reads.refresh_kinds(topic, new)
+        names = dedup.chosen(mode, columns, other, topic.kinds)
+        if not names:
+            return await store(columns, other, None)
         for attempt in range(dedup.PUT_ATTEMPTS):
             putter = self._payload_putter(partition, timeout, key, attempt)
             plan = await dedup.plan(names, columns, other, partition, self._index, putter)
             self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
             try:
-                dedup_bytes = (plan.put_bytes, plan.stored_bytes)
-                meta = await self._store(
-                    topic, plan.columns, plan.other, n, partition, timeout, patch, key, dedup_bytes
-                )
+                result = await store(plan.columns, plan.other, (plan.put_bytes, plan.stored_bytes))
             except PayloadClearedError as exc:
                 self._index.drop(partition, plan.reused, exc.rows)  # forget those cleared, store them again
                 if attempt + 1 == dedup.PUT_ATTEMPTS:
                     raise
                 continue
             self._handle.moved("dedup_put_bytes", plan.put_bytes)
-            return meta
+            return result
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _payload_putter(self, partition: str, timeout: float | None, key: str | None, attempt: int) -> dedup.PutPayload:

@@ -52,7 +52,7 @@ import xxhash
 
 from ..errors import ConfigError
 from ..wire.codec import RESERVED_PREFIX
-from . import objects
+from . import jagged, objects
 from .column import AnyColumn, Column
 
 REF_SUFFIX = "@payload"
@@ -61,6 +61,8 @@ PAYLOAD_PARTITION_PREFIX = RESERVED_PREFIX + "payloads:"
 # the module docstring for why the 128-bit hash alone is enough here; on, it reads the repeats a second time.
 VERIFY = os.environ.get("PERSISTING_DEDUP_VERIFY", "0") == "1"
 MIN_SAMPLE_BYTES = 4096  # smaller values cost more as references (an int per sample, a lookup) than they save
+AUTO = "auto"
+Mode = bool | frozenset[str] | str  # str: AUTO only
 INDEX_ENTRIES = 65536  # distinct values remembered per producer Queue for dedup across puts (LRU)
 # Tries of a deduped put whose samples the engine refuses because a value they reference was cleared meanwhile
 # (each try stores the values again; only a clear of that partition racing every try exhausts them).
@@ -76,13 +78,16 @@ def ref_field(name: str) -> str:
     return name + REF_SUFFIX
 
 
-def check_mode(dedup: Any) -> bool | frozenset[str]:
-    """``Queue(dedup=...)``: False (off), True (every dense tensor and object field) or field names."""
+def check_mode(dedup: Any) -> Mode:
+    """``Queue(dedup=...)``: False (off), True (every dense tensor and object field), "auto" (decided per field at
+    its first put, see ``chosen``) or field names."""
     if isinstance(dedup, bool):
         return dedup
+    if dedup == AUTO:
+        return AUTO
     if isinstance(dedup, list | tuple | set | frozenset) and all(isinstance(f, str) and f for f in dedup):
         return frozenset(dedup)
-    raise ConfigError(f"dedup must be True, False or a list of field names, got {dedup!r}")
+    raise ConfigError(f"dedup must be True, False, 'auto' or a list of field names, got {dedup!r}")
 
 
 def payload_key(key: str, name: str, attempt: int = 0) -> str:
@@ -125,18 +130,31 @@ class Distinct:
     keys: list[tuple[Any, ...]]
 
 
-def distinct_column(col: Column, verify: bool | None = None) -> Distinct:
-    """The distinct samples of a dense column by their xxh3-128; ``verify`` (default: ``VERIFY``) also compares
-    the bytes of samples whose hashes match, and keeps apart those that differ."""
+def _rows(col: AnyColumn) -> list[np.ndarray] | np.ndarray:
+    """Each sample's bytes, C-contiguous (a view, except the samples of a jagged column ragged past dim 0)."""
+    if isinstance(col, Column):
+        return col.array.reshape(col.count, -1) if col.count else col.array
+    return [np.ascontiguousarray(col.sample(i)) for i in range(col.count)]
+
+
+def _values_bytes(col: AnyColumn) -> int:
+    return int(col.array.nbytes) if isinstance(col, Column) else int(col.values.nbytes)
+
+
+def distinct_column(col: AnyColumn, verify: bool | None = None) -> Distinct:
+    """The distinct samples of a tensor column (dense, or jagged: keyed with each sample's own shape) by their
+    xxh3-128; ``verify`` (default: ``VERIFY``) also compares the bytes of samples whose hashes match, and keeps
+    apart those that differ."""
     verify = VERIFY if verify is None else verify
-    rows = col.array.reshape(col.count, -1) if col.count else col.array
-    sig = (col.kind, col.dtype_name, col.sample_shape)
+    rows = _rows(col)
+    dense = isinstance(col, Column)
     seen: dict[tuple[Any, ...], int] = {}
     first: list[int] = []
     inverse: list[int] = []
     keys: list[tuple[Any, ...]] = []
     for i in range(col.count):
-        key: tuple[Any, ...] = (*sig, digest(rows[i]))
+        shape = col.sample_shape if dense else rows[i].shape
+        key: tuple[Any, ...] = (col.kind, col.dtype_name, shape, digest(rows[i]))
         at = seen.get(key)
         while verify and at is not None and not same_bytes(rows[first[at]], rows[i]):
             key = (*key, "collision")  # equal hashes, different bytes: a value of its own
@@ -215,6 +233,16 @@ class ContentIndex:
             del self._rows[k]
 
 
+def _take_column(col: AnyColumn, positions: list[int]) -> AnyColumn:
+    """The samples at ``positions`` as a column of their own (jagged: a copy of those samples)."""
+    if isinstance(col, Column):
+        return Column(col.kind, col.dtype_name, _take(col.array, positions))
+    part = jagged.assemble([col.sample(i) for i in positions], col.dtype_name, col.ragged_dim)
+    if part is None:  # cannot be: the samples of one jagged column share their other dimensions
+        raise ConfigError("the samples of a jagged column do not share their other dimensions")
+    return part
+
+
 def _take(array: np.ndarray, positions: list[int]) -> np.ndarray:
     """``array[positions]``, as a view where the positions are evenly spaced (a GRPO group's first samples)."""
     if len(positions) == 1:
@@ -240,18 +268,61 @@ class Plan:
     reused: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # (field, key) found in the index
 
 
-def chosen(mode: bool | frozenset[str], columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]]) -> list[str]:
-    """The fields of a put that dedup applies to."""
+def chosen(
+    mode: Mode, columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], kinds: Mapping[str, str] | None = None
+) -> list[str]:
+    """The fields of a put that dedup applies to (``kinds``: the fields the topic stores, for ``"auto"``)."""
     if mode is False:
         return []
+    if mode == AUTO:
+        return _auto(columns, other, kinds or {})
     names = []
     for name, col in columns.items():
-        if isinstance(col, Column) and (mode is True or name in mode) and col.count:
-            per = col.nbytes // col.count
+        # True: dense fields of big samples; a named field: dense or jagged, whatever its size
+        if (isinstance(col, Column) if mode is True else name in mode) and col.count:
+            per = _values_bytes(col) // col.count
             if per >= MIN_SAMPLE_BYTES or (mode is not True and per > 0):
                 names.append(name)
     for name, values in other.items():
         if (mode is True or name in mode) and any(isinstance(v, objects.Pickled) for v in values):
+            names.append(name)
+    return names
+
+
+def stored_deduped(name: str, kinds: Mapping[str, str]) -> bool | None:
+    """How the topic stores field ``name`` already: deduped (True), plain (False), not at all yet (None)."""
+    if ref_field(name) in kinds:  # (checked first: a deduped field's payload rows hold its own name too)
+        return True
+    return False if name in kinds else None
+
+
+def undecided(columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], kinds: Mapping[str, str]) -> list[str]:
+    """The fields of a put that ``"auto"`` has no decision on in ``kinds`` (this process's view of the topic):
+    another process may have decided them since, so the topic's fields are looked up first, once per new field.
+    (A field decided by its values here while another process decided it otherwise would be stored both ways.)"""
+    pickled = [n for n, values in other.items() if any(isinstance(v, objects.Pickled) for v in values)]
+    return [n for n in (*columns, *pickled) if stored_deduped(n, kinds) is None]
+
+
+def _auto(columns: Mapping[str, AnyColumn], other: Mapping[str, list[Any]], kinds: Mapping[str, str]) -> list[str]:
+    """``dedup="auto"``: a field is decided at its first put into the topic and keeps that decision (the topic
+    stores it deduped or plain, so a field never holds both): an ``object`` field whose pickles are big (>=
+    ``MIN_SAMPLE_BYTES`` each, on average: an image, a ``multi_modal_inputs`` dict), a tensor field (dense or
+    jagged) whose samples are big and repeat in that put (a GRPO group's prompt images; not a response's token
+    ids, log probs, masks: distinct per sample, where references would only add rows)."""
+    names = []
+    for name, col in columns.items():
+        decided = stored_deduped(name, kinds)
+        if decided is None and col.count and _values_bytes(col) // col.count >= MIN_SAMPLE_BYTES:
+            decided = len(distinct_column(col).first) < col.count
+        if decided and col.count:
+            names.append(name)
+    for name, values in other.items():
+        sizes = [len(v.data) for v in values if isinstance(v, objects.Pickled)]
+        decided = stored_deduped(name, kinds)
+        if decided is None and sizes:
+            decided = sum(sizes) // len(sizes) >= MIN_SAMPLE_BYTES
+        if decided:
             names.append(name)
     return names
 
@@ -271,23 +342,22 @@ async def plan(
     for name in names:
         col = out.columns.pop(name, None)
         values = out.other.pop(name, None) if col is None else None
-        if isinstance(col, Column):
+        if col is not None:
             d = distinct_column(col)
-            out.put_bytes += col.nbytes
-            per = col.nbytes // max(col.count, 1)
+            out.put_bytes += _values_bytes(col)
         else:
             values = values or []
             d = distinct_objects(values)
             out.put_bytes += sum(len(v.data) for v in values if isinstance(v, objects.Pickled))
-            per = 0
         rows: list[int | None] = [index.get(partition, name, key) for key in d.keys]
         new = [j for j, row in enumerate(rows) if row is None]
         out.reused += [(name, key) for key, row in zip(d.keys, rows, strict=True) if row is not None]
         if new:
             positions = [d.first[j] for j in new]
-            if isinstance(col, Column):
-                part: AnyColumn | list[Any] = Column(col.kind, col.dtype_name, _take(col.array, positions))
-                out.stored_bytes += per * len(new)
+            part: AnyColumn | list[Any]
+            if col is not None:
+                part = taken = _take_column(col, positions)
+                out.stored_bytes += _values_bytes(taken)
             else:
                 part = [values[i] for i in positions if values is not None]
                 out.stored_bytes += sum(len(v.data) for v in part if isinstance(v, objects.Pickled))
@@ -339,6 +409,8 @@ async def resolve(data: dict[str, Any], fetch: FetchPayloads) -> list[Any]:
         if len(present) == len(refs) and refs == wanted and not isinstance(values, list):
             data[name] = values  # no value repeats: the payload array itself, as a put without dedup gives
             continue
+        if getattr(values, "is_nested", False):  # a jagged field's payloads: one tensor per row
+            values = values.unbind()
         at = {row: j for j, row in enumerate(wanted)}
         data[name] = [None if r is None else values[at[r]] for r in refs]
     return fetched

@@ -30,10 +30,12 @@ STATE_DIR = "persisting"
 COPY_CHUNK = 1024  # keys per get/put while copying
 
 
-def _embedded(root: Path) -> KVStore:
-    return KVStore(
-        Queue("transfer_queue", storage_path=str(root), num_buckets=1, durability="process", objects="pickle")
+def _embedded(root: Path, dedup: Any) -> KVStore:
+    """The checkpoint's store, deduped as the live one (``persisting.dedup``): a step's images stored once."""
+    data = Queue(
+        "transfer_queue", storage_path=str(root), num_buckets=1, durability="process", objects="pickle", dedup=dedup
     )
+    return KVStore(data, dedup)
 
 
 async def _copy(src: KVStore, dst: KVStore) -> int:
@@ -67,7 +69,7 @@ async def _clear_all(store: KVStore) -> None:
 
 
 async def _save(live: KVStore, root: Path) -> int:
-    ckpt = _embedded(root)
+    ckpt = _embedded(root, live.dedup)
     try:
         return await _copy(live, ckpt)
     finally:
@@ -75,7 +77,7 @@ async def _save(live: KVStore, root: Path) -> int:
 
 
 async def _load(live: KVStore, root: Path) -> int:
-    ckpt = _embedded(root)
+    ckpt = _embedded(root, live.dedup)
     try:
         await _clear_all(live)
         return await _copy(ckpt, live)

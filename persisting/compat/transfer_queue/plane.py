@@ -20,6 +20,7 @@ Configuration (``conf`` is TransferQueue's config; persisting reads only its opt
     persisting.objects        "pickle" (default: NonTensorStack entries pickled in the clients) or "codec"
     persisting.durability     "process" (default: survives kill -9 of any process) or "sync" (power loss too)
     persisting.backend        "auto" (default), "ray" or "broker": on several nodes, ``ray_plane.py``
+    persisting.dedup          "auto" (default, or $PERSISTING_TQ_DEDUP), true, false or field names: ``dedup_mode``
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from persisting import Queue
+from persisting.tensors import dedup
 
 from .. import _engine
 from .store import KVStore
@@ -156,6 +158,25 @@ def _start_broker(section: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes]
     raise RuntimeError(f"persisting-broker did not get ready in {BROKER_START_TIMEOUT_S} s (log: {log_path})")
 
 
+def dedup_mode(section: dict[str, Any]) -> Any:
+    """``persisting.dedup``: which fields a put stores once per distinct value (docs/guides/verl.md).
+
+    "auto" (the default): each field decided at its first put into the topic, kept after (``tensors/dedup.py``):
+    NonTensorStack columns whose pickles are >= 4 KiB per sample (``multi_modal_inputs``: a GRPO group's n
+    responses carry the prompt's one ``pixel_values``), tensor columns whose samples are >= 4 KiB and repeat in
+    that put (a prompt's image or tokens repeated per response). A text-only run's token, mask and log prob
+    columns are distinct per response and stay plain (hashed once, at their first put), as do its small
+    non-tensor columns. true: every NonTensorStack column and dense column >= 4 KiB per sample; false:
+    none; a list: those fields (whatever their size)."""
+    value = section.get("dedup")
+    if value is None:  # $PERSISTING_TQ_DEDUP: true, false, auto or field names separated by commas
+        env = os.environ.get("PERSISTING_TQ_DEDUP", dedup.AUTO)
+        value = env.lower() if env.lower() in ("true", "false", dedup.AUTO) else [f for f in env.split(",") if f]
+    if isinstance(value, str) and value.lower() in ("true", "false", dedup.AUTO):  # from an environment or a CLI
+        value = dedup.AUTO if value.lower() == dedup.AUTO else value.lower() == "true"
+    return dedup.check_mode(value)
+
+
 def open_store(address: str, section: dict[str, Any]) -> KVStore:
     """The layer's store over the broker at ``address``: the data topic (its keys are the engine's index)."""
     topic = str(section.get("topic") or "transfer_queue")
@@ -165,7 +186,9 @@ def open_store(address: str, section: dict[str, Any]) -> KVStore:
     # Python objects (NonTensorStack entries) are pickled and unpickled in the clients, never in the broker
     # (TransferQueue pickles everything); "codec" stores only what the record codec types exactly.
     objects = None if section.get("objects") == "codec" else "pickle"
-    return KVStore(Queue(topic, broker=address, durability=durability, num_buckets=1, objects=objects))
+    mode = dedup_mode(section)
+    data = Queue(topic, broker=address, durability=durability, num_buckets=1, objects=objects, dedup=mode)
+    return KVStore(data, mode)
 
 
 class Plane:
@@ -225,4 +248,4 @@ def connect(conf: Any) -> Any:
 
 def _public(section: dict[str, Any]) -> dict[str, Any]:
     """What attaching processes need to open the same topics."""
-    return {k: section[k] for k in ("topic", "durability", "objects", "metrics") if k in section}
+    return {k: section[k] for k in ("topic", "durability", "objects", "metrics", "dedup") if k in section}

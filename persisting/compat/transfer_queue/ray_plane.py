@@ -35,7 +35,7 @@ from typing import Any
 
 from .. import _engine
 from .metadata import BatchMeta
-from .plane import DEFAULT_ARENA_BYTES, storage_path
+from .plane import DEFAULT_ARENA_BYTES, dedup_mode, storage_path
 from .ray_hosts import DIRECTORY_NAME, NAMESPACE, Directory, host_name, node_broker_address, pack, unpack
 from .store import KVStore
 
@@ -90,7 +90,8 @@ class RoutedStore:
         self._hosts: dict[str, Any] = {}
         objects = None if section.get("objects") == "codec" else "pickle"
         durability = str(section.get("durability") or "process")
-        self.data = pray.Queue(self._topic, durability=durability, num_buckets=1, objects=objects)
+        mode = dedup_mode(section)
+        self.data = pray.Queue(self._topic, durability=durability, num_buckets=1, objects=objects, dedup=mode)
 
     async def aclose(self) -> None:
         for store in self._local.values():

@@ -20,12 +20,31 @@ from collections.abc import Sequence
 from typing import Any
 
 from persisting import BatchMeta as PBatchMeta
-from persisting import Queue, SampleMeta
+from persisting import FieldMeta, Queue, SampleMeta
+from persisting.tensors.dedup import REF_SUFFIX
 
 from . import columns
 from .metadata import BatchMeta, KVBatchMeta
 
 logger = logging.getLogger(__name__)
+
+
+def as_put(described: PBatchMeta) -> PBatchMeta:
+    """``described`` with each deduped field under the name it was put with: its samples hold ``<name>@payload``
+    (the row of its one stored copy, tensors/dedup.py), which is no business of TransferQueue's callers."""
+    if not any(n.endswith(REF_SUFFIX) for s in described.samples for n in s.fields):
+        return described
+    renamed: dict[int, dict[str, FieldMeta]] = {}  # the samples of one run share one mapping: renamed once
+    samples = []
+    for s in described.samples:
+        fields = renamed.get(id(s.fields))
+        if fields is None:
+            fields = renamed[id(s.fields)] = {
+                (base := n.removesuffix(REF_SUFFIX)): FieldMeta(base, f.kind, f.dtype, f.shape, f.production_status)
+                for n, f in s.fields.items()
+            }
+        samples.append(SampleMeta(s.global_index, s.partition_id, fields, s.custom_meta))
+    return PBatchMeta(tuple(samples), dict(described.extra_info))
 
 
 def _pmeta(partition: str, indexes: Sequence[int], tags: Sequence[dict[str, Any]] | None = None) -> PBatchMeta:
@@ -61,8 +80,9 @@ def tq_meta(partition: str, described: PBatchMeta) -> BatchMeta:
 
 
 class KVStore:
-    def __init__(self, data: Queue) -> None:
+    def __init__(self, data: Queue, dedup: Any = False) -> None:
         self.data = data
+        self.dedup = dedup  # the data Queue's ``dedup`` (plane.dedup_mode): a checkpoint of it stores alike
 
     async def aclose(self) -> None:
         await self.data.aclose()
@@ -74,7 +94,7 @@ class KVStore:
         """Every field written for each sample, with its stored tags (updated by ``tags`` in the answer only)."""
         if not indexes:
             return PBatchMeta()
-        return await self.data.check_ready(_pmeta(partition, indexes, tags))
+        return as_put(await self.data.check_ready(_pmeta(partition, indexes, tags)))
 
     async def _tq_meta(self, partition: str, indexes: list[int]) -> BatchMeta:
         return tq_meta(partition, await self.describe(partition, indexes))
@@ -82,14 +102,14 @@ class KVStore:
     async def lookup(self, keys: list[str], partition: str) -> tuple[PBatchMeta, list[str]]:
         """The keys' samples, described (keys naming none left out), and the keys found."""
         _, meta = await self.data.kv_get(keys, partition, fields=[])
-        return meta, list(meta.extra_info["keys"])
+        return as_put(meta), list(meta.extra_info["keys"])
 
     async def retrieve_meta(self, keys: list[str], partition: str, create: bool) -> BatchMeta:
         """TransferQueue's ``kv_retrieve_meta``: the keys' samples (missing keys left out, or created), with the
         fields all of them have and their tags."""
         unique = list(dict.fromkeys(keys))
         if create and unique:
-            described = await self.data.kv_put(unique, None, partition, tags=[{} for _ in unique])
+            described = as_put(await self.data.kv_put(unique, None, partition, tags=[{} for _ in unique]))
             by_key = dict(zip(unique, described.samples, strict=True))
             return tq_meta(partition, PBatchMeta(tuple(by_key[k] for k in keys)))
         meta, found = await self.lookup(keys, partition)
@@ -119,13 +139,14 @@ class KVStore:
         payload = columns.to_store(fields) if written else None
         given = list(tags) if tags is not None else (None if payload is not None else [{} for _ in keys])
         # One call: new keys get samples (data, key and tags together), known ones a patch and merged tags.
-        described = await self.data.kv_put(list(keys), payload, partition, tags=given)
+        described = as_put(await self.data.kv_put(list(keys), payload, partition, tags=given))
         names = sorted(set(common_fields(described)) | set(written))
         return KVBatchMeta(list(keys), [dict(s.custom_meta) for s in described.samples], partition, names, {})
 
     async def kv_batch_get(self, keys: list[str], partition: str, select_fields: list[str] | None) -> Any:
         # One call: the keys' samples, described, and the fields they all have (or those of select_fields).
         data, meta = await self.data.kv_get(list(keys), partition, fields=select_fields)
+        meta = as_put(meta)
         if meta.size == 0:
             raise ValueError("keys or partition were not found!")
         missing = meta.extra_info["missing"]
@@ -186,8 +207,6 @@ class KVStore:
 
 def _with_fields(pmeta: PBatchMeta, names: list[str]) -> PBatchMeta:
     """A meta naming ``names`` for every sample (what ``get_data`` reads)."""
-    from persisting import FieldMeta
-
     fields = {n: FieldMeta(n, "") for n in names}
     return PBatchMeta(
         tuple(SampleMeta(s.global_index, s.partition_id, fields, {}) for s in pmeta.samples), {"fields": list(names)}

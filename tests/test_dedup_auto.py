@@ -1,0 +1,128 @@
+"""``Queue(dedup="auto")`` decides each field at its first put and keeps it; keyed puts and reads (``kv_put``,
+``kv_get``) dedup and resolve like ``put``/``get_data``, jagged fields included; equal tensors pickle alike (what
+lets dedup see equal ``multi_modal_inputs``). Embedded and through a real broker."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from persisting import SyncQueue
+from persisting.tensors import objects
+
+from .broker_fixture import BrokerProcess
+
+N, GROUP = 8, 4  # samples per put, responses per prompt
+ARENA_BYTES = 16 * 1024 * 1024
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["embedded", "broker"])
+def queue_kw(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    if request.param == "embedded":
+        return {"storage_path": str(tmp_path / "store")}
+    broker: BrokerProcess = request.getfixturevalue("arena_broker")
+    return {"broker": broker.address}
+
+
+def _batch(seed: int) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(seed)
+    images = torch.rand((N // GROUP, 32, 64), generator=g)  # 8 KiB each, one per prompt
+    return {
+        "image": images.repeat_interleave(GROUP, dim=0),  # big, repeats: deduped
+        "logp": torch.rand((N, 2048), generator=g),  # big, distinct: plain
+        "ids": torch.arange(N),  # small: plain
+        "mm": [{"pixel_values": images[i // GROUP].clone()} for i in range(N)],  # big pickles, equal per group
+        "uid": [f"u{i // GROUP}" for i in range(N)],  # small pickles: plain
+    }
+
+
+def _td(batch: dict[str, Any]) -> Any:
+    """As verl hands it over: a TensorDict, its non-tensor columns NonTensorStacks (pickled per sample)."""
+    pytest.importorskip("tensordict")
+    from tensordict import NonTensorStack, TensorDict
+
+    cols = {k: NonTensorStack(*v) if isinstance(v, list) else v for k, v in batch.items()}
+    return TensorDict(cols, batch_size=[N])
+
+
+def test_auto_decides_each_field_at_its_first_put_and_keeps_it(queue_kw: dict[str, Any], seed: int) -> None:
+    first = _batch(seed)
+    image_bytes = 32 * 64 * 4
+    with SyncQueue("auto", **queue_kw, dedup="auto", objects="pickle", num_buckets=1) as q:
+        q.put(_td(first), partition_id="p")
+        moved = q.stats()["zerocopy"]
+        assert moved["dedup_put_bytes"] == GROUP * moved["dedup_stored_bytes"]  # image and mm: 1 of 4 stored
+        assert moved["dedup_put_bytes"] > N * image_bytes * 2  # both fields, not logp (8 KiB x 8 distinct)
+        # the second put: logp repeats now, but it was decided plain at its first put and stays so
+        second = _batch(seed + 1)
+        second["logp"] = second["logp"][:1].repeat(N, 1)
+        q.put(_td(second), partition_id="p")
+        fields = q.stats()["fields"]
+        assert {"image@payload", "mm@payload"} <= set(fields) and "logp@payload" not in fields
+        assert "uid@payload" not in fields and "ids@payload" not in fields
+        data, meta = q.get_batch(["image", "logp", "mm", "uid"], 2 * N, "t", "p")
+    assert meta.size == 2 * N
+    for k, put in enumerate((first, second)):
+        rows = range(k * N, (k + 1) * N)
+        assert all(torch.equal(data["image"][r], put["image"][j]) for j, r in enumerate(rows))
+        assert all(torch.equal(data["logp"][r], put["logp"][j]) for j, r in enumerate(rows))
+        assert all(torch.equal(data["mm"][r]["pixel_values"], put["mm"][j]["pixel_values"]) for j, r in enumerate(rows))
+        assert [data["uid"][r] for r in rows] == put["uid"]
+
+
+def test_kv_put_dedups_and_kv_get_resolves_jagged_fields_too(queue_kw: dict[str, Any], seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    prompts = [
+        torch.randint(0, 1000, (int(torch.randint(600, 900, (1,), generator=g)),), generator=g) for _ in range(2)
+    ]
+    samples = [prompts[i // GROUP] for i in range(N)]  # jagged, 4.8-7.2 KiB each, repeated per group
+    keys = [f"k{i}" for i in range(N)]
+    with SyncQueue("kv", **queue_kw, dedup=["prompts"], num_buckets=1) as q:
+        nt = torch.nested.as_nested_tensor(samples, layout=torch.jagged)
+        q.kv_put(keys, {"prompts": nt, "ids": torch.arange(N)}, "p", tags=[{"n": i} for i in range(N)])
+        moved = q.stats()["zerocopy"]
+        assert moved["dedup_put_bytes"] == GROUP * moved["dedup_stored_bytes"] > 0
+        data, meta = q.kv_get(keys[::-1], "p")  # in another order than put
+        assert set(meta.extra_info["fields"]) == {"ids", "prompts"}  # named as put, not as their references
+        assert torch.equal(data["ids"], torch.arange(N).flip(0))
+        for got, i in zip(data["prompts"], range(N - 1, -1, -1), strict=True):
+            assert torch.equal(got, samples[i])
+        part, _ = q.kv_get(keys[:3], "p", fields=["prompts"])  # asked for by its own name
+        assert all(torch.equal(got, samples[i]) for i, got in enumerate(part["prompts"]))
+
+
+def test_equal_tensors_pickle_alike_and_come_back_exactly() -> None:
+    a = torch.rand(64, 64)
+    one, two = objects.dumps("mm", {"pv": a.clone()}), objects.dumps("mm", {"pv": a.clone()})
+    assert one == two  # torch's own pickle differs: it names each storage by its address
+    assert pickle.dumps({"pv": a.clone()}, protocol=5) != pickle.dumps({"pv": a.clone()}, protocol=5)
+    cases = [a, torch.tensor(3.5), torch.empty(0, 3), a.t(), a[3:9], torch.rand(4).to(torch.bfloat16),
+             torch.arange(6) > 2, torch.nn.Parameter(torch.rand(3)), torch.rand(3, requires_grad=True)]  # fmt: skip
+    for t in cases:
+        back = pickle.loads(objects.dumps("x", t).data)
+        assert type(back) is type(t) and back.dtype == t.dtype and back.shape == t.shape
+        assert torch.equal(back.detach(), t.detach()) and back.requires_grad == t.requires_grad
+    view = torch.rand(1 << 16)[:4]
+    assert len(objects.dumps("x", view).data) < 1024  # a view pickles its own bytes, not its whole storage
+
+
+def test_auto_follows_what_another_process_decided(arena_broker: BrokerProcess) -> None:
+    """Two producers, each with its own view of the topic: the second's small values of a field the first stored
+    deduped are stored deduped too (it looks the field up first), so the field is never stored both ways."""
+    big = [{"pv": torch.full((64, 64), float(i // GROUP))} for i in range(N)]  # 16 KiB pickles: deduped
+    small = [{"pv": torch.full((2,), float(i))} for i in range(N)]  # tiny: alone, auto would keep them plain
+    kw: dict[str, Any] = {"broker": arena_broker.address, "dedup": "auto", "objects": "pickle"}
+    with SyncQueue("follow", **kw) as first, SyncQueue("follow", **kw) as second:
+        second.put(_td({"ids": torch.arange(N)}), partition_id="p")  # opened, its view taken before mm existed
+        first.put(_td({"mm": big, "ids": torch.arange(N)}), partition_id="p")
+        second.put(_td({"mm": small, "ids": torch.arange(N)}), partition_id="p")
+        assert second.stats()["zerocopy"]["dedup_put_bytes"] > 0, "the second producer followed the first"
+        data, meta = first.get_batch(["mm"], 2 * N, "t", "p")
+    assert meta.size == 2 * N  # both puts' samples have the field, stored one way
+    values = [v["pv"] for v in data["mm"]]
+    assert all(torch.equal(v, w["pv"]) for v, w in zip(values, big + small, strict=True))
