@@ -243,9 +243,10 @@ class DataAPI:
         elif self._handle.zerocopy_mode == "force":
             raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
         else:
-            rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
-            data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
+            dense, rows, kinds = await _loop.call(topic.sample_columns(indexes, fields))
+            data = await asyncio.to_thread(batches.from_columns, dense, rows, kinds, fields, device)
             copied = sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
+            copied += sum(array.nbytes for _kind, _dtype, array in dense.values())
             self._handle.moved("get_copied_bytes", copied)
         return data if payloads else await dedup_reads.resolve(data, self._get_data, device)
 

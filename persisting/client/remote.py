@@ -286,7 +286,12 @@ class RemoteTopic:
     ) -> tuple[batches.Batch, int, int]:
         """(data, bytes handed over as views, bytes copied)."""
         args = self._args(
-            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), released=releases.take(self.address)
+            indexes=indexes,
+            fields=fields,
+            zerocopy=mode != "off",
+            columns=True,  # dense fields read from Lance come as raw frames (wire/columns.py)
+            peer=peer_id(),
+            released=releases.take(self.address),
         )
         reply = await self._conn.request("get_data", args)
         return await self._tensors.data(reply.result, reply.buffers, fields, mode, device)
@@ -316,6 +321,7 @@ class RemoteTopic:
                 wait=left,
                 fields=fields,
                 zerocopy=mode != "off",
+                columns=True,
                 sampler=sampler,
                 sampler_kw=sampler_kw or {},
                 lease_seconds=lease,

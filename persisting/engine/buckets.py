@@ -119,6 +119,31 @@ class Buckets:
         merged.sort(key=lambda pair: pair[0])
         return [row for _, row in merged]
 
+    async def take_dense(
+        self, indexes: np.ndarray, names: list[str]
+    ) -> list[tuple[np.ndarray, dict[str, tuple[str, list[np.ndarray]] | None]]] | None:
+        """Dense tensor fields of stored rows as arrays (``indexes``: sorted, unique, all below what is flushed):
+        per bucket holding some, (its indexes among them, in order; per field the arrays of their samples in that
+        order with their dtype name, or None where that bucket's column is not dense: queue/lance_dense.py). None if a backend cannot
+        (no ``take_dense``) or a row is not stored (the caller reads rows instead)."""
+        await self._refresh()
+        plans: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for b, col in enumerate(self._columns):
+            view = np.asarray(col.view(), dtype=np.int64)
+            if not len(view):
+                continue
+            pos = np.searchsorted(view, indexes)
+            mine = (pos < len(view)) & (view[np.minimum(pos, len(view) - 1)] == indexes)
+            if mine.any():
+                plans.append((b, indexes[mine], pos[mine].astype(np.int64)))
+        if sum(len(idx) for _, idx, _ in plans) != len(indexes):
+            return None
+        takes = [getattr(self._backends[b], "take_dense", None) for b, _, _ in plans]
+        if any(take is None for take in takes):
+            return None
+        parts = await asyncio.gather(*(take(pos, names) for take, (_, _, pos) in zip(takes, plans, strict=True)))
+        return [(idx, part) for (_, idx, _), part in zip(plans, parts, strict=True)]
+
     async def write(
         self,
         b: int,

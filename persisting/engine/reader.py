@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..tensors.column import Column
 from ..tensors.jagged import JaggedColumn
 from ..wire.codec import INDEX_KEY, RESERVED_PREFIX, decode_jagged
+from . import columnar
 from .buckets import Buckets
 from .config import Metrics
 from .index import SampleIndex
@@ -314,6 +315,59 @@ class Reader:
                 else:
                     out[n][name] = value
         return out
+
+    async def dense_values(self, indexes: list[int], fields: list[str]) -> dict[str, columnar.Dense]:
+        """The dense tensor fields among ``fields`` of samples read as columns (columnar.py): per field (kind, dtype
+        name, a fresh array of the samples in the order given). Fields it cannot read so are left out (the caller
+        reads them with ``sample_rows``)."""
+        kinds = self._schema.kinds
+        names = [f for f in fields if kinds.get(f) in ("ndarray", "tensor")]
+        if not names or not indexes:
+            return {}
+        self._clears.check_not_cleared(indexes)
+        found = await self._index.field_index()
+        want = np.asarray(indexes, dtype=np.int64)
+        patched = bool(found.sources) and any(i in found.sources for i in indexes)
+        out = {
+            f: columnar.DenseField(kinds[f], np.fromiter((found.source(i, f) for i in indexes), np.int64, len(want)))
+            for f in names
+        } if patched else {f: columnar.DenseField(kinds[f], want) for f in names}
+        groups: dict[bytes, list[str]] = {}  # fields held by the same rows: one take for them all
+        for name, field in out.items():
+            groups.setdefault(field.src.tobytes(), []).append(name)
+        async with self._clears.reading():  # a purge (positions moving) waits for the takes
+            flushed = self._tail.flushed_upto
+            for group in groups.values():
+                held = np.unique(out[group[0]].src)
+                taken = await self._buckets.take_dense(held[held < flushed], group) if held[0] < flushed else []
+                for rows, part in taken if taken is not None else [(held, dict.fromkeys(group))]:
+                    for name in group:
+                        got = part[name]
+                        if got is None:
+                            out[name].failed = True
+                            continue
+                        at = 0
+                        for samples in got[1]:
+                            out[name].place(rows[at : at + len(samples)], got[0], samples)
+                            at += len(samples)
+        recent = np.unique(np.concatenate([f.src for f in out.values()]))
+        recent = recent[recent >= flushed]
+        if len(recent) and not all(f.failed for f in out.values()):
+            rows_in_tail, _kinds = await self.rows_at(recent.tolist())
+            for name, field in out.items():
+                field.place_rows(recent, [row.get(name) for row in rows_in_tail])
+        return {name: dense for name, field in out.items() if (dense := field.result()) is not None}
+
+    async def sample_columns(
+        self, indexes: list[int], fields: list[str]
+    ) -> tuple[dict[str, columnar.Dense], list[dict[str, Any]], dict[str, str]]:
+        """``sample_rows`` with the dense tensor fields read as columns where they can be (``dense_values``): (those
+        fields, the rows of the others, the kinds to decode them)."""
+        dense = await self.dense_values(indexes, fields)
+        if dense and len(dense) == len(fields):
+            return dense, [{} for _ in indexes], {}
+        rows, kinds = await self.sample_rows(indexes, [f for f in fields if f not in dense])
+        return dense, rows, kinds
 
     async def sample_rows(self, indexes: list[int], fields: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The stored values of ``fields`` of samples, each field from the latest row that wrote it (the sample

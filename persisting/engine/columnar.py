@@ -1,0 +1,76 @@
+"""get_data's dense tensor fields as columns: one result array per field, filled from whole arrays of samples.
+
+``Reader.dense_values`` finds, for each sample asked for, the row that holds each field (the sample's own row,
+or the latest patch that wrote the field: fields.py), takes the flushed ones from Lance as arrays of samples
+(``Buckets.take_dense``: one take per bucket, only the columns asked for) and the others from the tail's rows;
+``DenseField`` copies each array into the field's one result, at the positions of the samples it holds. The
+result is a fresh array the consumer owns (its writes never reach what is stored). Where one field cannot be
+read this way (a column of another layout, a sample without the field, samples of different dtypes or shapes),
+that field alone is left to the row path (``Reader.sample_rows``): it reads the same values, only slower.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..tensors.column import storage_dtype
+from ..wire.codec import decode_sample
+
+Dense = tuple[str, str, np.ndarray]
+"""A field read as a column: (kind, dtype name, array of the samples asked for in the storage dtype)."""
+
+
+class DenseField:
+    """One field's result: ``src[k]`` is the row that holds sample ``k``'s value; ``place`` copies in samples of
+    some rows. Complete once every position was filled by samples of one dtype and shape."""
+
+    def __init__(self, kind: str, src: np.ndarray) -> None:
+        self.kind = kind
+        self.src = src
+        self.dtype_name = ""
+        self.array: np.ndarray | None = None
+        self.filled = 0
+        self.failed = False
+
+    def place(self, rows: np.ndarray, dtype_name: str, samples: np.ndarray) -> None:
+        """Copy in ``samples`` (one per entry of ``rows``: sorted global row indexes) where ``src`` names them."""
+        if self.failed or not len(rows):
+            return
+        pos = np.searchsorted(rows, self.src)
+        hit = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == self.src)
+        at = np.flatnonzero(hit)
+        if not len(at):
+            return
+        if self.array is None:
+            self.dtype_name = dtype_name
+            self.array = np.empty((len(self.src), *samples.shape[1:]), dtype=samples.dtype)
+        elif (dtype_name, samples.dtype, samples.shape[1:]) != (self.dtype_name, self.array.dtype, self.array.shape[1:]):
+            self.failed = True  # samples of several dtypes or shapes: a list of samples, which the row path makes
+            return
+        take = pos[at]
+        if at[-1] - at[0] == len(at) - 1 and take[-1] - take[0] == len(take) - 1:
+            self.array[at[0] : at[-1] + 1] = samples[take[0] : take[-1] + 1]  # one run: one copy
+        else:
+            self.array[at] = samples[take]
+        self.filled += len(at)
+
+    def place_rows(self, rows: np.ndarray, values: list[Any]) -> None:
+        """Copy in the tail's encoded values of ``rows`` (sorted), stacked first when they agree."""
+        if self.failed:
+            return
+        mine = np.isin(rows, self.src)
+        decoded = [decode_sample(self.kind, v) for v, ok in zip(values, mine, strict=True) if ok and v is not None]
+        if len(decoded) != int(mine.sum()) or len({(d, a.dtype, a.shape) for d, a in decoded}) > 1:
+            self.failed = True  # a sample without this field, or samples that differ: the row path says it
+            return
+        if decoded:
+            self.place(rows[mine], decoded[0][0], np.stack([a for _, a in decoded]))
+
+    def result(self) -> Dense | None:
+        if self.failed or self.array is None or self.filled != len(self.src):
+            return None
+        if self.array.dtype != storage_dtype(self.kind, self.dtype_name):
+            return None  # (not expected: a stored dtype name that says another dtype than its bytes)
+        return self.kind, self.dtype_name, self.array
