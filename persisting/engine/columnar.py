@@ -46,7 +46,10 @@ class DenseField:
         if self.array is None:
             self.dtype_name = dtype_name
             self.array = np.empty((len(self.src), *samples.shape[1:]), dtype=samples.dtype)
-        elif (dtype_name, samples.dtype, samples.shape[1:]) != (self.dtype_name, self.array.dtype, self.array.shape[1:]):
+        elif (
+            (dtype_name, samples.shape[1:]) != (self.dtype_name, self.array.shape[1:])
+            or not np.can_cast(samples.dtype, self.array.dtype, "equiv")  # (only the byte order may differ)
+        ):
             self.failed = True  # samples of several dtypes or shapes: a list of samples, which the row path makes
             return
         take = pos[at]
@@ -71,6 +74,6 @@ class DenseField:
     def result(self) -> Dense | None:
         if self.failed or self.array is None or self.filled != len(self.src):
             return None
-        if self.array.dtype != storage_dtype(self.kind, self.dtype_name):
+        if not np.can_cast(self.array.dtype, storage_dtype(self.kind, self.dtype_name), "equiv"):
             return None  # (not expected: a stored dtype name that says another dtype than its bytes)
         return self.kind, self.dtype_name, self.array
