@@ -123,9 +123,9 @@ class Buckets:
         self, indexes: np.ndarray, names: list[str]
     ) -> list[tuple[np.ndarray, dict[str, tuple[str, list[np.ndarray]] | None]]] | None:
         """Dense tensor fields of stored rows as arrays (``indexes``: sorted, unique, all below what is flushed):
-        per bucket holding some, (its indexes among them, in order; per field the arrays of their samples in that
-        order with their dtype name, or None where that bucket's column is not dense: queue/lance_dense.py). None if a backend cannot
-        (no ``take_dense``) or a row is not stored (the caller reads rows instead)."""
+        per bucket holding some, (its indexes among them, in order; per field the dtype name and arrays of their
+        samples in that order, or None where that bucket's column is not dense: queue/lance_dense.py). None if a
+        backend cannot (no ``take_dense``) or a row is not stored (the caller reads rows instead)."""
         await self._refresh()
         plans: list[tuple[int, np.ndarray, np.ndarray]] = []
         for b, col in enumerate(self._columns):
@@ -138,10 +138,10 @@ class Buckets:
                 plans.append((b, indexes[mine], pos[mine].astype(np.int64)))
         if sum(len(idx) for _, idx, _ in plans) != len(indexes):
             return None
-        takes = [getattr(self._backends[b], "take_dense", None) for b, _, _ in plans]
-        if any(take is None for take in takes):
+        if not all(hasattr(self._backends[b], "take_dense") for b, _, _ in plans):
             return None
-        parts = await asyncio.gather(*(take(pos, names) for take, (_, _, pos) in zip(takes, plans, strict=True)))
+        takes = [self._backends[b].take_dense(pos, names) for b, _, pos in plans]  # type: ignore[attr-defined]
+        parts = await asyncio.gather(*takes)
         return [(idx, part) for (_, idx, _), part in zip(plans, parts, strict=True)]
 
     async def write(

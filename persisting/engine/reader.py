@@ -328,10 +328,10 @@ class Reader:
         found = await self._index.field_index()
         want = np.asarray(indexes, dtype=np.int64)
         patched = bool(found.sources) and any(i in found.sources for i in indexes)
-        out = {
-            f: columnar.DenseField(kinds[f], np.fromiter((found.source(i, f) for i in indexes), np.int64, len(want)))
-            for f in names
-        } if patched else {f: columnar.DenseField(kinds[f], want) for f in names}
+        out = {f: columnar.DenseField(kinds[f], want) for f in names}
+        if patched:  # each field from the rows that hold it
+            for f in names:
+                out[f].src = np.fromiter((found.source(i, f) for i in indexes), np.int64, len(want))
         groups: dict[bytes, list[str]] = {}  # fields held by the same rows: one take for them all
         for name, field in out.items():
             groups.setdefault(field.src.tobytes(), []).append(name)
