@@ -3,8 +3,9 @@
 ``Reader.dense_values`` finds, for each sample asked for, the row that holds each field (the sample's own row,
 or the latest patch that wrote the field: fields.py), takes the flushed ones from Lance as arrays of samples
 (``Buckets.take_dense``: one take per bucket, only the columns asked for) and the others from the tail's rows;
-``DenseField`` copies each array into the field's one result, at the positions of the samples it holds. The
-result is a fresh array the consumer owns (its writes never reach what is stored). Where one field cannot be
+``DenseField`` copies each array into the field's one result, at the positions of the samples it holds (or keeps
+the one array that holds them all, in order: read-only: ``batches.from_columns`` copies it for a consumer, the broker sends it from there). A
+consumer's result is its own copy either way (its writes never reach what is stored). Where one field cannot be
 read this way (a column of another layout, a sample without the field, samples of different dtypes or shapes),
 that field alone is left to the row path (``Reader.sample_rows``): it reads the same values, only slower.
 """
@@ -43,6 +44,13 @@ class DenseField:
         at = np.flatnonzero(hit)
         if not len(at):
             return
+        take = pos[at]
+        whole = len(at) == len(self.src) and take[-1] - take[0] == len(take) - 1
+        if self.array is None and whole and self.filled == 0:
+            # every sample from one array, in order (a field of one piece of one batch): that array as it is,
+            # read-only (the consumer's copy is made where it is kept)
+            self.dtype_name, self.array, self.filled = dtype_name, samples[take[0] : take[-1] + 1], len(at)
+            return
         if self.array is None:
             self.dtype_name = dtype_name
             self.array = np.empty((len(self.src), *samples.shape[1:]), dtype=samples.dtype)
@@ -52,7 +60,6 @@ class DenseField:
         ):
             self.failed = True  # samples of several dtypes or shapes: a list of samples, which the row path makes
             return
-        take = pos[at]
         if at[-1] - at[0] == len(at) - 1 and take[-1] - take[0] == len(take) - 1:
             self.array[at[0] : at[-1] + 1] = samples[take[0] : take[-1] + 1]  # one run: one copy
         else:

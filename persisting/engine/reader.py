@@ -318,8 +318,8 @@ class Reader:
 
     async def dense_values(self, indexes: list[int], fields: list[str]) -> dict[str, columnar.Dense]:
         """The dense tensor fields among ``fields`` of samples read as columns (columnar.py): per field (kind, dtype
-        name, a fresh array of the samples in the order given). Fields it cannot read so are left out (the caller
-        reads them with ``sample_rows``)."""
+        name, an array of the samples in the order given: read-only where it is what Lance returned: the
+        caller copies it). Fields it cannot read so are left out (the caller reads them with ``sample_rows``)."""
         kinds = self._schema.kinds
         names = [f for f in fields if kinds.get(f) in ("ndarray", "tensor")]
         if not names or not indexes:

@@ -157,13 +157,15 @@ def from_columns(
     fields: list[str],
     device: Any,
 ) -> Batch:
-    """The copy path with the dense fields read as columns (engine/columnar.py: (kind, dtype name, samples) each,
-    the consumer's own arrays), the other fields from ``rows``; in the order of ``fields``."""
+    """The copy path with the dense fields read as columns (engine/columnar.py: (kind, dtype name, samples) each;
+    a read-only one, a view of what Lance returned, is copied: the consumer's own), the other fields from ``rows``;
+    in the order of ``fields``."""
     rest = from_rows(rows, kinds, [f for f in fields if f not in dense], device)
     out = Batch()
     for name in fields:
         if name in dense:
             kind, dtype_name, array = dense[name]
+            array = array if array.flags.writeable else array.copy()
             out[name] = tensors.to_user(array, kind, dtype_name, device)
         elif name in rest:
             out[name] = rest[name]

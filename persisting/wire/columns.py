@@ -28,8 +28,8 @@ def frames(dense: Mapping[str, tuple[str, str, np.ndarray]]) -> tuple[list[list[
 
 
 def arrays(entries: Any, buffers: Sequence[Any], n: int) -> dict[str, tuple[str, str, np.ndarray]]:
-    """The fields of a reply's ``entries`` from their frames, each a fresh writable array of ``n`` samples (the
-    consumer's own copy: its writes change nothing stored). ProtocolError if they do not agree."""
+    """The fields of a reply's ``entries`` from their frames: ``n`` samples each, a read-only view of its frame
+    (``batches.from_columns`` makes the consumer's own copy). ProtocolError if they do not agree."""
     if not isinstance(entries, list) or len(entries) != len(buffers):
         raise ProtocolError(f"a data reply names {entries!r:.80} columns for {len(buffers)} frames")
     out: dict[str, tuple[str, str, np.ndarray]] = {}
@@ -43,7 +43,5 @@ def arrays(entries: Any, buffers: Sequence[Any], n: int) -> dict[str, tuple[str,
         want = n * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if len(memoryview(buf)) != want:
             raise ProtocolError(f"column {name!r}: {len(memoryview(buf))} bytes, not {want} for {n}x{shape}")
-        array = np.empty((n, *shape), dtype=dtype)
-        array.reshape(-1).view(np.uint8)[:] = np.frombuffer(buf, dtype=np.uint8)
-        out[name] = (kind, dtype_name, array)
+        out[name] = (kind, dtype_name, np.frombuffer(buf, dtype=dtype).reshape((n, *shape)))
     return out
