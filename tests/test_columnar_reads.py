@@ -210,6 +210,12 @@ def test_broker_reads_flushed_fields_as_raw_frames(tmp_path: Path, monkeypatch: 
             got, taken = q.get_batch(["x", "t", "step"], 10, "train", "p")
             assert taken.global_indexes == flushed.global_indexes and frames.fields[-1] == ["t", "x"]
             np.testing.assert_array_equal(got["x"], np.concatenate([want[0]["x"], want[1]["x"]]))
+        with SyncQueue("c", storage_path=b.storage, broker=b.address, zerocopy_mode="off") as q:
+            got = q.get_data(metas[2])  # in the arena, but copies asked for: copied from there, not per sample
+            assert frames.fields[-1] == DENSE
+            _check(got, want, [(2, k) for k in range(5)])
+            got["x"][:] = -1.0  # the consumer's own copy: the arena's samples do not change
+            _check(q.get_data(metas[2]), want, [(2, k) for k in range(5)])
 
 
 def test_broker_killed_mid_read_then_read_again(tmp_path: Path) -> None:

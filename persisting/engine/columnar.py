@@ -1,13 +1,15 @@
 """get_data's dense tensor fields as columns: one result array per field, filled from whole arrays of samples.
 
 ``Reader.dense_values`` finds, for each sample asked for, the row that holds each field (the sample's own row,
-or the latest patch that wrote the field: fields.py), takes the flushed ones from Lance as arrays of samples
-(``Buckets.take_dense``: one take per bucket, only the columns asked for) and the others from the tail's rows;
-``DenseField`` copies each array into the field's one result, at the positions of the samples it holds (or keeps
-the one array that holds them all, in order: read-only: ``batches.from_columns`` copies it for a consumer, the broker sends it from there). A
-consumer's result is its own copy either way (its writes never reach what is stored). Where one field cannot be
-read this way (a column of another layout, a sample without the field, samples of different dtypes or shapes),
-that field alone is left to the row path (``Reader.sample_rows``): it reads the same values, only slower.
+or the latest patch that wrote the field: fields.py) and takes the samples of those rows as arrays: from the
+batch's memory while it is resident (the arena, a spool file), from Lance once flushed (``Buckets.take_dense``:
+one take per bucket of only the columns asked for), else from the tail's rows. ``DenseField`` copies each array
+into the field's one result, at the positions of the samples it holds; the one array that holds them all, in
+order, is kept as it is instead (what Lance returned, read-only: ``batches.from_columns`` copies it for a
+consumer, the broker sends it from there). Either way a consumer gets its own copy: its writes never reach what
+is stored. Where one field cannot be read this way (a column of another layout, a sample without the field,
+samples of different dtypes or shapes), that field alone is left to the row path (``Reader.sample_rows``): it
+reads the same values, only slower.
 """
 
 from __future__ import annotations
@@ -35,8 +37,20 @@ class DenseField:
         self.filled = 0
         self.failed = False
 
-    def place(self, rows: np.ndarray, dtype_name: str, samples: np.ndarray) -> None:
-        """Copy in ``samples`` (one per entry of ``rows``: sorted global row indexes) where ``src`` names them."""
+    def place_chunks(self, rows: np.ndarray, got: tuple[str, list[np.ndarray]] | None) -> None:
+        """Place what ``Buckets.take_dense`` read for ``rows`` (None: not as columns, so this field fails)."""
+        if got is None:
+            self.failed = True
+            return
+        at = 0
+        for samples in got[1]:
+            self.place(rows[at : at + len(samples)], got[0], samples)
+            at += len(samples)
+
+    def place(self, rows: np.ndarray, dtype_name: str, samples: np.ndarray, borrow: bool = True) -> None:
+        """Copy in ``samples`` (one per entry of ``rows``: sorted global row indexes) where ``src`` names them.
+        ``borrow``: samples that are all of the result, in order, are kept as they are, not copied (memory
+        that stays valid: what Lance returned, not the arena)."""
         if self.failed or not len(rows):
             return
         pos = np.searchsorted(rows, self.src)
@@ -46,7 +60,7 @@ class DenseField:
             return
         take = pos[at]
         whole = len(at) == len(self.src) and take[-1] - take[0] == len(take) - 1
-        if self.array is None and whole and self.filled == 0:
+        if self.array is None and whole and borrow:
             # every sample from one array, in order (a field of one piece of one batch): that array as it is,
             # read-only (the consumer's copy is made where it is kept)
             self.dtype_name, self.array, self.filled = dtype_name, samples[take[0] : take[-1] + 1], len(at)

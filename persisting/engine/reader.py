@@ -335,28 +335,39 @@ class Reader:
         groups: dict[bytes, list[str]] = {}  # fields held by the same rows: one take for them all
         for name, field in out.items():
             groups.setdefault(field.src.tobytes(), []).append(name)
+        recent: list[np.ndarray] = []
         async with self._clears.reading():  # a purge (positions moving) waits for the takes
             flushed = self._tail.flushed_upto
             for group in groups.values():
                 held = np.unique(out[group[0]].src)
-                taken = await self._buckets.take_dense(held[held < flushed], group) if held[0] < flushed else []
-                for rows, part in taken if taken is not None else [(held, dict.fromkeys(group))]:
+                held = held[self._place_resident(held, [out[name] for name in group], group)]
+                recent.append(held[held >= flushed])
+                stored = held[held < flushed]
+                taken = await self._buckets.take_dense(stored, group) if len(stored) else []
+                for rows, part in taken if taken is not None else [(stored, dict.fromkeys(group))]:
                     for name in group:
-                        got = part[name]
-                        if got is None:
-                            out[name].failed = True
-                            continue
-                        at = 0
-                        for samples in got[1]:
-                            out[name].place(rows[at : at + len(samples)], got[0], samples)
-                            at += len(samples)
-        recent = np.unique(np.concatenate([f.src for f in out.values()]))
-        recent = recent[recent >= flushed]
-        if len(recent) and not all(f.failed for f in out.values()):
-            rows_in_tail, _kinds = await self.rows_at(recent.tolist())
+                        out[name].place_chunks(rows, part[name])
+        tail = np.unique(np.concatenate(recent))
+        if len(tail) and not all(f.failed for f in out.values()):
+            rows_in_tail, _kinds = await self.rows_at(tail.tolist())
             for name, field in out.items():
-                field.place_rows(recent, [row.get(name) for row in rows_in_tail])
+                field.place_rows(tail, [row.get(name) for row in rows_in_tail])
         return {name: dense for name, field in out.items() if (dense := field.result()) is not None}
+
+    def _place_resident(self, rows: np.ndarray, out: list[columnar.DenseField], names: list[str]) -> np.ndarray:
+        """Copy the fields ``names`` of ``rows`` (sorted) that lie in resident batches (the arena, a spool file)
+        straight from there (now: nothing awaits, so the memory holds still); which of ``rows`` are left."""
+        left = np.ones(len(rows), dtype=bool)
+        for chunk, at, count in self._arena_groups(rows.tolist()):
+            held = {} if chunk is None or chunk.arena is None else chunk.arena.columns
+            cols = [col for n in names if isinstance(col := held.get(n), Column)]
+            if chunk is None or len(cols) != len(names):
+                continue  # not resident, or a field stored otherwise there: from the rows
+            i = int(rows[at]) - chunk.first
+            for field, col in zip(out, cols, strict=True):
+                field.place(rows[at : at + count], col.dtype_name, col.array[i : i + count], borrow=False)
+            left[at : at + count] = False
+        return left
 
     async def sample_columns(
         self, indexes: list[int], fields: list[str]
