@@ -380,6 +380,7 @@ _STANDALONE = {
     "verl-nodes": ".verl_nodes",
     "multimodal": ".multimodal",
     "lance-encoding": ".lance_encoding",
+    "lance-read-cpu": ".lance_read_cpu",
 }
 
 
