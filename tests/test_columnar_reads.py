@@ -245,4 +245,7 @@ def test_broker_killed_mid_read_then_read_again(tmp_path: Path) -> None:
                         np.testing.assert_array_equal(q.get_data(meta)["x"], x)
                 finally:
                     killer.join()
+                got = q.get_data(meta)  # in pieces, each copied once into the one result: the consumer's own
+                np.testing.assert_array_equal(got["x"], x)
+                got["x"][:] = 0.0
                 np.testing.assert_array_equal(q.get_data(meta)["x"], x)

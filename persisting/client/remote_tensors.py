@@ -304,14 +304,14 @@ class ArenaClient:
             await self._give_back(spare)
 
     async def data(
-        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any
+        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any, copy: bool = True
     ) -> tuple[batches.Batch, int, int]:
         if not buffers or not isinstance(result, dict):
             raise errors.ProtocolError("a data reply without its rows buffer")
         rows = msgpack.unpackb(buffers[0], raw=False, use_list=True)
         if "hold" not in result:
             dense = columns.arrays(result.get("columns", []), buffers[1:], len(rows))
-            data = batches.from_columns(dense, rows, result["kinds"], fields, device)
+            data = batches.from_columns(dense, rows, result["kinds"], fields, device, copy)
             return data, 0, sum(len(memoryview(b)) for b in buffers)
         if len(buffers) != 1:
             raise errors.ProtocolError("a data reply of arena views with more than its rows buffer")

@@ -156,16 +156,18 @@ def from_columns(
     kinds: Mapping[str, str],
     fields: list[str],
     device: Any,
+    copy: bool = True,
 ) -> Batch:
     """The copy path with the dense fields read as columns (engine/columnar.py: (kind, dtype name, samples) each;
-    a read-only one, a view of what Lance returned, is copied: the consumer's own), the other fields from ``rows``;
-    in the order of ``fields``."""
+    a read-only one, a view of what Lance returned or of a reply's frame, is copied: the consumer's own), the other
+    fields from ``rows``; in the order of ``fields``. ``copy=False``: read-only ones are left as they are (a piece
+    that ``pieces.Gathered`` copies into the result at once)."""
     rest = from_rows(rows, kinds, [f for f in fields if f not in dense], device)
     out = Batch()
     for name in fields:
         if name in dense:
             kind, dtype_name, array = dense[name]
-            array = array if array.flags.writeable else array.copy()
+            array = array.copy() if copy and not array.flags.writeable else array
             out[name] = tensors.to_user(array, kind, dtype_name, device)
         elif name in rest:
             out[name] = rest[name]
