@@ -383,6 +383,7 @@ _STANDALONE = {
     "multimodal": ".multimodal",
     "lance-encoding": ".lance_encoding",
     "wal-rounds": ".wal_rounds",
+    "lance-read-cpu": ".lance_read_cpu",
 }
 
 

@@ -39,7 +39,7 @@ from persisting.tensors import arena as arena_mod
 from persisting.tensors import column as tensors
 from persisting.tensors import jagged
 from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
-from persisting.wire import codec, protocol
+from persisting.wire import codec, columns, protocol
 from persisting.wire.protocol import Reply, Request, arg
 
 from . import givebacks, keys, peers, spooling
@@ -407,5 +407,9 @@ class TensorPlane:
                     "kinds": {f: topic.kinds[f] for f in plain if f in topic.kinds},
                 }
                 return Reply(req.id, True, result, buffers=[codec.pack(others)])
+        if req.args.get("columns"):  # the dense fields as raw frames, one per field (wire/columns.py)
+            dense, rows, kinds = await topic.sample_columns(indexes, fields)
+            entries, frames = columns.frames(dense)
+            return Reply(req.id, True, {"kinds": kinds, "columns": entries}, buffers=[codec.pack(rows), *frames])
         rows, kinds = await topic.sample_rows(indexes, fields)
         return Reply(req.id, True, {"kinds": kinds}, buffers=[codec.pack(rows)])

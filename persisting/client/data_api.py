@@ -220,7 +220,7 @@ class DataAPI:
         return tensordicts.to_tensordict(data, n) if wanted else data
 
     async def _get_data(
-        self, batch_meta: BatchMeta, partition_id: str | None, device: Any, payloads: bool = False
+        self, batch_meta: BatchMeta, partition_id: str | None, device: Any, payloads: bool = False, copy: bool = True
     ) -> batches.Batch:
         if not isinstance(batch_meta, BatchMeta):
             raise ConfigError(f"get_data takes the BatchMeta from get_meta or put, got {type(batch_meta).__qualname__}")
@@ -233,19 +233,22 @@ class DataAPI:
         fields = batches.wanted_fields(batch_meta)  # (payload rows hold deduped fields under their own names)
         fields = fields if payloads else await dedup_reads.named(topic, fields, self._handle.dedup) or fields
         if (
-            big := await big_batches.get(batch_meta, fields, topic, lambda m: self._get_data(m, None, device), device)
+            big := await big_batches.get(
+                batch_meta, fields, topic, lambda m: self._get_data(m, None, device, copy=False), device
+            )
         ) is not None:
             return big  # larger than the arena: read in pieces into one result per field (tensors/pieces.py)
         if isinstance(topic, RemoteTopic):
-            data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device)
+            data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device, copy)
             self._handle.moved("get_zero_copy_bytes", zero)
             self._handle.moved("get_copied_bytes", copied)
         elif self._handle.zerocopy_mode == "force":
             raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
         else:
-            rows, kinds = await _loop.call(topic.sample_rows(indexes, fields))
-            data = await asyncio.to_thread(batches.from_rows, rows, kinds, fields, device)
+            dense, rows, kinds = await _loop.call(topic.sample_columns(indexes, fields))
+            data = await asyncio.to_thread(batches.from_columns, dense, rows, kinds, fields, device, copy)
             copied = sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
+            copied += sum(array.nbytes for _kind, _dtype, array in dense.values())
             self._handle.moved("get_copied_bytes", copied)
         return data if payloads else await dedup_reads.resolve(data, self._get_data, device)
 

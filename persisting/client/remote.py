@@ -304,14 +304,19 @@ class RemoteTopic:
         await self._conn.request("reset_consumption", self._args(partition=partition, task=task))
 
     async def get_data(
-        self, indexes: list[int], fields: list[str], mode: str, device: Any
+        self, indexes: list[int], fields: list[str], mode: str, device: Any, copy: bool = True
     ) -> tuple[batches.Batch, int, int]:
-        """(data, bytes handed over as views, bytes copied)."""
+        """(data, bytes handed over as views, bytes copied); ``copy=False``: a piece (see ``batches.from_columns``)."""
         args = self._args(
-            indexes=indexes, fields=fields, zerocopy=mode != "off", peer=peer_id(), released=releases.take(self.address)
+            indexes=indexes,
+            fields=fields,
+            zerocopy=mode != "off",
+            columns=True,  # dense fields read from Lance come as raw frames (wire/columns.py)
+            peer=peer_id(),
+            released=releases.take(self.address),
         )
         reply = await self._conn.request("get_data", args)
-        return await self._tensors.data(reply.result, reply.buffers, fields, mode, device)
+        return await self._tensors.data(reply.result, reply.buffers, fields, mode, device, copy)
 
     async def take_batch(
         self,
@@ -338,6 +343,7 @@ class RemoteTopic:
                 wait=left,
                 fields=fields,
                 zerocopy=mode != "off",
+                columns=True,
                 sampler=sampler,
                 sampler_kw=sampler_kw or {},
                 lease_seconds=lease,
@@ -370,6 +376,6 @@ class RemoteTopic:
 
     def _piece(self, fields: list[str], mode: str, device: Any) -> Callable[[Any], Awaitable[batches.Batch]]:
         async def fetch(meta: Any) -> batches.Batch:
-            return (await self.get_data(meta.global_indexes, fields, mode, device))[0]
+            return (await self.get_data(meta.global_indexes, fields, mode, device, copy=False))[0]
 
         return fetch

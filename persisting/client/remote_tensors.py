@@ -34,6 +34,7 @@ from ..tensors import batches
 from ..tensors.arena import Arena, attach_cached, peer_id
 from ..tensors.column import AnyColumn
 from ..tensors.jagged import JaggedColumn
+from ..wire import columns
 from ..wire.codec import EncodedBatch
 from . import releases
 from .connection import Connection, connection
@@ -303,14 +304,17 @@ class ArenaClient:
             await self._give_back(spare)
 
     async def data(
-        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any
+        self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any, copy: bool = True
     ) -> tuple[batches.Batch, int, int]:
-        if len(buffers) != 1 or not isinstance(result, dict):
+        if not buffers or not isinstance(result, dict):
             raise errors.ProtocolError("a data reply without its rows buffer")
         rows = msgpack.unpackb(buffers[0], raw=False, use_list=True)
         if "hold" not in result:
-            data = batches.from_rows(rows, result["kinds"], fields, device)
-            return data, 0, len(buffers[0])
+            dense = columns.arrays(result.get("columns", []), buffers[1:], len(rows))
+            data = batches.from_columns(dense, rows, result["kinds"], fields, device, copy)
+            return data, 0, sum(len(memoryview(b)) for b in buffers)
+        if len(buffers) != 1:
+            raise errors.ProtocolError("a data reply of arena views with more than its rows buffer")
         address, hold, generation = self._address, result["hold"], bytes(result["generation"])
         loop = asyncio.get_running_loop()
 

@@ -119,6 +119,31 @@ class Buckets:
         merged.sort(key=lambda pair: pair[0])
         return [row for _, row in merged]
 
+    async def take_dense(
+        self, indexes: np.ndarray, names: list[str]
+    ) -> list[tuple[np.ndarray, dict[str, tuple[str, list[np.ndarray]] | None]]] | None:
+        """Dense tensor fields of stored rows as arrays (``indexes``: sorted, unique, all below what is flushed):
+        per bucket holding some, (its indexes among them, in order; per field the dtype name and arrays of their
+        samples in that order, or None where that bucket's column is not dense: queue/lance_dense.py). None if a
+        backend cannot (no ``take_dense``) or a row is not stored (the caller reads rows instead)."""
+        await self._refresh()
+        plans: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for b, col in enumerate(self._columns):
+            view = np.asarray(col.view(), dtype=np.int64)
+            if not len(view):
+                continue
+            pos = np.searchsorted(view, indexes)
+            mine = (pos < len(view)) & (view[np.minimum(pos, len(view) - 1)] == indexes)
+            if mine.any():
+                plans.append((b, indexes[mine], pos[mine].astype(np.int64)))
+        if sum(len(idx) for _, idx, _ in plans) != len(indexes):
+            return None
+        if not all(hasattr(self._backends[b], "take_dense") for b, _, _ in plans):
+            return None
+        takes = [self._backends[b].take_dense(pos, names) for b, _, pos in plans]  # type: ignore[attr-defined]
+        parts = await asyncio.gather(*takes)
+        return [(idx, part) for (_, idx, _), part in zip(plans, parts, strict=True)]
+
     async def write(
         self,
         b: int,

@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..tensors.column import Column
 from ..tensors.jagged import JaggedColumn
 from ..wire.codec import INDEX_KEY, RESERVED_PREFIX, decode_jagged
+from . import columnar
 from .buckets import Buckets
 from .config import Metrics
 from .index import SampleIndex
@@ -324,6 +325,70 @@ class Reader:
                 else:
                     out[n][name] = value
         return out
+
+    async def dense_values(self, indexes: list[int], fields: list[str]) -> dict[str, columnar.Dense]:
+        """The dense tensor fields among ``fields`` of samples read as columns (columnar.py): per field (kind, dtype
+        name, an array of the samples in the order given: read-only where it is what Lance returned: the
+        caller copies it). Fields it cannot read so are left out (the caller reads them with ``sample_rows``)."""
+        kinds = self._schema.kinds
+        names = [f for f in fields if kinds.get(f) in ("ndarray", "tensor")]
+        if not names or not indexes:
+            return {}
+        self._clears.check_not_cleared(indexes)
+        found = await self._index.field_index()
+        want = np.asarray(indexes, dtype=np.int64)
+        patched = bool(found.sources) and any(i in found.sources for i in indexes)
+        out = {f: columnar.DenseField(kinds[f], want) for f in names}
+        if patched:  # each field from the rows that hold it
+            for f in names:
+                out[f].src = np.fromiter((found.source(i, f) for i in indexes), np.int64, len(want))
+        groups: dict[bytes, list[str]] = {}  # fields held by the same rows: one take for them all
+        for name, field in out.items():
+            groups.setdefault(field.src.tobytes(), []).append(name)
+        recent: list[np.ndarray] = []
+        async with self._clears.reading():  # a purge (positions moving) waits for the takes
+            flushed = self._tail.flushed_upto
+            for group in groups.values():
+                held = np.unique(out[group[0]].src)
+                held = held[self._place_resident(held, [out[name] for name in group], group)]
+                recent.append(held[held >= flushed])
+                stored = held[held < flushed]
+                taken = await self._buckets.take_dense(stored, group) if len(stored) else []
+                for rows, part in taken if taken is not None else [(stored, dict.fromkeys(group))]:
+                    for name in group:
+                        out[name].place_chunks(rows, part[name])
+        tail = np.unique(np.concatenate(recent))
+        if len(tail) and not all(f.failed for f in out.values()):
+            rows_in_tail, _kinds = await self.rows_at(tail.tolist())
+            for name, field in out.items():
+                field.place_rows(tail, [row.get(name) for row in rows_in_tail])
+        return {name: dense for name, field in out.items() if (dense := field.result()) is not None}
+
+    def _place_resident(self, rows: np.ndarray, out: list[columnar.DenseField], names: list[str]) -> np.ndarray:
+        """Copy the fields ``names`` of ``rows`` (sorted) that lie in resident batches (the arena, a spool file)
+        straight from there (now: nothing awaits, so the memory holds still); which of ``rows`` are left."""
+        left = np.ones(len(rows), dtype=bool)
+        for chunk, at, count in self._arena_groups(rows.tolist()):
+            held = {} if chunk is None or chunk.arena is None else chunk.arena.columns
+            cols = [col for n in names if isinstance(col := held.get(n), Column)]
+            if chunk is None or len(cols) != len(names):
+                continue  # not resident, or a field stored otherwise there: from the rows
+            i = int(rows[at]) - chunk.first
+            for field, col in zip(out, cols, strict=True):
+                field.place(rows[at : at + count], col.dtype_name, col.array[i : i + count], borrow=False)
+            left[at : at + count] = False
+        return left
+
+    async def sample_columns(
+        self, indexes: list[int], fields: list[str]
+    ) -> tuple[dict[str, columnar.Dense], list[dict[str, Any]], dict[str, str]]:
+        """``sample_rows`` with the dense tensor fields read as columns where they can be (``dense_values``): (those
+        fields, the rows of the others, the kinds to decode them)."""
+        dense = await self.dense_values(indexes, fields)
+        if dense and len(dense) == len(fields):
+            return dense, [{} for _ in indexes], {}
+        rows, kinds = await self.sample_rows(indexes, [f for f in fields if f not in dense])
+        return dense, rows, kinds
 
     async def sample_rows(self, indexes: list[int], fields: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The stored values of ``fields`` of samples, each field from the latest row that wrote it (the sample

@@ -13,10 +13,10 @@ On disk, ``<storage_path>/<escaped topic name>/``::
     wal/            the write-ahead log (see wal.py)
     bucket-<i>...   one backend per bucket (LanceBackend: bucket-<i>.lance)
 
-A put is acknowledged once its log frame is committed (puts.py); a flush later moves visible rows into the
-backends (flushing.py, buckets decided by layout.bucket_of), advances ``flushed_upto`` and drops log segments
-below it. Rows whose index is not above the largest index already in their bucket are skipped, so replaying a
-log whose flush had landed (a Lance commit can land without its writer knowing) stores nothing twice.
+A put is acknowledged once its log frame is committed (puts.py); a flush later moves visible rows into the backends
+(flushing.py, buckets decided by layout.bucket_of), advances ``flushed_upto`` and drops log segments below it. Rows
+whose index is not above the largest index already in their bucket are skipped, so replaying a log whose flush had
+landed (a Lance commit can land without its writer knowing) stores nothing twice.
 
 Topic is composed of parts, each the one owner of its state, each given the others it uses::
 
@@ -34,8 +34,8 @@ Topic is composed of parts, each the one owner of its state, each given the othe
      └─ KeyIndex     keys.py        which sample each (partition, key) names (``keys``, public)
     opening.py: lock, settings, recovery (open_files, replay), called by ``open``
 
-The flush lock is shared by the Flusher, the SampleIndex's build and the purge: each needs the tail and the
-backends to hold still.
+The flush lock is shared by the Flusher, the SampleIndex's build and the purge: each needs the tail and the backends to
+hold still.
 """
 
 from __future__ import annotations
@@ -233,8 +233,7 @@ class Topic:
         return await self._reader.read(offset, limit)
 
     async def read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
-        """``read``, and where the window ended: the next read starts there (rows of cleared samples are skipped,
-        so a window may hold fewer rows than it spans)."""
+        """``read``, and where the window ended: the next read starts there (see ``reader.Reader.read_window``)."""
         self._check_open()
         return await self._reader.read_window(offset, limit)
 
@@ -317,6 +316,9 @@ class Topic:
     async def sample_rows(self, indexes: list[int], fields: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The stored values of ``fields`` of samples, each from the latest row that wrote it, in the order given."""
         return await self._reader.sample_rows(indexes, fields)
+
+    async def sample_columns(self, indexes: list[int], fields: list[str]) -> tuple[dict[str, Any], list[Any], Any]:
+        return await self._reader.sample_columns(indexes, fields)  # the dense fields as columns: see ``Reader``
 
     async def plain_values(self, indexes: list[int], names: list[str]) -> list[dict[str, Any]]:
         """Stored values of non-tensor fields of samples, read beside the arena views (see ``Reader``)."""

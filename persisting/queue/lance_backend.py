@@ -20,7 +20,8 @@ Tensor fields (``put_columns``) are typed Arrow columns (``tensor_columns``: fix
 a variable-shape struct, or bytes), built over the memory the samples lie in. When a field's layout has to move
 on (a sample of another shape or dtype), its column is rewritten once: the new column is added under a temporary
 name, the old one dropped, the new one renamed (three commits; an open finds a rewrite a kill interrupted and
-completes or undoes it). Reads give the codec's row values back, whatever the layout.
+completes or undoes it). Reads give the codec's row values back, whatever the layout; ``take_dense`` gives the
+dense ones as arrays (lance_dense).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import pyarrow as pa
 
 from ..errors import SchemaConflictError, StorageError
 from ..wire.codec import INDEX_KEY
-from . import lance_compaction, lance_parallel, tensor_columns
+from . import lance_compaction, lance_dense, lance_parallel, tensor_columns
 from ._stream import RowStream
 from .lance_columns import (
     ARROW_TYPES,
@@ -223,7 +224,7 @@ class LanceBackend:
         rows: list[dict[str, Any]] = []
         if offset < stored and ds is not None:
             positions = np.arange(offset, min(stop, stored), dtype=np.int64)
-            table = await asyncio.to_thread(self._take, ds, positions)
+            table = await asyncio.to_thread(lance_dense.take_rows, ds, positions)
             rows = table_to_rows(table, self._tensors)
         return rows + [dict(r) for r in buffered]
 
@@ -265,6 +266,13 @@ class LanceBackend:
             return list(tensor_columns.row_values(layout, table.column(0)))
         values: list[Any] = table.column(0).to_pylist()
         return values
+
+    async def take_dense(self, positions: np.ndarray, names: list[str]) -> dict[str, lance_dense.DenseChunks]:
+        """Engine extension: the samples of dense tensor fields at stored positions, as arrays (lance_dense)."""
+        ds = self._ds
+        if ds is None:
+            return dict.fromkeys(names)
+        return await asyncio.to_thread(lance_dense.take, ds, positions, names)
 
     async def delete_rows(self, indexes: list[int]) -> None:
         """Engine extension: delete the stored rows with these global indexes (the engine calls it at open,
@@ -322,13 +330,6 @@ class LanceBackend:
         await self.flush()
 
     # -- blocking helpers (run in a thread) ---------------------------------------------------------
-
-    @staticmethod
-    def _take(ds: lance.LanceDataset, positions: np.ndarray) -> pa.Table:
-        try:
-            return ds.take(positions)
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise StorageError(f"reading {ds.uri} failed: {exc}") from exc
 
     def _write(self, rows: list[dict[str, Any]], types: dict[str, pa.DataType]) -> lance.LanceDataset:
         return self._append(rows_to_table(rows, types))

@@ -171,7 +171,7 @@ def _arrow_values(kind: str, dtype_name: str, arr: np.ndarray) -> np.ndarray:
     return arr.astype(dtype.newbyteorder("="), copy=False)
 
 
-def _from_arrow_values(layout: Layout, values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def from_arrow_values(layout: Layout, values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Back from value-type numbers to samples in the storage dtype, ``shape`` = (n, *sample shape)."""
     dtype = storage_dtype(layout.kind, layout.dtype_name)
     if dtype.kind == "c":
@@ -376,13 +376,13 @@ def _chunk_values(layout: Layout, chunk: pa.Array) -> list[bytes | None]:
     valid = _validity(chunk)
     if layout.layout == SCALAR:
         values = chunk.to_numpy(zero_copy_only=False) if chunk.null_count == 0 else chunk.fill_null(0).to_numpy()
-        samples = _from_arrow_values(layout, np.asarray(values), (n,))
+        samples = from_arrow_values(layout, np.asarray(values), (n,))
     elif layout.layout == FIXED:
         storage = chunk.storage if isinstance(chunk, pa.ExtensionArray) else chunk
         size = storage.type.list_size
         flat = storage.values.slice(storage.offset * size, n * size)
         flat = flat.fill_null(0) if flat.null_count else flat
-        samples = _from_arrow_values(layout, flat.to_numpy(zero_copy_only=False), (n, *layout.shape))
+        samples = from_arrow_values(layout, flat.to_numpy(zero_copy_only=False), (n, *layout.shape))
     else:
         return _variable_values(layout, chunk, valid)
     if n == 0:
@@ -409,7 +409,7 @@ def _variable_values(layout: Layout, chunk: pa.Array, valid: list[bool]) -> list
             continue
         shape = tuple(int(d) for d in shapes[i])
         values = flat[offsets[i] : offsets[i + 1]]
-        sample = _from_arrow_values(layout, values, shape) if values.size else np.zeros(shape, dtype)
+        sample = from_arrow_values(layout, values, shape) if values.size else np.zeros(shape, dtype)
         out.append(codec.encode_sample(layout.kind, layout.dtype_name, sample, layout.ragged))
     return out
 

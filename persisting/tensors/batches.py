@@ -150,6 +150,30 @@ def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list
     return out
 
 
+def from_columns(
+    dense: Mapping[str, tuple[str, str, np.ndarray]],
+    rows: list[dict[str, Any]],
+    kinds: Mapping[str, str],
+    fields: list[str],
+    device: Any,
+    copy: bool = True,
+) -> Batch:
+    """The copy path with the dense fields read as columns (engine/columnar.py: (kind, dtype name, samples) each;
+    a read-only one, a view of what Lance returned or of a reply's frame, is copied: the consumer's own), the other
+    fields from ``rows``; in the order of ``fields``. ``copy=False``: read-only ones are left as they are (a piece
+    that ``pieces.Gathered`` copies into the result at once)."""
+    rest = from_rows(rows, kinds, [f for f in fields if f not in dense], device)
+    out = Batch()
+    for name in fields:
+        if name in dense:
+            kind, dtype_name, array = dense[name]
+            array = array.copy() if copy and not array.flags.writeable else array
+            out[name] = tensors.to_user(array, kind, dtype_name, device)
+        elif name in rest:
+            out[name] = rest[name]
+    return out
+
+
 def _jagged_from_rows(values: list[Any], device: Any) -> Any:
     """A jagged field read back as rows: one nested tensor (a copy), or a list of samples when some are missing
     or they cannot be joined (samples of several puts that differ in their other dimensions, dtype or ragged

@@ -130,7 +130,9 @@ def piece_ranges(sizes: list[int], piece_bytes: int) -> list[tuple[int, int]]:
 
 class Gathered:
     """One result per field, filled piece by piece: arrays and tensors into one allocation each (made from the
-    first piece's dtype and sample shape), other values into lists."""
+    first piece's dtype and sample shape), other values into lists. Every array and tensor of a piece is copied
+    (the pieces' dense fields may be read-only views of a reply's frames: ``data_api``'s fetch of a piece asks
+    for them uncopied, so each byte is copied once, here)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -153,14 +155,22 @@ class Gathered:
                 if isinstance(have, torch.Tensor) and have.shape[1:] == value.shape[1:]:
                     have[a:b].copy_(value)
                     continue
-            # lists (values, samples of differing shapes): per sample, in order
-            items = list(value) if not isinstance(value, list) else value
+            # lists (values, samples of differing shapes): per sample, in order; a piece's samples copied (its
+            # arrays may be views of a reply's frames, which fetch hands over uncopied: see Batch pieces)
+            items = [_own(v) for v in value] if not isinstance(value, list) else value
             if have is None:
                 self.out[name] = list(items)
             elif isinstance(have, list):
                 have.extend(items)
             else:  # an array so far, then shapes changed: fall back to a list of samples
                 self.out[name] = [*list(have[:a]), *items]
+
+
+def _own(value: Any) -> Any:
+    """A sample of a piece as the caller's own (a copy of an array or tensor)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value.clone() if _is_torch(value) else value
 
 
 def _is_torch(value: Any) -> bool:
@@ -259,7 +269,7 @@ async def from_spool(
     if read is None:
         return None  # flushed meanwhile (the file is gone): from the backends
     plain = [f for f in fields if f not in read]
-    others = dict(await fetch(meta.select_fields(plain))) if plain else {}
+    others = {k: _own(v) for k, v in (await fetch(meta.select_fields(plain))).items()} if plain else {}
     out: dict[str, Any] = {}
     for name in fields:
         if name in read:

@@ -43,9 +43,10 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
     take         {topic, config, partition, task, batch_size}   -> [indexes, field descriptions]
     describe     {topic, config, indexes}                -> field descriptions: [[count, {field: [kind, dtype,
                                                             shape]}[, tags]], ...] for runs of samples alike
-    get_data     {topic, config, indexes, fields, zerocopy, peer}
+    get_data     {topic, config, indexes, fields, zerocopy, peer[, columns]}
                  -> {"hold": id, "runs": [[[field, kind, dtype, shape, offset, samples, bytes per sample]]]}
-                    (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy)
+                    (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy); with ``columns``, also
+                    "columns": [[field, kind, dtype, shape], ...] + one raw frame per such field (wire/columns.py)
     release      {hold, peer}                            -> bool
     mark_consumed      {topic, config, partition, task, indexes}   -> None
     reset_consumption  {topic, config, partition, task}   -> None
