@@ -4,6 +4,7 @@ import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,12 @@ def logged_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield b
     finally:
         b.ensure_dead()
+
+
+@pytest.fixture(params=["embedded", "broker"])
+def arena_queue_kw(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """``Queue`` arguments of each mode: embedded on fresh storage, or the test module's ``arena_broker``."""
+    if request.param == "embedded":
+        return {"storage_path": str(tmp_path / "store")}
+    broker: BrokerProcess = request.getfixturevalue("arena_broker")
+    return {"broker": broker.address}

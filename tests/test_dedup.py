@@ -45,20 +45,12 @@ def _check(data: dict[str, Any], step: dict[str, Any]) -> None:
     assert torch.equal(data["input_ids"], step["input_ids"])
 
 
-@pytest.fixture(params=["embedded", "broker"])
-def queue_kw(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
-    if request.param == "embedded":
-        return {"storage_path": str(tmp_path / "store")}
-    broker: BrokerProcess = request.getfixturevalue("arena_broker")
-    return {"broker": broker.address}
-
-
 def test_a_grpo_group_stores_each_image_once_and_every_response_reads_its_exact_image(
-    queue_kw: dict[str, Any], seed: int
+    arena_queue_kw: dict[str, Any], seed: int
 ) -> None:
     step = _step(seed)
     image_bytes = step["pixel_values"][0].numel() * 4
-    with SyncQueue("grpo", **queue_kw, dedup=["pixel_values"], num_buckets=1) as q:
+    with SyncQueue("grpo", **arena_queue_kw, dedup=["pixel_values"], num_buckets=1) as q:
         q.put(step, partition_id="step-0")
         moved = q.stats()["zerocopy"]
         assert moved["dedup_put_bytes"] == PROMPTS * RESPONSES * image_bytes
@@ -67,7 +59,7 @@ def test_a_grpo_group_stores_each_image_once_and_every_response_reads_its_exact_
             data, meta = q.get_batch(["pixel_values", "input_ids"], PROMPTS * RESPONSES, task, "step-0")
             assert meta.size == PROMPTS * RESPONSES
             _check(data, step)
-            if "broker" in queue_kw:
+            if "broker" in arena_queue_kw:
                 values = data["pixel_values"]
                 assert all(in_arena_mapping(v.data_ptr()) for v in values), "views of the arena, not copies"
                 # every response of a prompt views the one copy of its image
@@ -82,9 +74,9 @@ def test_a_grpo_group_stores_each_image_once_and_every_response_reads_its_exact_
         assert late[-1].data_ptr() == late[-PROMPTS - 1].data_ptr()  # the 2nd put's samples view the 1st's copy
 
 
-def test_object_values_are_deduped_and_come_back_exactly(queue_kw: dict[str, Any]) -> None:
+def test_object_values_are_deduped_and_come_back_exactly(arena_queue_kw: dict[str, Any]) -> None:
     mm = [{"pixel_values": torch.full((64, 64), float(i // 3)), "grid": [1, 2, i // 3]} for i in range(6)]
-    with SyncQueue("mm", **queue_kw, dedup=True, objects="pickle") as q:
+    with SyncQueue("mm", **arena_queue_kw, dedup=True, objects="pickle") as q:
         q.put({"multi_modal_inputs": mm, "ids": torch.arange(6)}, partition_id="p")
         moved = q.stats()["zerocopy"]
         assert moved["dedup_stored_bytes"] * 3 == moved["dedup_put_bytes"]  # 2 distinct values of 6
@@ -197,11 +189,11 @@ def test_broker_killed_during_deduped_puts_keeps_each_acknowledged_put_once_with
     assert acked
 
 
-def test_a_retried_put_stores_its_payloads_and_samples_once(queue_kw: dict[str, Any], seed: int) -> None:
+def test_a_retried_put_stores_its_payloads_and_samples_once(arena_queue_kw: dict[str, Any], seed: int) -> None:
     step = _step(seed)
-    with SyncQueue("retry", **queue_kw, dedup=True) as q:
+    with SyncQueue("retry", **arena_queue_kw, dedup=True) as q:
         first = q.put(step, partition_id="p", idempotency_key="step-0")
-    with SyncQueue("retry", **queue_kw, dedup=True) as q:  # a new producer: its content index is empty
+    with SyncQueue("retry", **arena_queue_kw, dedup=True) as q:  # a new producer: its content index is empty
         again = q.put(step, partition_id="p", idempotency_key="step-0")
         assert again.global_indexes == first.global_indexes
         parts = q.partitions()

@@ -5,7 +5,6 @@ lets dedup see equal ``multi_modal_inputs``). Embedded and through a real broker
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +18,6 @@ from .broker_fixture import BrokerProcess
 N, GROUP = 8, 4  # samples per put, responses per prompt
 ARENA_BYTES = 16 * 1024 * 1024
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(params=["embedded", "broker"])
-def queue_kw(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
-    if request.param == "embedded":
-        return {"storage_path": str(tmp_path / "store")}
-    broker: BrokerProcess = request.getfixturevalue("arena_broker")
-    return {"broker": broker.address}
 
 
 def _batch(seed: int) -> dict[str, Any]:
@@ -50,10 +41,10 @@ def _td(batch: dict[str, Any]) -> Any:
     return TensorDict(cols, batch_size=[N])
 
 
-def test_auto_decides_each_field_at_its_first_put_and_keeps_it(queue_kw: dict[str, Any], seed: int) -> None:
+def test_auto_decides_each_field_at_its_first_put_and_keeps_it(arena_queue_kw: dict[str, Any], seed: int) -> None:
     first = _batch(seed)
     image_bytes = 32 * 64 * 4
-    with SyncQueue("auto", **queue_kw, dedup="auto", objects="pickle", num_buckets=1) as q:
+    with SyncQueue("auto", **arena_queue_kw, dedup="auto", objects="pickle", num_buckets=1) as q:
         q.put(_td(first), partition_id="p")
         moved = q.stats()["zerocopy"]
         assert moved["dedup_put_bytes"] == GROUP * moved["dedup_stored_bytes"]  # image and mm: 1 of 4 stored
@@ -75,14 +66,14 @@ def test_auto_decides_each_field_at_its_first_put_and_keeps_it(queue_kw: dict[st
         assert [data["uid"][r] for r in rows] == put["uid"]
 
 
-def test_kv_put_dedups_and_kv_get_resolves_jagged_fields_too(queue_kw: dict[str, Any], seed: int) -> None:
+def test_kv_put_dedups_and_kv_get_resolves_jagged_fields_too(arena_queue_kw: dict[str, Any], seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     prompts = [
         torch.randint(0, 1000, (int(torch.randint(600, 900, (1,), generator=g)),), generator=g) for _ in range(2)
     ]
     samples = [prompts[i // GROUP] for i in range(N)]  # jagged, 4.8-7.2 KiB each, repeated per group
     keys = [f"k{i}" for i in range(N)]
-    with SyncQueue("kv", **queue_kw, dedup=["prompts"], num_buckets=1) as q:
+    with SyncQueue("kv", **arena_queue_kw, dedup=["prompts"], num_buckets=1) as q:
         nt = torch.nested.as_nested_tensor(samples, layout=torch.jagged)
         q.kv_put(keys, {"prompts": nt, "ids": torch.arange(N)}, "p", tags=[{"n": i} for i in range(N)])
         moved = q.stats()["zerocopy"]
