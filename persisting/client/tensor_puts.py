@@ -103,7 +103,8 @@ class TensorPuts:
         names = dedup.chosen(mode, columns, other, topic.kinds)
         if not names:
             return await store(columns, other, None)
-        for attempt in range(dedup.PUT_ATTEMPTS):
+        attempt = 0
+        while True:
             putter = self._payload_putter(partition, timeout, key, attempt)
             plan = await dedup.plan(names, columns, other, partition, self._index, putter)
             self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
@@ -111,12 +112,12 @@ class TensorPuts:
                 result = await store(plan.columns, plan.other, (plan.put_bytes, plan.stored_bytes))
             except PayloadClearedError as exc:
                 self._index.drop(partition, plan.reused, exc.rows)  # forget those cleared, store them again
-                if attempt + 1 == dedup.PUT_ATTEMPTS:
+                attempt += 1
+                if attempt == dedup.PUT_ATTEMPTS:
                     raise
                 continue
             self._handle.moved("dedup_put_bytes", plan.put_bytes)
             return result
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _payload_putter(self, partition: str, timeout: float | None, key: str | None, attempt: int) -> dedup.PutPayload:
         """Stores the new distinct values of a deduped field as rows of the partition's payload partition."""
