@@ -6,7 +6,8 @@ One root, so ``except persisting.PersistingError`` catches all of them::
     ├── InvalidRecordError (TypeError)   a record the queue cannot store: bad type, bad key, reserved name
     │   └── SchemaConflictError          a value whose type differs from the stored column of that field
     ├── ConfigError (ValueError)         a bad argument, or one that contradicts what is stored on disk
-    │   └── PayloadClearedError          a deduped put references a stored value that was cleared meanwhile
+    │   ├── PayloadClearedError          a deduped put references a stored value that was cleared meanwhile
+    │   └── DedupConflictError           a put stores a field deduped where the topic stores it plain, or back
     ├── QueueClosedError                 a call on a queue after close()
     ├── StorageError (OSError)           the disk, the write-ahead log or Lance failed; the cause is chained
     │   ├── CorruptionError              stored bytes that fail their checksum or cannot be decoded
@@ -63,6 +64,18 @@ class PayloadClearedError(ConfigError):
 
     def __init__(self, message: str, rows: list[int] | tuple[int, ...] = ()) -> None:
         self.rows = list(rows)
+        super().__init__(message)
+
+
+class DedupConflictError(ConfigError):
+    """A put stores field ``field`` one way (deduped: references ``<field>@payload`` to payload rows; or plain)
+    while the topic stores it the other way (``deduped``: how the topic stores it). A topic stores each field one
+    way, so that every sample's value is read by the same name. A ``Queue(dedup="auto")`` catches it, learns the
+    topic's choice and puts again; with ``dedup=True`` or field names, the message names the fix."""
+
+    def __init__(self, message: str, field: str = "", deduped: bool = False) -> None:
+        self.field = field
+        self.deduped = deduped
         super().__init__(message)
 
 
@@ -125,6 +138,7 @@ __all__ = [
     "BrokerUnavailableError",
     "ConfigError",
     "CorruptionError",
+    "DedupConflictError",
     "Empty",
     "Full",
     "InvalidRecordError",

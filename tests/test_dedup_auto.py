@@ -117,3 +117,103 @@ def test_auto_follows_what_another_process_decided(arena_broker: BrokerProcess) 
     assert meta.size == 2 * N  # both puts' samples have the field, stored one way
     values = [v["pv"] for v in data["mm"]]
     assert all(torch.equal(v, w["pv"]) for v, w in zip(values, big + small, strict=True))
+
+
+def test_a_field_is_deduped_from_its_first_payload_row_on(arena_broker: BrokerProcess) -> None:
+    """The window between a producer's payload put and its sample put (here held open: the samples are refused
+    after the payloads were stored): another producer deciding "auto" then must see the field as deduped, not
+    take the payload rows' own field for a plain one (two producers once stored ``multi_modal_inputs`` both
+    ways, and a read of it by name dropped one's samples)."""
+    from persisting import BatchMeta, ConfigError, SampleMeta
+
+    big = [{"pv": torch.full((64, 64), float(i // GROUP))} for i in range(N)]
+    small = [{"pv": torch.full((2,), float(i))} for i in range(N)]
+    kw: dict[str, Any] = {"broker": arena_broker.address, "dedup": "auto", "objects": "pickle"}
+    with SyncQueue("window", **kw) as first, SyncQueue("window", **kw) as second:
+        nowhere = BatchMeta(tuple(SampleMeta(10_000 + i, "p", {}, {}) for i in range(N)))
+        with pytest.raises(ConfigError, match="samples that exist"):
+            first.put(_td({"mm": big}), batch_meta=nowhere)  # payload rows stored, then the patch refused
+        assert "mm@payload" in first.stats()["fields"]
+        second.put(_td({"mm": small, "ids": torch.arange(N)}), partition_id="p")
+        assert second.stats()["zerocopy"]["dedup_put_bytes"] > 0, "the second producer saw the field deduped"
+        first.put(_td({"mm": big, "ids": torch.arange(N)}), partition_id="p")
+        data, meta = first.get_batch(["mm"], 2 * N, "t", "p")
+    assert meta.size == 2 * N
+    values = [v["pv"] for v in data["mm"]]
+    assert all(torch.equal(v, w["pv"]) for v, w in zip(values, small + big, strict=True))
+
+
+def test_a_put_storing_a_field_the_other_way_is_refused(arena_broker: BrokerProcess) -> None:
+    """A topic stores a field one way: a Queue whose ``dedup`` names it otherwise gets ``DedupConflictError``
+    naming the field and the fix, and nothing of that put is stored; "auto" follows the topic."""
+    from persisting import DedupConflictError
+
+    big = [{"pv": torch.full((64, 64), float(i // GROUP))} for i in range(N)]
+    base: dict[str, Any] = {"broker": arena_broker.address, "objects": "pickle"}
+    with (
+        SyncQueue("ways", **base, dedup=["mm"]) as named,
+        SyncQueue("ways", **base, dedup=False) as plain,
+        SyncQueue("ways", **base, dedup=["other"]) as other,
+        SyncQueue("ways", **base, dedup="auto") as auto,
+    ):
+        named.put(_td({"mm": big}), partition_id="p")
+        plain.put(_td({"other": big}), partition_id="p")
+        with pytest.raises(DedupConflictError, match="'mm' is stored deduped") as err:
+            plain.put(_td({"mm": big}), partition_id="p")
+        assert err.value.field == "mm" and err.value.deduped
+        with pytest.raises(DedupConflictError, match="'other' is stored plain") as err:
+            other.put(_td({"other": big}), partition_id="p")
+        assert err.value.field == "other" and not err.value.deduped
+        auto.put(_td({"mm": big, "other": big}), partition_id="p")
+        fields = auto.stats()["fields"]
+        assert "mm@payload" in fields and "other@payload" not in fields
+        data, meta = auto.get_batch(["mm"], 2 * N, "t", "p")  # named's and auto's samples, nothing refused
+        assert meta.size == 2 * N
+        # rows: named's 2 payloads + 8 samples, plain's 8, auto's 2 payloads (its own index) + 8; refused: none
+        assert auto.stats()["total_count"] == 2 + N + N + 2 + N
+        assert all(torch.equal(v["pv"], w["pv"]) for v, w in zip(data["mm"], big + big, strict=True))
+
+
+def _race_put(address: str, topic: str, p: int, seed: int, start: Any, put: dict[int, Any], errors: list[Any]) -> None:
+    """Producer ``p`` of a race: even ones put an image that repeats in the put ("auto" dedups it), odd ones not."""
+    g = torch.Generator().manual_seed(seed + p)
+    image = torch.rand((N, 32, 64), generator=g)  # 8 KiB a sample
+    if p % 2 == 0:
+        image = image[:1].repeat(N, 1, 1)
+    try:
+        with SyncQueue(topic, broker=address, dedup="auto", num_buckets=1) as q:
+            start.wait(30)
+            meta = q.put({"image": image, "p": torch.full((N,), p)}, partition_id="x")
+            for k, i in enumerate(meta.global_indexes):
+                put[i] = image[k]
+    except BaseException as exc:  # reported by the test
+        errors.append(exc)
+
+
+def test_producers_deciding_apart_at_once_store_each_field_one_way(arena_broker: BrokerProcess, seed: int) -> None:
+    """Producers whose first puts of a tensor field race, one seeing it repeat (deduped) and the other not
+    (plain): whichever lands first decides, the other is refused and puts again the topic's way; every sample's
+    value is then read by the field's name."""
+    import threading
+
+    producers = 4
+    for round_ in range(4):
+        topic = f"race{round_}"
+        start = threading.Barrier(producers)
+        errors: list[BaseException] = []
+        put: dict[int, torch.Tensor] = {}
+        args = (arena_broker.address, topic)
+        threads = [
+            threading.Thread(target=_race_put, args=(*args, p, seed + 100 * round_, start, put, errors))
+            for p in range(producers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == [], f"seed {seed}: {errors[0]!r}"
+        with SyncQueue(topic, broker=arena_broker.address, num_buckets=1) as q:
+            data, meta = q.get_batch(["image"], producers * N, "t", "x")
+            assert meta.size == producers * N, f"seed {seed}: the field is stored both ways"
+            got = data["image"]
+            assert all(torch.equal(got[k], put[i]) for k, i in enumerate(meta.global_indexes)), f"seed {seed}"

@@ -250,7 +250,7 @@ class Connection:
 _ERROR_TYPES: dict[str, type[errors.PersistingError]] = {
     name: getattr(errors, name)
     for name in errors.__all__
-    if name not in ("SchemaConflictError", "PayloadClearedError", "RemoteError")
+    if name not in ("SchemaConflictError", "PayloadClearedError", "DedupConflictError", "RemoteError")
 }
 
 
@@ -268,4 +268,7 @@ def raise_for(reply: Reply) -> Reply:
     if reply.error_type == "PayloadClearedError":
         rows = reply.error_details.get("rows", "")
         raise errors.PayloadClearedError(reply.error_message, [int(r) for r in rows.split(",") if r.isdigit()])
+    if reply.error_type == "DedupConflictError":
+        d = reply.error_details
+        raise errors.DedupConflictError(reply.error_message, str(d.get("field", "")), bool(d.get("deduped")))
     raise errors.RemoteError(reply.error_type, reply.error_message)

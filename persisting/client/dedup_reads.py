@@ -25,10 +25,10 @@ async def named(topic: Topic | RemoteTopic, fields: list[str] | None, mode: dedu
     return [dedup.ref_field(f) if f in named else f for f in dedup.request_fields(fields, topic.kinds) or ()]
 
 
-async def refresh_kinds(topic: Topic | RemoteTopic, fields: list[str]) -> None:
-    """Bring a broker topic's known fields up to date if one of ``fields`` is not among them (one round trip:
-    another process may have put it since this one looked)."""
-    if isinstance(topic, RemoteTopic) and any(f not in topic.kinds for f in fields):
+async def refresh_kinds(topic: Topic | RemoteTopic, fields: list[str] | None) -> None:
+    """Bring a broker topic's known fields up to date if one of ``fields`` (None: in any case) is not among them
+    (one round trip: another process may have put it since this one looked)."""
+    if isinstance(topic, RemoteTopic) and (fields is None or any(f not in topic.kinds for f in fields)):
         topic.kinds.update((await topic.stats()).get("fields", {}))
 
 

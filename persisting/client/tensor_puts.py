@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from ..engine import Topic
-from ..errors import ConfigError, InvalidRecordError, PayloadClearedError
+from ..errors import ConfigError, DedupConflictError, InvalidRecordError, PayloadClearedError
 from ..tensors import batches, dedup, objects, reservation, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
@@ -94,30 +94,39 @@ class TensorPuts:
         references (tensors/dedup.py), with the bytes (put, stored) of those fields; as given where dedup applies
         to none. The engine refuses samples that reference a value cleared meanwhile (``PayloadClearedError``:
         its last sample was cleared, maybe by another process): the values this put found in the content index
-        are forgotten and stored again."""
+        are forgotten and stored again. It refuses a field stored the other way than the topic stores it
+        (``DedupConflictError``): under ``"auto"`` the topic's choice is looked up and the put made again."""
         mode = self._handle.dedup
         if mode == dedup.AUTO and (new := dedup.undecided(columns, other, topic.kinds)):
             # decided by how the topic stores each field: learn what other processes put (once per new field,
             # a stats round trip; then the first put of a field this process has not seen costs two)
             await dedup_reads.refresh_kinds(topic, new)
-        names = dedup.chosen(mode, columns, other, topic.kinds)
-        if not names:
-            return await store(columns, other, None)
-        attempt = 0
+        attempt = -1
         while True:
-            putter = self._payload_putter(partition, timeout, key, attempt)
-            plan = await dedup.plan(names, columns, other, partition, self._index, putter)
-            self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
+            attempt += 1
+            last = attempt == dedup.PUT_ATTEMPTS - 1
+            names = dedup.chosen(mode, columns, other, topic.kinds)
             try:
-                result = await store(plan.columns, plan.other, (plan.put_bytes, plan.stored_bytes))
-            except PayloadClearedError as exc:
-                self._index.drop(partition, plan.reused, exc.rows)  # forget those cleared, store them again
-                attempt += 1
-                if attempt == dedup.PUT_ATTEMPTS:
+                if not names:
+                    return await store(columns, other, None)
+                putter = self._payload_putter(partition, timeout, key, attempt)
+                plan = await dedup.plan(names, columns, other, partition, self._index, putter)
+                self._handle.moved("dedup_stored_bytes", plan.stored_bytes)
+                try:
+                    result = await store(plan.columns, plan.other, (plan.put_bytes, plan.stored_bytes))
+                except PayloadClearedError as exc:
+                    self._index.drop(partition, plan.reused, exc.rows)  # forget those cleared, store them again
+                    if last:
+                        raise
+                    continue
+                self._handle.moved("dedup_put_bytes", plan.put_bytes)
+                return result
+            except DedupConflictError:
+                # another process stored a field first, the other way ("auto" decided on what this process knew
+                # then): learn how the topic stores it and put again; a dedup the caller named is theirs to change
+                if mode != dedup.AUTO or last:
                     raise
-                continue
-            self._handle.moved("dedup_put_bytes", plan.put_bytes)
-            return result
+                await dedup_reads.refresh_kinds(topic, None)
 
     def _payload_putter(self, partition: str, timeout: float | None, key: str | None, attempt: int) -> dedup.PutPayload:
         """Stores the new distinct values of a deduped field as rows of the partition's payload partition."""

@@ -13,6 +13,9 @@ any cleared row, once no sample of ``p`` that is put (acknowledged or in flight)
 - a put whose ``<name>@payload`` names a row that is not live (cleared, or never a payload row of ``p``) is
   refused with ``PayloadClearedError`` before it gets an index (the client forgets its content index of ``p``
   and stores the values again), so no reference ever names a cleared row;
+- a field is stored one way per topic (``check_ways``): a payload put declares the field's references
+  (``<name>@payload``) in the schema in its own frame, so from its first payload row on every process sees the
+  field as deduped; a put storing a field the other way is refused with ``DedupConflictError``;
 - at open the counts are rebuilt from what is stored (the backends' columns and the log's tail, less the
   cleared samples) and payload rows that nothing references are cleared: a crash between a sample clear (logged
   first) and its payloads' clear, or between a producer's payload put and its samples, converges there.
@@ -27,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import PayloadClearedError
-from ..tensors.dedup import PAYLOAD_PARTITION_PREFIX, REF_SUFFIX
-from ..wire.codec import INDEX_KEY, OF_KEY, PARTITION_KEY
+from ..errors import DedupConflictError, PayloadClearedError
+from ..tensors.dedup import PAYLOAD_PARTITION_PREFIX, REF_KIND, REF_SUFFIX
+from ..wire.codec import INDEX_KEY, OF_KEY, PARTITION_KEY, RESERVED_PREFIX
 from .buckets import Buckets
 from .tail import Tail
 
@@ -37,6 +40,40 @@ from .tail import Tail
 def ref_names(kinds: Iterable[str]) -> list[str]:
     """The reference fields among ``kinds``' names."""
     return [k for k in kinds if k.endswith(REF_SUFFIX)]
+
+
+def check_ways(partition: str, given: Iterable[str], stored: Mapping[str, str]) -> dict[str, str]:
+    """Refuse a put that stores a field the other way than the topic does (``stored``: the schema's kinds), and
+    return the reference kinds a payload put declares (with its first payload row of a field, in its frame).
+
+    Why declare: a payload row holds the value under the field's own name, so between a producer's first payload
+    put and its first sample put the schema held ``<name>`` alone, which reads as a plain field; a second producer
+    deciding ``dedup="auto"`` then stored the field plain, and reads of the field by name dropped those samples.
+    """
+    if partition.startswith(PAYLOAD_PARTITION_PREFIX):
+        declared: dict[str, str] = {}
+        for name in given:
+            if name.startswith(RESERVED_PREFIX) or name.endswith(REF_SUFFIX) or name + REF_SUFFIX in stored:
+                continue
+            if name in stored:
+                raise DedupConflictError(
+                    f"field {name!r} is stored plain in this topic and this put would store it deduped; a topic "
+                    f"stores a field one way: put it with a Queue whose dedup leaves {name!r} out (or dedup='auto')",
+                    name,
+                    False,
+                )
+            declared[name + REF_SUFFIX] = REF_KIND
+        return declared
+    for name in given:
+        if not name.endswith(REF_SUFFIX) and name + REF_SUFFIX in stored:
+            raise DedupConflictError(
+                f"field {name!r} is stored deduped in this topic (references {name + REF_SUFFIX!r}) and this put "
+                f"would store it plain; a topic stores a field one way: put it with a Queue whose dedup names "
+                f"{name!r} (or dedup='auto')",
+                name,
+                True,
+            )
+    return {}
 
 
 def _refs(row: Mapping[str, Any], names: Sequence[str]) -> list[int]:

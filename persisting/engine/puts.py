@@ -19,6 +19,7 @@ from .config import Metrics, TopicConfig
 from .flushing import IDEMPOTENCY_WINDOW_SECONDS, Flusher
 from .index import SampleIndex
 from .partitions import Clears
+from .payloads import check_ways
 from .schema import Schema
 from .tail import ArenaPayload, Chunk, Tail
 from .wal import WriteAheadLog
@@ -122,6 +123,7 @@ class Appender:
             raise QueueClosedError(f"topic {self._name!r} is not open")
         self._accepting()  # close() takes what is in the log when it starts, and nothing after
         new_kinds = self._schema.new_kinds(batch.kinds)
+        new_kinds.update(check_ways(partition, batch.kinds, self._schema.kinds))
         n = len(batch.rows)
         tail = self._tail
         if n == 0:

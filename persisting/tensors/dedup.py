@@ -56,6 +56,7 @@ from . import jagged, objects
 from .column import AnyColumn, Column
 
 REF_SUFFIX = "@payload"
+REF_KIND = "int"  # a reference is the global index of its payload row (wire/codec.py kind of a Python int)
 PAYLOAD_PARTITION_PREFIX = RESERVED_PREFIX + "payloads:"
 # Compare the bytes of samples of one put whose hashes match (PERSISTING_DEDUP_VERIFY=1): off by default, see
 # the module docstring for why the 128-bit hash alone is enough here; on, it reads the repeats a second time.

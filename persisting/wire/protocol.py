@@ -66,7 +66,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import PayloadClearedError, ProtocolError, ProtocolVersionError, SchemaConflictError
+from ..errors import DedupConflictError, PayloadClearedError, ProtocolError, ProtocolVersionError, SchemaConflictError
 
 PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -207,6 +207,8 @@ def error_reply(request_id: int, exc: BaseException) -> Reply:
         details = {"field": exc.field, "stored": exc.stored, "given": exc.given}
     elif isinstance(exc, PayloadClearedError):
         details = {"rows": ",".join(map(str, exc.rows))}
+    elif isinstance(exc, DedupConflictError):
+        details = {"field": exc.field, "deduped": "1" if exc.deduped else ""}
     return Reply(request_id, False, error_type=type(exc).__name__, error_message=str(exc), error_details=details)
 
 
