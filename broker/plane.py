@@ -31,7 +31,6 @@ from typing import Any
 
 import msgpack
 import numpy as np
-import zmq
 
 from persisting.engine import ArenaPayload, ObjectStoreTopic, Topic, sampler_from_wire, stored_topics
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
@@ -411,9 +410,6 @@ class TensorPlane:
         if req.args.get("columns"):  # the dense fields as raw frames, one per field (wire/columns.py)
             dense, rows, kinds = await topic.sample_columns(indexes, fields)
             entries, frames = columns.frames(dense)
-            # Sent without a copy (a frame over zmq.COPY_THRESHOLD): each is memory this reply owns (what Lance
-            # returned, or an array made for it), which ZeroMQ's I/O thread reads once and then lets go.
-            owned: list[Any] = [zmq.Frame(f) for f in frames]
-            return Reply(req.id, True, {"kinds": kinds, "columns": entries}, buffers=[codec.pack(rows), *owned])
+            return Reply(req.id, True, {"kinds": kinds, "columns": entries}, buffers=[codec.pack(rows), *frames])
         rows, kinds = await topic.sample_rows(indexes, fields)
         return Reply(req.id, True, {"kinds": kinds}, buffers=[codec.pack(rows)])

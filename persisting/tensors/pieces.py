@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .arena import DEFAULT_ARENA_BYTES, HEADER_BYTES, align_up
-from .column import AnyColumn, Column, storage_dtype, to_user
+from .column import AnyColumn, Column, Parts, storage_dtype, to_user
 from .meta import BatchMeta
 
 SPOOL_ABOVE_BYTES = DEFAULT_ARENA_BYTES  # embedded mode (no arena): batches above this go through a spool file
@@ -142,6 +142,12 @@ class Gathered:
 
     def add(self, a: int, b: int, piece: Mapping[str, Any]) -> None:
         for name, value in piece.items():
+            if isinstance(value, Parts):  # the piece's samples in several arrays: each copied in at its place
+                at = a
+                for part in value:
+                    self.add(at, at + len(part), {name: part})
+                    at += len(part)
+                continue
             have = self.out.get(name)
             if isinstance(value, np.ndarray) and value.shape[:1] == (b - a,):
                 if have is None and a == 0:
