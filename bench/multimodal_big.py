@@ -17,6 +17,7 @@ import asyncio
 import multiprocessing
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +28,10 @@ import numpy as np
 from persisting import Queue
 
 from .broker_server import broker_process
-from .measure import reset_peak, vm_hwm_bytes
+from .measure import reset_peak, vm_hwm_bytes, vm_rss_bytes
 
 MiB = 1024 * 1024
+RSS_POLL_S = 0.02  # how often the broker's RSS is read during the get
 BIG_SAMPLE_MIB = 16
 
 
@@ -87,6 +89,31 @@ async def _produce(
         return t0, put_done, put_done
 
 
+class _Polled:
+    """A process's VmRSS polled on a thread between ``start`` and ``stop``: the first and the largest seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.first, self.peak = pid, 0, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _poll(self) -> None:
+        while True:
+            rss = vm_rss_bytes(self.pid)
+            self.first = self.first or rss
+            self.peak = max(self.peak, rss)
+            if self._done.wait(RSS_POLL_S):
+                return
+
+
 def _memcpy(batch: np.ndarray) -> float:
     dst = np.empty_like(batch)
     dst.fill(0)  # faulted in: the reference is the copy, not the page faults
@@ -112,18 +139,13 @@ def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int, after_flush:
     ) as broker:
         consumer = ctx.Process(target=_consumer, args=(address, batch.shape[0], batch.shape[1], out, start))
         consumer.start()
-        before_get: list[int] = []
-
-        def flushed() -> None:  # the broker's peak so far (put, flush), then its peak from here on: the get's
-            before_get.append(vm_hwm_bytes(broker.pid))
-            reset_peak(broker.pid)
-
+        get_rss = _Polled(broker.pid)  # the broker's RSS while the consumer reads (the flush's peak is not the get's)
         try:
             out.get(timeout=120)  # the consumer is connected and waiting
-            t0, put_done, asked = asyncio.run(_produce(address, batch, after_flush, start, flushed))
+            t0, put_done, asked = asyncio.run(_produce(address, batch, after_flush, start, get_rss.start))
             _kind, got, ok, consumer_rss = out.get(timeout=900)
-            get_rss = vm_hwm_bytes(broker.pid)
-            broker_rss = max([get_rss, *before_get])
+            get_rss.stop()
+            broker_rss = vm_hwm_bytes(broker.pid)
         finally:
             consumer.join(timeout=600)
             if consumer.is_alive():
@@ -141,7 +163,8 @@ def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int, after_flush:
         "memcpy_gbps": memcpy,
         "exact": bool(ok),
         "broker_peak_rss": broker_rss,
-        "broker_get_peak_rss": get_rss if after_flush else float("nan"),
+        "broker_get_peak_rss": get_rss.peak if after_flush else float("nan"),
+        "broker_get_start_rss": get_rss.first if after_flush else float("nan"),
         "consumer_peak_rss": consumer_rss,
     }
 
@@ -183,8 +206,9 @@ def render(rows: list[dict[str, Any]]) -> str:
     ]
     if flushed:
         lines[-1] += (
-            f"; the broker's during the get alone (its peak reset after the flush): "
-            f"{m('broker_get_peak_rss') / MiB:,.0f} MiB (the arena is {arena:.0f} MiB)"
+            f". The broker's RSS during the get alone (VmRSS every {RSS_POLL_S * 1000:.0f} ms): "
+            f"{m('broker_get_start_rss') / MiB:,.0f} MiB as it began (what the flush left), "
+            f"{m('broker_get_peak_rss') / MiB:,.0f} MiB at most (the arena is {arena:.0f} MiB)"
         )
     return "\n".join(lines)
 
