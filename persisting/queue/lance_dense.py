@@ -8,9 +8,9 @@ this way only where its column is one of those two layouts and holds no null; a 
 that field through its rows.
 
 The rows are taken fragment by fragment (``LanceFragment.take`` with positions inside each fragment), not with
-``LanceDataset.take``: for a fixed-size tensor column pylance 14 decodes the former at about 0.35 CPU s/GB and the
-latter at 1.7-1.9 (``python -m bench lance-read-apis``); both count positions among the live rows (deleted rows
-skipped), so they take the same rows.
+``LanceDataset.take``: for a fixed-size tensor column pylance 14 reads the former at 0.5-0.6 CPU s/GB (what a plain
+``read`` of the files costs) and the latter at 1.5 (``python -m bench lance-read-apis``); both count positions
+among the live rows (deleted rows skipped), so they take the same rows.
 """
 
 from __future__ import annotations
