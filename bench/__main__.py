@@ -384,6 +384,7 @@ _STANDALONE = {
     "lance-encoding": ".lance_encoding",
     "wal-rounds": ".wal_rounds",
     "lance-read-cpu": ".lance_read_cpu",
+    "lance-read-apis": ".lance_read_apis",
 }
 
 

@@ -22,6 +22,17 @@ def vm_hwm_bytes(pid: int | str) -> int:
     return 0
 
 
+def vm_rss_bytes(pid: int | str) -> int:
+    """Resident set size of a process now (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def reset_peak(pid: int | str = "self") -> None:
     """Start the peak RSS again from the current RSS (Linux: ``5`` into /proc/<pid>/clear_refs)."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")

@@ -17,7 +17,9 @@ import asyncio
 import multiprocessing
 import statistics
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,10 @@ import numpy as np
 from persisting import Queue
 
 from .broker_server import broker_process
-from .measure import reset_peak, vm_hwm_bytes
+from .measure import reset_peak, vm_hwm_bytes, vm_rss_bytes
 
 MiB = 1024 * 1024
+RSS_POLL_S = 0.02  # how often the broker's RSS is read during the get
 BIG_SAMPLE_MIB = 16
 
 
@@ -70,7 +73,9 @@ def _consumer(address: str, n: int, per: int, out: Any, start: Any) -> None:
     asyncio.run(go())
 
 
-async def _produce(address: str, batch: np.ndarray, after_flush: bool, start: Any) -> tuple[float, float, float]:
+async def _produce(
+    address: str, batch: np.ndarray, after_flush: bool, start: Any, flushed: Callable[[], None]
+) -> tuple[float, float, float]:
     async with Queue("big", broker=address) as q:
         await q.put({"x": batch[:1, :16]}, partition_id="warm")  # the topic's creation is not timed
         t0 = time.monotonic()
@@ -78,9 +83,35 @@ async def _produce(address: str, batch: np.ndarray, after_flush: bool, start: An
         put_done = time.monotonic()
         if after_flush:
             await q.flush()  # the spool file goes once Lance holds the batch
+            flushed()
             start.set()
             return t0, put_done, time.monotonic()  # the get alone is timed from here
         return t0, put_done, put_done
+
+
+class _Polled:
+    """A process's VmRSS polled on a thread between ``start`` and ``stop``: the first and the largest seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.first, self.peak = pid, 0, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _poll(self) -> None:
+        while True:
+            rss = vm_rss_bytes(self.pid)
+            self.first = self.first or rss
+            self.peak = max(self.peak, rss)
+            if self._done.wait(RSS_POLL_S):
+                return
 
 
 def _memcpy(batch: np.ndarray) -> float:
@@ -108,10 +139,12 @@ def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int, after_flush:
     ) as broker:
         consumer = ctx.Process(target=_consumer, args=(address, batch.shape[0], batch.shape[1], out, start))
         consumer.start()
+        get_rss = _Polled(broker.pid)  # the broker's RSS while the consumer reads (the flush's peak is not the get's)
         try:
             out.get(timeout=120)  # the consumer is connected and waiting
-            t0, put_done, asked = asyncio.run(_produce(address, batch, after_flush, start))
+            t0, put_done, asked = asyncio.run(_produce(address, batch, after_flush, start, get_rss.start))
             _kind, got, ok, consumer_rss = out.get(timeout=900)
+            get_rss.stop()
             broker_rss = vm_hwm_bytes(broker.pid)
         finally:
             consumer.join(timeout=600)
@@ -130,6 +163,8 @@ def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int, after_flush:
         "memcpy_gbps": memcpy,
         "exact": bool(ok),
         "broker_peak_rss": broker_rss,
+        "broker_get_peak_rss": get_rss.peak if after_flush else float("nan"),
+        "broker_get_start_rss": get_rss.first if after_flush else float("nan"),
         "consumer_peak_rss": consumer_rss,
     }
 
@@ -169,6 +204,12 @@ def render(rows: list[dict[str, Any]]) -> str:
         f"Peak RSS (median): broker {m('broker_peak_rss') / MiB:,.0f} MiB, consumer {m('consumer_peak_rss') / MiB:,.0f}"
         f" MiB (the batch is {gib * 1024:,.0f} MiB; the consumer's one result tensor is the one copy it needs)",
     ]
+    if flushed:
+        lines[-1] += (
+            f". The broker's RSS during the get alone (VmRSS every {RSS_POLL_S * 1000:.0f} ms): "
+            f"{m('broker_get_start_rss') / MiB:,.0f} MiB as it began (what the flush left), "
+            f"{m('broker_get_peak_rss') / MiB:,.0f} MiB at most (the arena is {arena:.0f} MiB)"
+        )
     return "\n".join(lines)
 
 

@@ -249,3 +249,24 @@ def test_broker_killed_mid_read_then_read_again(tmp_path: Path) -> None:
                 np.testing.assert_array_equal(got["x"], x)
                 got["x"][:] = 0.0
                 np.testing.assert_array_equal(q.get_data(meta)["x"], x)
+
+
+def test_a_field_in_several_arrays_travels_as_one_frame_each() -> None:
+    from persisting.errors import ProtocolError
+    from persisting.tensors.column import Parts
+    from persisting.tensors.pieces import Gathered
+
+    rng = np.random.default_rng(random.randrange(2**32))
+    a, b, c = rng.random((3, 4), dtype=np.float32), rng.random((2, 4), dtype=np.float32), rng.random((5, 2))
+    entries, frames = columns.frames({"x": ("ndarray", "float32", Parts([a, b])), "y": ("ndarray", "float64", c)})
+    assert [e[4] if len(e) == 5 else None for e in entries] == [[3, 2], None] and len(frames) == 3
+    got = columns.arrays(entries, [f.bytes for f in frames], 5)
+    assert isinstance(got["x"][2], Parts) and not isinstance(got["y"][2], Parts)
+    gathered = Gathered(5)
+    gathered.add(0, 5, {"x": got["x"][2], "y": got["y"][2]})
+    assert gathered.out["x"].tobytes() == np.concatenate([a, b]).tobytes()
+    assert gathered.out["y"].tobytes() == c.tobytes()
+    with pytest.raises(ProtocolError, match="frames of"):
+        columns.arrays([[*entries[0][:4], [3, 1]], entries[1]], [f.bytes for f in frames], 5)
+    with pytest.raises(ProtocolError, match="name 2 frames for 3"):
+        columns.arrays([entries[0]], [f.bytes for f in frames], 5)

@@ -31,6 +31,7 @@ EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
+VIEWED_FRAME_BYTES = 1024 * 1024  # a reply frame at least this big is kept as a view of its message, not copied
 
 # One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
 # the background loop (a thread hop costs about as much as the ZeroMQ round trip itself).
@@ -146,12 +147,15 @@ class Connection:
             try:
                 if not int(sock.getsockopt(EVENTS)) & POLLIN:  # cheaper than the zmq.Again of an empty recv
                     return
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                got = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:  # the socket was closed under us
                 log.debug("receiving from %s stopped: %s", self.address, exc)
                 return
+            # A big frame (a piece's column) as a read-only view of its ZeroMQ message: copied once, by whoever
+            # keeps it (batches.from_columns, pieces.Gathered), not first into bytes here.
+            frames: list[Any] = [f.buffer if len(f) >= VIEWED_FRAME_BYTES else f.bytes for f in got]
             try:
                 reply = protocol.decode_reply(frames)
             except errors.ProtocolError as exc:

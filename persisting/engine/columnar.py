@@ -6,7 +6,8 @@ batch's memory while it is resident (the arena, a spool file), from Lance once f
 one take per bucket of only the columns asked for), else from the tail's rows. ``DenseField`` copies each array
 into the field's one result, at the positions of the samples it holds; the one array that holds them all, in
 order, is kept as it is instead (what Lance returned, read-only: ``batches.from_columns`` copies it for a
-consumer, the broker sends it from there). Either way a consumer gets its own copy: its writes never reach what
+consumer, the broker sends it from there), and so are the arrays that hold them all in order, one per Lance
+fragment (``Parts``: one reply frame each). Either way a consumer gets its own copy: its writes never reach what
 is stored. Where one field cannot be read this way (a column of another layout, a sample without the field,
 samples of different dtypes or shapes), that field alone is left to the row path (``Reader.sample_rows``): it
 reads the same values, only slower.
@@ -18,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from ..tensors.column import storage_dtype
+from ..tensors.column import Parts, storage_dtype
 from ..wire.codec import decode_sample
 
-Dense = tuple[str, str, np.ndarray]
-"""A field read as a column: (kind, dtype name, array of the samples asked for in the storage dtype)."""
+Dense = tuple[str, str, np.ndarray | Parts]
+"""A field read as a column: (kind, dtype name, array of the samples asked for in the storage dtype, or the
+arrays that hold them in order: ``Parts``)."""
 
 
 class DenseField:
@@ -34,6 +36,7 @@ class DenseField:
         self.src = src
         self.dtype_name = ""
         self.array: np.ndarray | None = None
+        self.parts: Parts | None = None  # several arrays that hold every sample in order (kept, not copied)
         self.filled = 0
         self.failed = False
 
@@ -41,6 +44,17 @@ class DenseField:
         """Place what ``Buckets.take_dense`` read for ``rows`` (None: not as columns, so this field fails)."""
         if got is None:
             self.failed = True
+            return
+        chunks = got[1]
+        if (
+            self.array is None
+            and len(chunks) > 1
+            and np.array_equal(rows, self.src)
+            and len({(c.dtype, c.shape[1:]) for c in chunks}) == 1
+        ):
+            # every sample asked for, in order, one array per Lance fragment: kept as they are (read-only; one
+            # reply frame each), so the one copy is made where a consumer gathers them (see ``Parts``)
+            self.dtype_name, self.parts, self.filled = got[0], Parts(chunks), len(rows)
             return
         at = 0
         for samples in got[1]:
@@ -53,6 +67,8 @@ class DenseField:
         that stays valid: what Lance returned, not the arena)."""
         if self.failed or not len(rows):
             return
+        if self.parts is not None:  # (not expected: samples come from two places) one array, then go on
+            self.array, self.parts = self.parts.joined(), None
         pos = np.searchsorted(rows, self.src)
         hit = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == self.src)
         at = np.flatnonzero(hit)
@@ -93,8 +109,11 @@ class DenseField:
             self.place(rows[mine], decoded[0][0], np.stack([a for _, a in decoded]))
 
     def result(self) -> Dense | None:
-        if self.failed or self.array is None or self.filled != len(self.src):
+        held = self.parts if self.parts is not None else self.array
+        if self.failed or held is None or self.filled != len(self.src):
             return None
-        if not np.can_cast(self.array.dtype, storage_dtype(self.kind, self.dtype_name), "equiv"):
+        if not np.can_cast(
+            (held[0] if isinstance(held, Parts) else held).dtype, storage_dtype(self.kind, self.dtype_name), "equiv"
+        ):
             return None  # (not expected: a stored dtype name that says another dtype than its bytes)
-        return self.kind, self.dtype_name, self.array
+        return self.kind, self.dtype_name, held

@@ -151,7 +151,7 @@ def from_rows(rows: list[dict[str, Any]], kinds: Mapping[str, str], fields: list
 
 
 def from_columns(
-    dense: Mapping[str, tuple[str, str, np.ndarray]],
+    dense: Mapping[str, tuple[str, str, Any]],
     rows: list[dict[str, Any]],
     kinds: Mapping[str, str],
     fields: list[str],
@@ -167,6 +167,11 @@ def from_columns(
     for name in fields:
         if name in dense:
             kind, dtype_name, array = dense[name]
+            if isinstance(array, tensors.Parts):  # one array per fragment: joined (the copy), or left to Gathered
+                if not copy:
+                    out[name] = tensors.Parts(tensors.to_user(a, kind, dtype_name, device) for a in array)
+                    continue
+                array = array.joined()
             array = array.copy() if copy and not array.flags.writeable else array
             out[name] = tensors.to_user(array, kind, dtype_name, device)
         elif name in rest:

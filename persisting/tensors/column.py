@@ -213,3 +213,17 @@ def stack(samples: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
     if all(s.shape == shape for s in samples):
         return np.stack(samples)
     return samples
+
+
+class Parts(list[Any]):
+    """One field's samples, in order, as several arrays (or tensors) of one dtype and sample shape, batch dimension
+    first: the samples of a piece of a big read that Lance returned in one array per fragment, passed on as they
+    are (one reply frame each) so that the one copy is made where they are gathered (``pieces.Gathered``)."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(part.nbytes) for part in self)
+
+    def joined(self) -> np.ndarray:
+        """The samples in one array (a copy, the caller's own)."""
+        return np.concatenate(self) if len(self) > 1 else np.array(self[0])

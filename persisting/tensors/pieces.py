@@ -4,13 +4,15 @@ Put: the tensors of a batch above the size the arena takes (``spool_above``) are
 pieces of at most ``PIECE_BYTES``, into a spool file of the topic (``write_part``: ``pwrite`` from the caller's
 own memory, the one copy the batch gets) and stored from there (``engine/spooled.py``). Get: a ``get_data`` of
 more than that is asked for in runs of samples of at most ``PIECE_BYTES`` each (``piece_ranges``), and each
-field's pieces are copied into one result array allocated once (``Gathered``): the one copy a consumer needs,
-and no request, reply or buffer anywhere holds more than a piece.
+field's pieces are copied into one result array allocated once (``Gathered``): the one copy a consumer needs.
+The next piece is asked for while the last one is copied: at most 2 pieces are in flight, so no request, reply
+or buffer anywhere holds more than 2 pieces.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,7 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .arena import DEFAULT_ARENA_BYTES, HEADER_BYTES, align_up
-from .column import AnyColumn, Column, storage_dtype, to_user
+from .column import AnyColumn, Column, Parts, storage_dtype, to_user
 from .meta import BatchMeta
 
 SPOOL_ABOVE_BYTES = DEFAULT_ARENA_BYTES  # embedded mode (no arena): batches above this go through a spool file
@@ -140,6 +142,12 @@ class Gathered:
 
     def add(self, a: int, b: int, piece: Mapping[str, Any]) -> None:
         for name, value in piece.items():
+            if isinstance(value, Parts):  # the piece's samples in several arrays: each copied in at its place
+                at = a
+                for part in value:
+                    self.add(at, at + len(part), {name: part})
+                    at += len(part)
+                continue
             have = self.out.get(name)
             if isinstance(value, np.ndarray) and value.shape[:1] == (b - a,):
                 if have is None and a == 0:
@@ -186,16 +194,35 @@ async def gather(
     if meta.size <= 1 or sum(sizes) <= most:
         return None
     out = Gathered(meta.size)
-    for a, b in piece_ranges(sizes, min(PIECE_BYTES, max(most // 2, 1))):
-        data = await fetch(BatchMeta(meta.samples[a:b], meta.extra_info))
-        out.add(a, b, data)
-        release = getattr(data, "release", None)
-        if release is not None:
-            release()  # copied: its views (if any) go back now, not when collected
-        del data, release
-        # The piece's reply buffers sit in reference cycles of the request machinery (futures, frames): without
-        # this, a 2 GiB read left ~0.9x its size of dead pieces in RSS until a full collection came by.
-        gc.collect(1)
+    ranges = piece_ranges(sizes, min(PIECE_BYTES, max(most // 2, 1)))
+
+    def ask(k: int) -> asyncio.Future[Any]:
+        a, b = ranges[k]
+        return asyncio.ensure_future(fetch(BatchMeta(meta.samples[a:b], meta.extra_info)))
+
+    # Piece k+1 is asked for before piece k is copied, so the broker reads the next piece while this process
+    # copies the last one: at most 2 pieces in flight (the one being copied and the one asked for).
+    ahead = ask(0)
+    try:
+        for k, (a, b) in enumerate(ranges):
+            data = await ahead
+            if k + 1 < len(ranges):
+                ahead = ask(k + 1)
+            out.add(a, b, data)
+            release = getattr(data, "release", None)
+            if release is not None:
+                release()  # copied: its views (if any) go back now, not when collected
+            del data, release
+            # The piece's reply buffers sit in reference cycles of the request machinery (futures, frames):
+            # without this, a 2 GiB read left ~0.9x its size of dead pieces in RSS until a full collection came.
+            gc.collect(1)
+    finally:
+        if not ahead.done():
+            ahead.cancel()  # this get failed or was cancelled: the piece asked ahead is not wanted
+            with contextlib.suppress(BaseException):
+                await ahead
+        elif not ahead.cancelled():
+            ahead.exception()  # (looked at: a failed piece asked ahead is not logged as an error nobody saw)
     return out.out
 
 
