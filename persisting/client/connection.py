@@ -22,12 +22,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .. import errors
-from ..wire import protocol
+from ..wire import protocol, zsocket
 from ..wire.protocol import WAIT_SLICE_SECONDS, Reply, Request
 
 log = logging.getLogger(__name__)
-# Plain ints: ``int & zmq.POLLIN`` goes through the IntFlag machinery, a few microseconds per request.
-EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
@@ -144,9 +142,9 @@ class Connection:
         sock = self._sock
         while True:
             try:
-                if not int(sock.getsockopt(EVENTS)) & POLLIN:  # cheaper than the zmq.Again of an empty recv
+                if not zsocket.readable(sock):
                     return
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = zsocket.recv(sock)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:  # the socket was closed under us
@@ -164,8 +162,8 @@ class Connection:
     def _send(self, frames: list[bytes]) -> None:
         # zmq.Again: the queue to the broker is full (it is down or stalled); the resend timer tries again.
         with contextlib.suppress(zmq.Again):
-            self._sock.send_multipart(frames, zmq.NOBLOCK)
-        if int(self._sock.getsockopt(EVENTS)) & POLLIN:
+            zsocket.send(self._sock, frames)
+        if zsocket.readable(self._sock):
             self._kick()
 
     async def request(
@@ -180,7 +178,7 @@ class Connection:
         answering; the first re-send waits that much longer, so a waiting long-poll is not sent twice."""
         req = Request(next(self._ids), op, args, buffers or [])
         frames = protocol.encode_request(req)
-        size = sum(len(f) for f in frames)
+        size = sum(len(f) for f in frames) if buffers else len(frames[0])
         if size > self.max_message_bytes:
             raise errors.InvalidRecordError(
                 f"this {op} request is {size} bytes, over the broker's limit of {self.max_message_bytes}; "
