@@ -9,6 +9,7 @@ the wire is the same (every frame copied, as ``send_multipart`` does by default)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -17,7 +18,9 @@ from zmq.backend import Socket as _CSocket
 NOBLOCK, SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
 EVENTS, POLLIN, RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
 
-_send, _recv, _get = _CSocket.send, _CSocket.recv, _CSocket.get
+_send: Callable[..., Any] = _CSocket.send
+_recv: Callable[..., Any] = _CSocket.recv
+_get: Callable[[Any, int], Any] = _CSocket.get  # an int for the int options used here
 
 
 def readable(sock: zmq.Socket[Any]) -> bool:
