@@ -8,8 +8,8 @@ processes are started with the ``spawn`` method (Lance is not fork-safe) and all
 opening their queue, so start-up is never timed. ``time.monotonic`` is one clock for every process on Linux, so
 the aggregate windows span from the earliest worker start to the latest worker end.
 
-1. Latency (``broker_latency``): raw ZeroMQ echo (blocking and asyncio), protocol ``hello``, ``Queue.put``
-   with ``durability="process"`` and ``"sync"``, interleaved.
+1. Latency (``broker_latency``): raw ZeroMQ echo (blocking, zmq.asyncio, a loop reader), protocol ``hello``,
+   ``Queue.put`` with ``durability="process"`` and ``"sync"``, interleaved.
 2. Throughput (``broker_throughput``): 2 producers, 2 consumers through the broker, per durability; then the same
    with ``PIPELINED_INFLIGHT`` requests in flight per process (pipelined on its one connection).
 3. The same 2x2 shape through persist-queue's ``SQLiteAckQueue`` (``broker_pq``).
@@ -72,7 +72,7 @@ def run_broker_bench(
     work = base / "work"
     work.mkdir()
     log_path = base / "broker.log"
-    total = 5 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
+    total = 6 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
     result = BrokerBenchResult([], [])
     result.settings = {
         "latency_n": latency_n,
@@ -90,7 +90,7 @@ def run_broker_bench(
         echo.start()
         try:
             with broker_process(base / "storage", broker_addr, log_path) as broker:
-                bar.set_description("latency (5 series interleaved)")
+                bar.set_description("latency (6 series interleaved)")
                 result.latency, counts = asyncio.run(
                     latency(broker_addr, echo_addr, latency_n, warmup, seed, bar.update)
                 )

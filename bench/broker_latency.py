@@ -1,11 +1,13 @@
-"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, five series
+"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, six series
 interleaved in rounds so that they share the machine's noise: raw DEALER->ROUTER echo (blocking pyzmq client, the
-floor), the same with a ``zmq.asyncio`` client, persisting's protocol ``hello`` (client Connection + broker
-dispatch, no storage), and ``Queue.put`` with ``durability="process"`` and ``"sync"``. The echo server is a
-spawned process this module starts and stops."""
+floor), the same with a ``zmq.asyncio`` client, the same read the way persisting's client reads its replies (an
+asyncio reader callback resolving a future: the floor of any client on asyncio), persisting's protocol ``hello``
+(client Connection + broker, no storage), and ``Queue.put`` with ``durability="process"`` and ``"sync"``. The
+echo server is a spawned process this module starts and stops."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import statistics
@@ -20,6 +22,7 @@ import zmq.asyncio
 
 from persisting import Queue
 from persisting.client.connection import Connection
+from persisting.wire import zsocket
 
 from .measure import Tick, nearest_rank
 from .records import make_records
@@ -66,6 +69,40 @@ class LatencySeries:
         }
 
 
+class LoopEcho:
+    """The raw echo read as persisting's client reads replies (client/connection.py): a plain DEALER, NOBLOCK send
+    and receive, a loop reader callback that resolves the awaiting future; no envelope, no broker."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], address: str) -> None:
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(address)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fut: asyncio.Future[list[bytes]] | None = None
+
+    async def roundtrip(self, frame: bytes) -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            loop.add_reader(self.sock.fileno(), self._drain)
+        fut = self._fut = loop.create_future()
+        zsocket.send(self.sock, [frame])
+        if zsocket.readable(self.sock):  # the send may have taken the edge of a waiting reply
+            loop.call_soon(self._drain)
+        return await fut
+
+    def _drain(self) -> None:
+        while zsocket.readable(self.sock):
+            frames = zsocket.recv(self.sock)
+            if self._fut is not None and not self._fut.done():
+                self._fut.set_result(frames)
+
+    def close(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self.sock.fileno())
+        self.sock.close(linger=0)
+
+
 def echo_server_main(address: str) -> None:
     """A ROUTER that sends every message straight back (frames untouched) until it gets the frame b"stop"."""
     ctx = zmq.Context()
@@ -106,7 +143,7 @@ def stop_echo(echo: Any, address: str) -> None:
 async def latency(
     broker: str, echo: str, n: int, warmup: int, seed: int, tick: Tick
 ) -> tuple[list[LatencySeries], dict[str, int]]:
-    """The five series, and the records each put topic holds after them (the driver checks none went missing)."""
+    """The six series, and the records each put topic holds after them (the driver checks none went missing)."""
     records = make_records(n + warmup, seed)
     packed = [msgpack.packb(r, use_bin_type=True) for r in records]
 
@@ -118,6 +155,7 @@ async def latency(
     araw = async_ctx.socket(zmq.DEALER)
     araw.setsockopt(zmq.LINGER, 0)
     araw.connect(echo)
+    looped = LoopEcho(sync_ctx, echo)
     conn = Connection(broker)  # persisting's client transport, on this loop, without the engine-loop hop
     q_proc = Queue("latency-process", broker=broker, durability="process")
     q_sync = Queue("latency-sync", broker=broker, durability="sync")
@@ -131,6 +169,9 @@ async def latency(
     async def raw_async(i: int) -> None:
         await araw.send(packed[i])
         msgpack.unpackb(await araw.recv(), raw=False)
+
+    async def raw_loop(i: int) -> None:
+        msgpack.unpackb((await looped.roundtrip(packed[i]))[0], raw=False)
 
     async def hello(_i: int) -> None:
         await conn.request("hello", {})
@@ -153,6 +194,14 @@ async def latency(
         (
             LatencySeries("zmq-asyncio", "raw ZeroMQ ipc echo", "as above with a zmq.asyncio DEALER on asyncio"),
             raw_async,
+        ),
+        (
+            LatencySeries(
+                "zmq-loop",
+                "raw ZeroMQ ipc echo",
+                "as above read like persisting's client: plain DEALER, loop reader callback, a future (asyncio floor)",
+            ),
+            raw_loop,
         ),
         (
             LatencySeries(
@@ -197,6 +246,7 @@ async def latency(
         await q_sync.aclose()
         raw.close(linger=0)
         araw.close(linger=0)
+        looped.close()
         sync_ctx.term()
         async_ctx.term()
     return [s for s, _ in plan], counts

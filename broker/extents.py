@@ -288,17 +288,28 @@ class Extents:
         return self._unpersisted_bytes
 
     def stats(self) -> dict[str, int]:
-        sealed = [e for e in self.extents.values() if e.sealed]
+        # One pass: every hello carries these figures.
+        leased = leased_bytes = sealed = cached_bytes = held = 0
+        for e in self.extents.values():
+            if not e.sealed:
+                leased += 1
+                leased_bytes += e.nbytes
+            else:
+                sealed += 1
+                if e.holds:
+                    held += 1
+                elif e.persisted:
+                    cached_bytes += e.nbytes
         return {
             "size_bytes": self.size_bytes,
             "free_bytes": self.free_bytes,
-            "leased_extents": sum(1 for e in self.extents.values() if not e.sealed),
-            "leased_bytes": sum(e.nbytes for e in self.extents.values() if not e.sealed),
-            "sealed_extents": len(sealed),
+            "leased_extents": leased,
+            "leased_bytes": leased_bytes,
+            "sealed_extents": sealed,
             "unpersisted_bytes": self._unpersisted_bytes,
             # flushed and not held: kept for consumers that have not read them yet, reused when space runs out
-            "cached_bytes": sum(e.nbytes for e in sealed if e.persisted and not e.holds),
-            "held_extents": sum(1 for e in sealed if e.holds),
+            "cached_bytes": cached_bytes,
+            "held_extents": held,
             "holds": len(self._holds),
             "max_pinned_bytes_per_process": self.max_pinned_bytes,
             "most_pinned_by_one_process": max(self._pinned.values(), default=0),

@@ -25,7 +25,7 @@ import zmq
 
 from persisting.engine import Location, ObjectStoreTopic, Topic, object_store_topic, topic_dirname
 from persisting.errors import ConfigError, PersistingError, ProtocolError, ProtocolVersionError
-from persisting.wire import protocol
+from persisting.wire import protocol, zsocket
 from persisting.wire.protocol import Reply, Request
 
 from . import complaints, inline, keys, records, status
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from .metrics import BrokerMetrics
 
 log = logging.getLogger("persisting.broker")
-# Plain ints: ``int & zmq.POLLIN`` goes through the IntFlag machinery, a few microseconds per request.
-EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 DRAIN_BATCH = 64  # messages taken per reader callback before other callbacks (fsync completions) get a turn
 
@@ -76,6 +74,7 @@ class Broker:
         self._topics = records.Topics(storage_path, self.backend_options, self.plane.resolve, *hooks)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
+        self._hello_info: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # without, with an arena; on first use
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
@@ -160,13 +159,11 @@ class Broker:
         try:
             for _ in range(DRAIN_BATCH):
                 try:
-                    # Asking first costs less than the zmq.Again a recv on an empty socket raises (an exception
-                    # object per callback); it is also what arms the edge-triggered FD again.
-                    if not int(sock.getsockopt(EVENTS)) & POLLIN:
+                    if not zsocket.readable(sock):
                         return
                     # The routing id as a Frame: it carries the sender's kernel credentials (peers.py).
                     first = sock.recv(zmq.NOBLOCK, copy=False)
-                    frames = [first.bytes, *(sock.recv_multipart(zmq.NOBLOCK) if first.more else ())]
+                    frames = zsocket.recv_rest(sock, [first.bytes]) if first.more else [first.bytes]
                 except zmq.Again:
                     return
                 except zmq.ZMQError as exc:
@@ -198,10 +195,10 @@ class Broker:
         try:
             # A ROUTER never blocks: a reply to a peer that is gone (or over its high-water mark) is dropped,
             # and that client re-sends its request.
-            sock.send_multipart(frames, zmq.NOBLOCK)
+            zsocket.send(sock, frames)
         except zmq.ZMQError as exc:
             log.warning("could not send a reply: %s", exc)
-        if not self._draining and int(sock.getsockopt(EVENTS)) & POLLIN:
+        if not self._draining and zsocket.readable(sock):
             self._kick()
 
     async def close(self) -> None:
@@ -240,8 +237,9 @@ class Broker:
             self._complain(identity, exc)
             self._send([identity, *protocol.encode_reply(protocol.error_reply(inline.guess_id(body), exc))])
             return
-        if req.op == "hello":  # listed under the kernel's pid where there is one
-            self.connections.hello(identity, req.args if sender is None else {**req.args, "peer": list(sender)})
+        if req.op == "hello":
+            self._hello(identity, req, sender)
+            return
         name = (identity, req.id)
         answered = self._recent.answered(name)
         if answered is not None:
@@ -277,6 +275,28 @@ class Broker:
         self._recent.done(name, out)
         self._send([identity, *out])
 
+    def _hello(self, identity: bytes, req: Request, sender: Peer | None) -> None:
+        """Answer a hello at once: it changes nothing but the list of clients, so a copy sent twice may run twice
+        (no reply cache), and it needs no dispatch. What it tells is fixed for the broker's life except the
+        arena's figures."""
+        started = time.perf_counter() if self.metrics is not None else 0.0
+        # listed under the kernel's pid where there is one
+        self.connections.hello(identity, req.args if sender is None else {**req.args, "peer": list(sender)})
+        info = self._hello_info[sender is not None]
+        if not info:
+            info.update(
+                broker="persisting",
+                pid=self.pid,
+                storage_path=self.location.describe() if self.location else str(self.storage_path),
+                max_message_bytes=self.max_message_bytes,
+                arena=self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
+                event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
+            )
+        reply = Reply(req.id, True, {**info, "arena_stats": self.plane.stats()})
+        if self.metrics is not None:
+            self.metrics.request(req, reply, time.perf_counter() - started)
+        self._send([identity, *protocol.encode_reply(reply)])
+
     def _complain(self, identity: bytes, exc: ProtocolError) -> None:
         if isinstance(exc, ProtocolVersionError):
             kind = complaints.VERSION
@@ -288,17 +308,6 @@ class Broker:
 
     async def _dispatch(self, req: Request, sender: Peer | None = None) -> Reply:
         """``sender``: the process behind the connection as the kernel names it (peers.py), None if unknown."""
-        if req.op == "hello":
-            info = {
-                "broker": "persisting",
-                "pid": os.getpid(),
-                "storage_path": self.location.describe() if self.location else str(self.storage_path),
-                "max_message_bytes": self.max_message_bytes,
-                "arena": self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
-                "arena_stats": self.plane.stats(),
-                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
-            }
-            return Reply(req.id, True, info)
         if req.op == "status":
             return Reply(req.id, True, await self.state())
         if req.op == "topics":

@@ -22,12 +22,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .. import errors
-from ..wire import protocol
+from ..wire import protocol, zsocket
 from ..wire.protocol import WAIT_SLICE_SECONDS, Reply, Request
 
 log = logging.getLogger(__name__)
-# Plain ints: ``int & zmq.POLLIN`` goes through the IntFlag machinery, a few microseconds per request.
-EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30"))
 RESEND_SECONDS = 2.0
@@ -145,17 +143,14 @@ class Connection:
         sock = self._sock
         while True:
             try:
-                if not int(sock.getsockopt(EVENTS)) & POLLIN:  # cheaper than the zmq.Again of an empty recv
+                if not zsocket.readable(sock):
                     return
-                got = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = zsocket.recv_viewing(sock, VIEWED_FRAME_BYTES)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:  # the socket was closed under us
                 log.debug("receiving from %s stopped: %s", self.address, exc)
                 return
-            # A big frame (a piece's column) as a read-only view of its ZeroMQ message: copied once, by whoever
-            # keeps it (batches.from_columns, pieces.Gathered), not first into bytes here.
-            frames: list[Any] = [f.buffer if len(f) >= VIEWED_FRAME_BYTES else f.bytes for f in got]
             try:
                 reply = protocol.decode_reply(frames)
             except errors.ProtocolError as exc:
@@ -168,8 +163,8 @@ class Connection:
     def _send(self, frames: list[bytes]) -> None:
         # zmq.Again: the queue to the broker is full (it is down or stalled); the resend timer tries again.
         with contextlib.suppress(zmq.Again):
-            self._sock.send_multipart(frames, zmq.NOBLOCK)
-        if int(self._sock.getsockopt(EVENTS)) & POLLIN:
+            zsocket.send(self._sock, frames)
+        if zsocket.readable(self._sock):
             self._kick()
 
     async def request(
@@ -184,7 +179,7 @@ class Connection:
         answering; the first re-send waits that much longer, so a waiting long-poll is not sent twice."""
         req = Request(next(self._ids), op, args, buffers or [])
         frames = protocol.encode_request(req)
-        size = sum(len(f) for f in frames)
+        size = sum(len(f) for f in frames) if buffers else len(frames[0])
         if size > self.max_message_bytes:
             raise errors.InvalidRecordError(
                 f"this {op} request is {size} bytes, over the broker's limit of {self.max_message_bytes}; "

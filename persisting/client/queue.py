@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +24,7 @@ from ..wire import codec
 from . import _loop, keyed
 from .data_api import DataAPI, on_topic
 from .handle import TopicHandle
-from .remote import RemoteTopic
+from .remote import RemoteTopic, put_key
 from .tensor_puts import TensorPuts, check_patch
 
 OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
@@ -201,7 +200,7 @@ class Queue(DataAPI):
         if given is not None:
             check_key(given)
             return given
-        return uuid.uuid4().hex if isinstance(await self._handle.engine(), RemoteTopic) else None
+        return put_key() if isinstance(await self._handle.engine(), RemoteTopic) else None
 
     def reserve(
         self,

@@ -30,24 +30,31 @@ from .connection import Connection, connection
 from .remote_tensors import ArenaClient
 
 
-class _TakeKeys:
-    """A take's key: a random prefix per process (drawn again in a forked child) and a counter. As unique as a
-    uuid4 for what the broker remembers of takes, at a tenth of its cost, which every get_meta pays."""
+class _Keys:
+    """Keys from a random prefix per process (drawn again in a forked child) and a counter, at a tenth of a
+    uuid4's cost (~5 us), which every get_meta and every put pays."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix_chars: int) -> None:
+        self.prefix_chars = prefix_chars
         self.draw()
 
     def draw(self) -> None:
-        self.prefix = uuid.uuid4().hex[:16]
+        self.prefix = uuid.uuid4().hex[: self.prefix_chars]
         self.counter = itertools.count()
 
     def new(self) -> str:
         return f"{self.prefix}{next(self.counter):x}"
 
 
-_take_keys = _TakeKeys()
-os.register_at_fork(after_in_child=_take_keys.draw)
+# A take's key: as unique as a uuid4 for what the broker remembers of takes (a while, in memory).
+_take_keys = _Keys(16)
+# A put's idempotency key is kept in the log: the whole uuid4 (122 random bits) as the prefix, so two keys of
+# different processes are equal only if two uuid4 are.
+_put_keys = _Keys(32)
+for _keys in (_take_keys, _put_keys):
+    os.register_at_fork(after_in_child=_keys.draw)
 take_key = _take_keys.new
+put_key = _put_keys.new
 
 
 class RemoteTopic:
@@ -92,7 +99,7 @@ class RemoteTopic:
         of: list[int] | None = None,
         dedup_bytes: tuple[int, int] | None = None,
     ) -> tuple[int, int]:
-        args = self._args(partition=partition, kinds=batch.kinds, count=len(batch.rows), key=key or uuid.uuid4().hex)
+        args = self._args(partition=partition, kinds=batch.kinds, count=len(batch.rows), key=key or put_key())
         if of is not None:
             args["of"] = of
         if dedup_bytes is not None:

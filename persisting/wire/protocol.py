@@ -117,6 +117,29 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 
 
+class _RequestEnvelope(msgspec.Struct):
+    """A well-formed request envelope, decoded in one typed pass (no dict, no checks key by key)."""
+
+    v: int
+    id: int
+    op: str
+    args: dict[Any, Any] = msgspec.field(default_factory=dict)
+
+
+class _ReplyEnvelope(msgspec.Struct):
+    v: int
+    id: int
+    ok: bool
+    result: Any = None
+    error: Any = None
+
+
+# The typed fast path: an envelope it refuses (or another version's) goes through _envelope, which names what is
+# wrong; a well-formed one of this version costs about half of the dict and its checks.
+_decode_request = msgspec.msgpack.Decoder(_RequestEnvelope).decode
+_decode_reply = msgspec.msgpack.Decoder(_ReplyEnvelope).decode
+
+
 def _envelope(frame: bytes) -> dict[str, Any]:
     try:
         env = _decode(frame)
@@ -144,6 +167,13 @@ def encode_request(req: Request) -> list[bytes]:
 def decode_request(frames: list[bytes]) -> Request:
     if not frames:
         raise ProtocolError("empty message")
+    try:
+        fast = _decode_request(frames[0])
+    except Exception:  # not a well-formed envelope: the checks below say what is wrong
+        pass
+    else:
+        if fast.v == PROTOCOL_VERSION and fast.op in OPS:
+            return Request(fast.id, fast.op, fast.args, frames[1:])
     env = _envelope(frames[0])
     op, args = env.get("op"), env.get("args", {})
     if type(op) is not str or op not in OPS:  # a list or a map is not hashable: test the type first
@@ -167,6 +197,13 @@ def encode_reply(reply: Reply) -> list[bytes]:
 def decode_reply(frames: list[bytes]) -> Reply:
     if not frames:
         raise ProtocolError("empty reply")
+    try:
+        fast = _decode_reply(frames[0])
+    except Exception:  # not a well-formed envelope: the checks below say what is wrong
+        pass
+    else:
+        if fast.v == PROTOCOL_VERSION and fast.ok:
+            return Reply(fast.id, True, fast.result, buffers=frames[1:])
     env = _envelope(frames[0])
     if env.get("ok") is True:
         return Reply(env["id"], True, env.get("result"), buffers=list(frames[1:]))
