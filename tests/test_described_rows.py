@@ -28,9 +28,10 @@ from .broker_fixture import running_broker
 PARTITION = "p"
 
 
-def _put_one(q: SyncQueue, rng: random.Random, metas: list[BatchMeta]) -> None:
-    """One random put, or a patch of samples put before."""
-    if metas and rng.random() < 0.25:
+def _put_one(q: SyncQueue, rng: random.Random, metas: list[BatchMeta], every: bool = False) -> None:
+    """One random put, or a patch of samples put before (``every``: a put with every kind of field)."""
+    chance = (lambda p: True) if every else (lambda p: rng.random() < p)
+    if metas and not every and rng.random() < 0.25:
         target = rng.choice(metas)
         picks = sorted(rng.sample(range(target.size), rng.randint(1, target.size)))
         sub = target.select_samples(picks)
@@ -45,21 +46,21 @@ def _put_one(q: SyncQueue, rng: random.Random, metas: list[BatchMeta]) -> None:
     n = rng.randint(1, 6)
     data: dict[str, Any] = {}
     dtype = rng.choice([np.float32, np.int64, np.float16, np.bool_, np.complex64, np.uint8])
-    if rng.random() < 0.8:
+    if chance(0.8):
         shape = (n, *rng.choice([(2, 3), (4,), (2, 3)]))  # the same field changes shape now and then
         data["x"] = np.ones(shape, dtype=dtype)
-    if rng.random() < 0.6:
+    if chance(0.6):
         data["t"] = torch.ones((n, 3), dtype=rng.choice([torch.bfloat16, torch.float32, torch.int32]))
-    if rng.random() < 0.5:
+    if chance(0.5):
         data["s"] = np.arange(n, dtype=np.int32)  # 0-d samples: a scalar column
-    if rng.random() < 0.4:
+    if chance(0.4):
         lengths = [rng.randint(0, 5) for _ in range(n)]
         data["j"] = torch.nested.nested_tensor([torch.arange(k) for k in lengths], layout=torch.jagged)
-    if rng.random() < 0.5:
+    if chance(0.5):
         data["o"] = [f"text {i}" for i in range(n)]
-    if rng.random() < 0.3:
+    if chance(0.3):
         data["l"] = [[i, i + 1] for i in range(n)]
-    if rng.random() < 0.5:
+    if chance(0.5):
         image = np.full((n, 2, 2), rng.randint(0, 3), dtype=np.float32)  # equal values: deduped
         data["img"] = image
     if not data:
@@ -94,18 +95,19 @@ def test_flushed_samples_are_described_as_the_rows_say(
     tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
-    described: list[int] = []  # dense values described without reading them (a spy around the real function)
+    described: list[tuple[int, ...]] = []  # shapes of values described unread (a spy around the real function)
     real = lance_described.rows
 
     def spy(*args: Any) -> list[dict[str, Any]]:
         out = real(*args)
-        described.append(sum(isinstance(v, lance_described.Stored) for row in out for v in row.values()))
+        described.extend(v.shape for row in out for v in row.values() if isinstance(v, lance_described.Stored))
         return out
 
     monkeypatch.setattr(lance_described, "rows", spy)
     kw: dict[str, Any] = {"storage_path": str(tmp_path / "data"), "dedup": ["img"], "num_buckets": rng.randint(1, 2)}
     metas: list[BatchMeta] = []
     with SyncQueue("mix", **kw) as q:
+        _put_one(q, rng, metas, every=True)
         for _ in range(rng.randint(8, 16)):
             _put_one(q, rng, metas)
         q.flush()
@@ -118,7 +120,8 @@ def test_flushed_samples_are_described_as_the_rows_say(
         with monkeypatch.context() as m:
             m.delattr(LanceBackend, "get_described")  # the engine reads the rows whole, as it did before
             old = q.get_meta(None, total, "old", PARTITION)
-        assert sum(described) > 0, "no dense value was described from its column"
+        assert any(-1 not in shape for shape in described), "no tensor value was described from its column"
+        assert any(-1 in shape for shape in described), "no jagged value was described from its shape column"
         assert _described(new) == _described(old)
         assert _check_values(q, new) > 0
 
