@@ -28,8 +28,8 @@ from ..tensors.column import storage_dtype
 from ..tensors.jagged import KIND as JAGGED
 from ..wire.codec import FIELDS_KEY
 from . import lance_dense
-from .lance_columns import NULLS_COLUMN, column_name, key_name, table_to_rows
-from .tensor_columns import FIXED, SCALAR, VARIABLE, Layout
+from .lance_columns import NULLS_COLUMN, REWRITE_SUFFIX, column_name, key_name, table_to_rows
+from .tensor_columns import FIXED, LAYOUT_KEY, SCALAR, VARIABLE, Layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +72,14 @@ def rows(ds: lance.LanceDataset, positions: np.ndarray, tensors: dict[str, Layou
     """The rows at ``positions`` (ascending) as ``LanceBackend.get`` gives them, except that tensor values of
     fixed-shape, scalar and variable-shape columns are ``Stored`` descriptions (see the module)."""
     dense, variable = {}, {}
-    for name, layout in tensors.items():
+    for field in ds.schema:  # this version's own layouts: a column rewrite may be moving ``tensors`` on meanwhile
+        if not (field.metadata or {}).get(LAYOUT_KEY) or field.name.endswith(REWRITE_SUFFIX):
+            continue
+        layout = Layout.of_field(field)
         if layout.layout in (FIXED, SCALAR) and layout.kind in ("ndarray", "tensor"):
-            dense[name] = layout
+            dense[key_name(field.name)] = layout
         elif layout.layout == VARIABLE and layout.kind in ("ndarray", "tensor", JAGGED):
-            variable[name] = layout
+            variable[key_name(field.name)] = layout
     names = ds.schema.names
     plain = [c for c in names if c == NULLS_COLUMN or (key_name(c) not in dense and key_name(c) not in variable)]
     shapes = [f"{column_name(name)}.shape" for name in variable]
