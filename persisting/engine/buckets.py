@@ -102,8 +102,9 @@ class Buckets:
         await self._refresh()
         return [[await read_column(backend, key) for key in keys] for backend in self._backends]
 
-    async def read(self, lo: int, hi: int) -> list[dict[str, Any]]:
-        """The stored rows with global index in ``[lo, hi)``, in index order (``hi`` at most what is flushed)."""
+    async def read(self, lo: int, hi: int, described: bool = False) -> list[dict[str, Any]]:
+        """The stored rows with global index in ``[lo, hi)``, in index order (``hi`` at most what is flushed).
+        ``described``: dense tensor values as descriptions, not read, where the backend can (``get_described``)."""
         await self._refresh()
         plans = []
         for b, col in enumerate(self._columns):
@@ -112,7 +113,10 @@ class Buckets:
             p1 = int(np.searchsorted(view, hi, "left"))
             if p1 > p0:
                 plans.append((b, p0, p1))
-        parts = await asyncio.gather(*(self._backends[b].get(p1 - p0, p0) for b, p0, p1 in plans))
+        gets = [getattr(self._backends[b], "get_described", None) if described else None for b, _, _ in plans]
+        parts = await asyncio.gather(
+            *((get or self._backends[b].get)(p1 - p0, p0) for get, (b, p0, p1) in zip(gets, plans, strict=True))
+        )
         merged: list[tuple[int, dict[str, Any]]] = []
         for part in parts:
             merged.extend((row[INDEX_KEY], row) for row in part)

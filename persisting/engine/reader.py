@@ -5,9 +5,8 @@
 cleared set. A sample's own fields are in the row its put wrote; a field written later (a patch, see fields.py)
 is in the patch's row. A row is in the tail until it is flushed, then in its bucket's backend; the tensor fields
 of a batch that came through the broker's arena stay in its extent (``arena_runs`` tells a broker client where,
-so it makes views instead of reading copies) until the arena recycles the extent after its flush. ``describe``
-gives get_meta the samples' field descriptions (dtype, shape, production status) and tags; ``sample_rows``
-gives get_data their stored values.
+so it makes views instead of reading copies) until the arena recycles the extent after its flush. ``sample_rows``
+gives get_data their stored values (get_meta's field descriptions: describing.py).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..tensors.column import Column
 from ..tensors.jagged import JaggedColumn
-from ..wire.codec import INDEX_KEY, RESERVED_PREFIX, decode_jagged
+from ..wire.codec import INDEX_KEY
 from . import columnar
 from .buckets import Buckets
 from .config import Metrics
@@ -69,9 +68,11 @@ class Reader:
         rows, kinds, _end = await self.read_window(offset, limit)
         return rows, kinds
 
-    async def read_window(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], dict[str, str], int]:
+    async def read_window(
+        self, offset: int, limit: int, described: bool = False
+    ) -> tuple[list[dict[str, Any]], dict[str, str], int]:
         """``read``, and where the window ended: the next read starts there (rows of cleared samples are skipped,
-        so a window may hold fewer rows than it spans)."""
+        so a window may hold fewer rows than it spans). ``described``: see ``Buckets.read``."""
         async with self._clears.reading():  # a purge deleting rows (positions moving) waits for this read
             lo, hi = offset, min(offset + limit, self._tail.visible_upto)
             kinds = dict(self._schema.kinds)
@@ -86,7 +87,7 @@ class Reader:
             if recent is not None:
                 stored = recent
             elif lo < flushed:
-                stored = await self._buckets.read(lo, min(hi, flushed))
+                stored = await self._buckets.read(lo, min(hi, flushed), described)
                 if cleared:
                     stored = [row for row in stored if row[INDEX_KEY] not in cleared]
             self._metrics.gets += 1
@@ -136,7 +137,7 @@ class Reader:
         if not fields or (sources and any(i in sources for i in indexes)):
             return None
         runs: list[tuple[str, list[list[Any]]]] = []
-        for chunk, at, count in self._arena_groups(indexes):
+        for chunk, at, count in self.arena_groups(indexes):
             if chunk is None or chunk.arena is None or chunk.arena.extent_id >= 0:
                 return None
             i = indexes[at] - chunk.first
@@ -153,7 +154,7 @@ class Reader:
 
     def _arena_field_runs(self, indexes: list[int], fields: list[str]) -> list[tuple[int, list[list[Any]]]] | None:
         runs: list[tuple[int, list[list[Any]]]] = []
-        for chunk, at, count in self._arena_groups(indexes):
+        for chunk, at, count in self.arena_groups(indexes):
             if chunk is None or chunk.arena is None or chunk.arena.extent_id < 0:  # < 0: a spool file, not the arena
                 return None
             i = indexes[at] - chunk.first
@@ -171,7 +172,7 @@ class Reader:
             runs.append((chunk.arena.extent_id, entry_fields))
         return runs
 
-    def _arena_groups(self, indexes: list[int]) -> list[tuple[Chunk | None, int, int]]:
+    def arena_groups(self, indexes: list[int]) -> list[tuple[Chunk | None, int, int]]:
         """``indexes`` cut into runs of consecutive indexes inside one arena batch: (batch or None, position in
         ``indexes``, length). One lookup per run, not per sample (a meta is usually one or a few batches)."""
         out: list[tuple[Chunk | None, int, int]] = []
@@ -190,9 +191,12 @@ class Reader:
             k = j
         return out
 
-    async def rows_at(self, indexes: list[int], lenient: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    async def rows_at(
+        self, indexes: list[int], lenient: bool = False, described: bool = False
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Rows of arbitrary (sorted or not) indexes, in the order given; reads contiguous runs at once.
-        ``lenient``: a row that is gone (its sample cleared meanwhile) comes back as ``{}`` instead of raising."""
+        ``lenient``: a row that is gone (its sample cleared meanwhile) comes back as ``{}`` instead of raising.
+        ``described``: stored dense tensor values as descriptions (``Buckets.read``), for ``describing``."""
         if not lenient:
             self._clears.check_not_cleared(indexes)
         out: dict[int, dict[str, Any]] = {}
@@ -203,7 +207,7 @@ class Reader:
             j = k
             while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
                 j += 1
-            rows, kinds = await self.read(ordered[k], j - k + 1)
+            rows, kinds, _end = await self.read_window(ordered[k], j - k + 1, described)
             for n, row in enumerate(rows):
                 out[ordered[k] + n] = row
             k = j + 1
@@ -211,86 +215,6 @@ class Reader:
         if missing and not lenient:
             raise ConfigError(f"topic {self._name!r} has no samples at global indexes {missing[:10]}")
         return [out.get(i, {}) for i in indexes], kinds
-
-    async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
-        """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}
-        [, tags]], ...]`` (dtype and per-sample shape for tensor fields, "" and [] for others; ``tags``: the
-        samples' stored tags, absent when they have none). Samples of one batch share a run, so a meta of
-        hundreds of samples costs one description per batch, not one per sample. Fields written later by patches
-        are described from the rows that hold them.
-
-        ``lenient`` (the answer to a take): a sample cleared while this reads (a purge may take its rows) is
-        described with no fields instead of raising; ``get_data`` of it then says it was cleared."""
-        descs = await self._describe_each(indexes, lenient)
-        sources = (await self._index.field_index()).sources
-        patched = [(n, sources[i]) for n, i in enumerate(indexes) if i in sources]
-        if patched:
-            rows = sorted({src for _, written in patched for src in written.values()})
-            found = dict(zip(rows, await self._describe_each(rows, lenient), strict=True))
-            for n, written in patched:
-                desc = dict(descs[n] or {})
-                for name, src in written.items():
-                    held = (found[src] or {}).get(name)
-                    if held is not None:
-                        desc[name] = held
-                descs[n] = desc
-        runs: list[list[Any]] = []
-        tags = self._clears.tags
-        last: list[Any] = []  # the run being extended: [count, description(, tags)]
-        last_desc: Any = None
-        last_tags: Any = None
-        for index, entry in zip(indexes, descs, strict=True):
-            tagged = tags.get(index) if tags else None
-            if last and (last_desc is entry or last_desc == entry) and last_tags == tagged:
-                last[0] += 1
-                continue
-            last = [1, entry or {}] if tagged is None else [1, entry or {}, tagged]
-            last_desc, last_tags = last[1], tagged
-            runs.append(last)
-        return runs
-
-    async def _describe_each(self, indexes: list[int], lenient: bool = False) -> list[dict[str, list[Any]] | None]:
-        """Each row's own field descriptions (samples of one arena batch share one dict)."""
-        descs: list[dict[str, list[Any]] | None] = [None] * len(indexes)
-        need: list[int] = []
-        for chunk, at, count in self._arena_groups(indexes):
-            if chunk is None or chunk.arena is None:
-                need.extend(range(at, at + count))
-                continue
-            base = {
-                name: [col.kind, col.dtype_name, list(col.sample_shape)] for name, col in chunk.arena.columns.items()
-            }
-            first = indexes[at] - chunk.first
-            kinds = self._schema.kinds
-            # Rows of one batch nearly always write the same fields: one description per set of fields written,
-            # shared by its rows (describe() then joins them into one run by identity, not by comparing dicts).
-            shared: dict[tuple[str, ...], dict[str, list[Any]]] = {(): base}
-            for n, other in enumerate(chunk.other[first : first + count], start=at):
-                written = tuple([k for k, v in other.items() if v is not None]) if other else ()
-                desc = shared.get(written)
-                if desc is None:
-                    # the engine's columns (a keyed sample's key) are no fields
-                    own = {k: [kinds.get(k, ""), "", []] for k in written if not k.startswith(RESERVED_PREFIX)}
-                    desc = shared[written] = {**base, **own} if own else base
-                descs[n] = desc
-        if need:
-            rows, kinds = await self.rows_at([indexes[n] for n in need], lenient)
-            for n, row in zip(need, rows, strict=True):
-                found: dict[str, list[Any]] = {}
-                for name, value in row.items():
-                    if name.startswith(RESERVED_PREFIX) or value is None:
-                        continue
-                    kind = kinds.get(name, "")
-                    if kind in ("ndarray", "tensor", "jagged"):
-                        dtype_name, arr, ragged = decode_jagged(kind, value)
-                        shape = list(arr.shape)
-                        if kind == "jagged" and 0 <= ragged < len(shape):
-                            shape[ragged] = -1
-                        found[name] = [kind, dtype_name, shape]
-                    else:
-                        found[name] = [kind, "", []]
-                descs[n] = found
-        return descs
 
     async def plain_values(self, indexes: list[int], names: list[str]) -> list[dict[str, Any]]:
         """Stored values of non-tensor fields of samples, read beside the arena views without encoding any
@@ -368,7 +292,7 @@ class Reader:
         """Copy the fields ``names`` of ``rows`` (sorted) that lie in resident batches (the arena, a spool file)
         straight from there (now: nothing awaits, so the memory holds still); which of ``rows`` are left."""
         left = np.ones(len(rows), dtype=bool)
-        for chunk, at, count in self._arena_groups(rows.tolist()):
+        for chunk, at, count in self.arena_groups(rows.tolist()):
             held = {} if chunk is None or chunk.arena is None else chunk.arena.columns
             cols = [col for n in names if isinstance(col := held.get(n), Column)]
             if chunk is None or len(cols) != len(names):

@@ -29,6 +29,7 @@ Topic is composed of parts, each the one owner of its state, each given the othe
      ├─ Clears       partitions.py  cleared samples, tags, the purge (with the read gate)
      │   └─ PayloadRefs payloads.py  which payload rows of deduped fields are live, and their references
      ├─ Reader       reader.py      rows by index; where a sample's fields lie (tail, arena, backends)
+     ├─ Describer    describing.py  samples' field kinds, dtypes, shapes and tags (get_meta), from the Reader
      ├─ Takes        takes.py       consume-on-fetch, leases, samplers (the consumption log, with Clears)
      ├─ Flusher      flushing.py    tail -> backends, and when (write-behind of arena batches)
      └─ KeyIndex     keys.py        which sample each (partition, key) names (``keys``, public)
@@ -56,6 +57,7 @@ from . import opening
 from .buckets import Buckets
 from .config import Metrics, TopicConfig
 from .consumption import ConsumptionLog
+from .describing import Describer
 from .fields import FieldIndex
 from .flushing import Flusher
 from .index import SampleIndex
@@ -108,6 +110,7 @@ class Topic:
         self._index = SampleIndex(self._buckets, self._tail, flush_lock)
         self._clears = Clears(config, self._log, self._index, self._tail, self._buckets, flush_lock)
         self._reader = Reader(name, self._tail, self._buckets, self._index, self._clears, self._schema, self.metrics)
+        self._describer = Describer(self._reader, self._index, self._clears, self._schema)
         self._takes = Takes(self._log, self._index, self._tail, self._clears, self._reader, self._check_open)
         parts = (self._tail, self._buckets, self._index, self._schema, self.metrics, flush_lock)
         self._flusher = Flusher(
@@ -310,8 +313,8 @@ class Topic:
         return self._takes.listing(await self._index.partitions())
 
     async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
-        """Field descriptions and tags of samples, run-length encoded: see ``reader.Reader.describe``."""
-        return await self._reader.describe(indexes, lenient)
+        """Field descriptions and tags of samples, run-length encoded: see ``describing.Describer.describe``."""
+        return await self._describer.describe(indexes, lenient)
 
     async def sample_rows(self, indexes: list[int], fields: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The stored values of ``fields`` of samples, each from the latest row that wrote it, in the order given."""

@@ -21,7 +21,7 @@ a variable-shape struct, or bytes), built over the memory the samples lie in. Wh
 on (a sample of another shape or dtype), its column is rewritten once: the new column is added under a temporary
 name, the old one dropped, the new one renamed (three commits; an open finds a rewrite a kill interrupted and
 completes or undoes it). Reads give the codec's row values back, whatever the layout; ``take_dense`` gives the
-dense ones as arrays (lance_dense).
+dense ones as arrays (lance_dense), ``get_described`` describes them without reading them (lance_described).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from ..errors import SchemaConflictError, StorageError
 from ..wire.codec import INDEX_KEY
-from . import lance_compaction, lance_dense, lance_parallel, tensor_columns
+from . import lance_compaction, lance_dense, lance_described, lance_parallel, tensor_columns
 from ._stream import RowStream
 from .lance_columns import (
     ARROW_TYPES,
@@ -273,6 +273,11 @@ class LanceBackend:
         if ds is None:
             return dict.fromkeys(names)
         return await asyncio.to_thread(lance_dense.take, ds, positions, names)
+
+    async def get_described(self, limit: int, offset: int) -> list[dict[str, Any]]:
+        """Engine extension: ``get`` of stored rows, dense tensor values described, not read (lance_described)."""
+        at, ds = np.arange(offset, min(offset + limit, self._stored), dtype=np.int64), self._ds
+        return [] if ds is None else await asyncio.to_thread(lance_described.rows, ds, at, dict(self._tensors))
 
     async def delete_rows(self, indexes: list[int]) -> None:
         """Engine extension: delete the stored rows with these global indexes (the engine calls it at open,
