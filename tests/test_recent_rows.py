@@ -19,9 +19,9 @@ def backend_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     seen: list[tuple[int, int]] = []
     real = buckets_module.Buckets.read
 
-    async def read(self: Any, lo: int, hi: int) -> list[dict[str, Any]]:
+    async def read(self: Any, lo: int, hi: int, described: bool = False) -> list[dict[str, Any]]:
         seen.append((lo, hi))
-        return await real(self, lo, hi)
+        return await real(self, lo, hi, described)
 
     monkeypatch.setattr(buckets_module.Buckets, "read", read)
     return seen
