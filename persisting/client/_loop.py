@@ -6,17 +6,22 @@ through ``call`` (async); blocking callers through ``run``, which runs the corou
 the loop is idle (the baton is free and the loop does not want it back) and hands it to the loop at its first
 real wait. A blocking call that never waits for anything (a put's log write and its fdatasync, a take from the
 tail) then costs no thread hand-off at all; one that waits costs what a hop costs. Both propagate cancellation.
+
+A blocking caller's step may itself block outside the engine (broker mode: its request on its own socket,
+``client/blocking.py``) inside ``baton_lent()``: the baton is given up for that wait, as an ``await`` would give
+the loop up, and taken back after; the loop and other callers run meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import selectors
 import sys
 import threading
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Iterator
 from typing import Any, TypeVar
 
 from ..engine import caller_thread
@@ -31,6 +36,8 @@ _baton = threading.Lock()
 # Set by the loop's thread when select returned and it waits for the baton: callers then hop instead of taking
 # the baton again, so a caller calling in a tight loop cannot starve the loop's own work (flushes, timers).
 _loop_wants_baton = threading.Event()
+# Per blocking caller: the loop's count of timers when this thread last took the baton (see _woken).
+_step = threading.local()
 
 
 def _reset_after_fork() -> None:
@@ -118,7 +125,7 @@ def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
     """With the baton held: step ``coro`` in this thread, with ``loop`` as its running loop, up to its end or its
     first wait; a coroutine that waits goes on as a task of the loop, and this thread blocks for its result."""
     waiting: concurrent.futures.Future[T] | None = None
-    scheduled = len(loop._scheduled)  # type: ignore[attr-defined]
+    _step.scheduled = len(loop._scheduled)  # type: ignore[attr-defined]
     outer, outer_hooks = asyncio._get_running_loop(), sys.get_asyncgen_hooks()
     try:
         # As on the loop's thread: the running loop, and async generators first iterated here belong to it.
@@ -136,13 +143,33 @@ def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
         task = loop.create_task(_resume(coro, pending))
         task.add_done_callback(lambda done: _settle(done, waiting))
     finally:
-        # What the step scheduled on the loop (callbacks, timers, the task) must not wait for the loop's next
-        # wake-up: wake it unless it has nothing new to do.
-        wake = bool(loop._ready) or len(loop._scheduled) != scheduled  # type: ignore[attr-defined]
-        _baton.release()
-        if wake:
-            loop.call_soon_threadsafe(_nothing)
+        _give_baton_back(loop)
     return waiting.result()
+
+
+def _give_baton_back(loop: asyncio.AbstractEventLoop) -> None:
+    # What the step scheduled on the loop (callbacks, timers, the task) must not wait for the loop's next
+    # wake-up: wake it unless it has nothing new to do.
+    wake = bool(loop._ready) or len(loop._scheduled) != _step.scheduled  # type: ignore[attr-defined]
+    _baton.release()
+    if wake:
+        loop.call_soon_threadsafe(_nothing)
+
+
+@contextlib.contextmanager
+def baton_lent() -> Iterator[None]:
+    """Inside a blocking caller's inline step (``engine.inline.blocking_allowed()``): give the baton up while this
+    thread waits on something that is not the engine's (a broker's reply), and take it back after. Like an
+    ``await``, it lets the loop and other callers run engine and client code meanwhile."""
+    loop = _loop
+    if loop is None:  # pragma: no cover - an inline step runs only once the loop exists
+        raise RuntimeError("baton_lent() outside a blocking caller's step")
+    _give_baton_back(loop)
+    try:
+        yield
+    finally:
+        _baton.acquire()
+        _step.scheduled = len(loop._scheduled)  # type: ignore[attr-defined]
 
 
 def _asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:

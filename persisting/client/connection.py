@@ -22,8 +22,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .. import errors
+from ..engine import inline
 from ..wire import protocol, zsocket
 from ..wire.protocol import WAIT_SLICE_SECONDS, Reply, Request
+from . import blocking
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +187,13 @@ class Connection:
                 f"this {op} request is {size} bytes, over the broker's limit of {self.max_message_bytes}; "
                 "split the batch (or raise the broker's max message size)"
             )
+        limit = timeout or hold + REQUEST_TIMEOUT_SECONDS  # a held request may answer only after its hold
+        if inline.blocking_allowed():  # a blocking caller's step: its own socket, no hand-off (blocking.py)
+            how = blocking.Retries(RESEND_SECONDS, VIEWED_FRAME_BYTES)
+            return raise_for(blocking.socket_for(self.address).request(frames, req.id, op, limit, hold, how))
         loop = asyncio.get_running_loop()
         self._watch(loop)
         fut: asyncio.Future[Reply] = loop.create_future()
-        limit = timeout or hold + REQUEST_TIMEOUT_SECONDS  # a held request may answer only after its hold
         now = loop.time()
         waiting = _Waiting(fut, frames, now + min(hold + RESEND_SECONDS, limit), now + limit, op, limit)
         self._waiting[req.id] = waiting

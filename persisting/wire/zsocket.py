@@ -50,13 +50,14 @@ def recv(sock: zmq.Socket[Any]) -> list[bytes]:
     return frames
 
 
-def recv_viewing(sock: zmq.Socket[Any], view_bytes: int) -> list[Any]:
-    """The next whole message (raises ``zmq.Again`` if none waits), a frame after the first of at least
+def recv_viewing(sock: zmq.Socket[Any], view_bytes: int, blocking: bool = False) -> list[Any]:
+    """The next whole message (raises ``zmq.Again`` if none waits; ``blocking``: waits for one up to the socket's
+    RCVTIMEO first, releasing the GIL), a frame after the first of at least
     ``view_bytes`` as a read-only view of its ZeroMQ message: a big frame (a piece's column) is copied once, by
     whoever keeps it (``batches.from_columns``, ``pieces.Gathered``), not first into bytes here. The first frame
     (the envelope) and small ones as bytes: a one-frame reply costs what ``recv`` does."""
-    frames: list[Any] = [_recv(sock, NOBLOCK)]
-    while _get(sock, RCVMORE):
+    frames: list[Any] = [_recv(sock, 0 if blocking else NOBLOCK)]
+    while _get(sock, RCVMORE):  # the rest of a message arrives with its first frame
         frame = _recv(sock, NOBLOCK, False)
         frames.append(frame.buffer if len(frame) >= view_bytes else frame.bytes)
     return frames
