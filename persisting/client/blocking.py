@@ -55,7 +55,7 @@ class BlockingSocket:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._sock = zmq.Context.instance().socket(zmq.DEALER)
+        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVTIMEO, RECV_SLICE_MS)
         self._sock.connect(address)
