@@ -59,7 +59,7 @@ class BlockingSocket:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVTIMEO, RECV_SLICE_MS)
         self._sock.connect(address)
-        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._monitor: zmq.Socket[bytes] = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._lost = False
 
     def close(self) -> None:
