@@ -90,7 +90,7 @@ def run_broker_bench(
         echo.start()
         try:
             with broker_process(base / "storage", broker_addr, log_path) as broker:
-                bar.set_description("latency (6 series interleaved)")
+                bar.set_description("latency (9 series interleaved)")
                 result.latency, counts = asyncio.run(
                     latency(broker_addr, echo_addr, latency_n, warmup, seed, bar.update)
                 )

@@ -1,9 +1,11 @@
-"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, six series
+"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, nine series
 interleaved in rounds so that they share the machine's noise: raw DEALER->ROUTER echo (blocking pyzmq client, the
 floor), the same with a ``zmq.asyncio`` client, the same read the way persisting's client reads its replies (an
 asyncio reader callback resolving a future: the floor of any client on asyncio), persisting's protocol ``hello``
-(client Connection + broker, no storage), and ``Queue.put`` with ``durability="process"`` and ``"sync"``. The
-echo server is a spawned process this module starts and stops."""
+(client Connection + broker, no storage), and ``Queue.put`` with ``durability="process"`` and ``"sync"``; then
+``hello`` and both puts again from a blocking caller (``SyncQueue``'s path: the caller thread's own socket,
+``client/blocking.py``), the like-for-like of the blocking echo. The echo server is a spawned process this module
+starts and stops."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from persisting import Queue
-from persisting.client.connection import Connection
+from persisting import Queue, SyncQueue
+from persisting.client import _loop
+from persisting.client.connection import Connection, connection
 from persisting.wire import zsocket
 
 from .measure import Tick, nearest_rank
@@ -143,7 +146,7 @@ def stop_echo(echo: Any, address: str) -> None:
 async def latency(
     broker: str, echo: str, n: int, warmup: int, seed: int, tick: Tick
 ) -> tuple[list[LatencySeries], dict[str, int]]:
-    """The six series, and the records each put topic holds after them (the driver checks none went missing)."""
+    """The nine series, and the records each put topic holds after them (the driver checks none went missing)."""
     records = make_records(n + warmup, seed)
     packed = [msgpack.packb(r, use_bin_type=True) for r in records]
 
@@ -161,6 +164,9 @@ async def latency(
     q_sync = Queue("latency-sync", broker=broker, durability="sync")
     await q_proc.open()
     await q_sync.open()
+    # Blocking callers (SyncQueue's path): each call runs in this thread, outside the bench's own loop's turn.
+    b_proc = SyncQueue("latency-blocking-process", broker=broker, durability="process")
+    b_sync = SyncQueue("latency-blocking-sync", broker=broker, durability="sync")
 
     async def raw_sync(i: int) -> None:
         raw.send(packed[i])
@@ -181,6 +187,18 @@ async def latency(
 
     async def put_sync(i: int) -> None:
         await q_sync.put(records[i])
+
+    async def hello_request() -> None:
+        await connection(broker).request("hello", {})
+
+    async def hello_blocking(_i: int) -> None:
+        _loop.run(hello_request())
+
+    async def put_process_blocking(i: int) -> None:
+        b_proc.put(records[i])
+
+    async def put_sync_blocking(i: int) -> None:
+        b_sync.put(records[i])
 
     plan: list[tuple[LatencySeries, Callable[[int], Awaitable[None]]]] = [
         (
@@ -224,6 +242,25 @@ async def latency(
             ),
             put_sync,
         ),
+        (
+            LatencySeries(
+                "blocking-hello",
+                "persisting protocol, blocking caller",
+                "'hello' from a blocking call (SyncQueue's path): the caller thread's own DEALER, recv blocking, "
+                "no thread hand-off",
+            ),
+            hello_blocking,
+        ),
+        (
+            LatencySeries(
+                "blocking-put-process", "persisting SyncQueue.put", 'broker mode, durability="process", blocking'
+            ),
+            put_process_blocking,
+        ),
+        (
+            LatencySeries("blocking-put-sync", "persisting SyncQueue.put", 'broker mode, durability="sync", blocking'),
+            put_sync_blocking,
+        ),
     ]
     try:
         for _series, fn in plan:
@@ -240,10 +277,17 @@ async def latency(
                     await fn(i)
                     samples.append((time.perf_counter_ns() - t0) / 1e3)
                 tick(stop - start)
-        counts = {"latency-process": len(q_proc), "latency-sync": len(q_sync)}
+        counts = {
+            "latency-process": len(q_proc),
+            "latency-sync": len(q_sync),
+            "latency-blocking-process": len(b_proc),
+            "latency-blocking-sync": len(b_sync),
+        }
     finally:
         await q_proc.aclose()
         await q_sync.aclose()
+        b_proc.close()
+        b_sync.close()
         raw.close(linger=0)
         araw.close(linger=0)
         looped.close()

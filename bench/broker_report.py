@@ -89,6 +89,21 @@ def aims(result: BrokerBenchResult) -> list[list[str]]:
                 "-",
             ]
         )
+    for key, what, aim in (
+        ("blocking-hello", "hello p50, blocking caller (SyncQueue's path) / raw ZMQ p50", HELLO_RATIO_AIM),
+        ("blocking-put-process", 'put p50, durability="process", blocking caller / raw ZMQ p50', PROCESS_RATIO_AIM),
+    ):
+        series = result.series(key)
+        if floor is not None and series is not None:
+            ratio = series.p50_us / floor.p50_us
+            out.append(
+                [
+                    what,
+                    f"{ratio:.2f}x ({series.p50_us:.0f} / {floor.p50_us:.0f} us)",
+                    f"<= {aim:g}x",
+                    "yes" if ratio <= aim else "NO",
+                ]
+            )
     if floor is not None and proc is not None:
         ratio = proc.p50_us / floor.p50_us
         out.append(
@@ -146,7 +161,7 @@ def _notes(result: BrokerBenchResult) -> list[str]:
     s = result.settings
     notes = [
         f"Latency: {s['latency_n']:,} sequential requests per series after {s['warmup']:,} warm-up requests, the "
-        "six series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
+        "nine series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
         "p50 vs raw ZMQ = this p50 / the blocking raw echo's p50.",
         "Throughput: produced rec/s = records acknowledged / (earliest worker start -> last producer done); "
         "consumed rec/s = distinct records read / (earliest worker start -> last record read). lost = acknowledged "
