@@ -40,6 +40,7 @@ class Throughput:
     produce_s: float = 0.0  # earliest worker start -> last producer done
     consume_s: float = 0.0  # earliest worker start -> last record consumed
     broker_cpu_s: float | None = None
+    clients_cpu_s: float | None = None  # the 4 workers' CPU seconds over their timed part
     order_ok: bool | None = None  # every producer's records in the order it wrote them (persisting only)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -52,10 +53,19 @@ class Throughput:
     def consume_rate(self) -> float:
         return self.unique / self.consume_s if self.consume_s > 0 else 0.0
 
+    @property
+    def cpu_us_per_record(self) -> float | None:
+        """Broker + clients CPU per record moved: with ``cores`` cores, no run can move more than
+        cores * 1e6 / this records per second (the CPU ceiling of the machine for this workload and code)."""
+        if self.broker_cpu_s is None or self.clients_cpu_s is None or not self.unique:
+            return None
+        return (self.broker_cpu_s + self.clients_cpu_s) / self.unique * 1e6
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["produce_rec_per_s"] = self.produce_rate
         out["consume_rec_per_s"] = self.consume_rate
+        out["cpu_us_per_record"] = self.cpu_us_per_record
         return out
 
 
@@ -171,6 +181,8 @@ def run_persisting_2x2(
     for p, info, pairs in gather(procs, lambda p: work / f"{topic}-{p.name}", row.errors):
         if "t0" in info:
             t0s.append(info["t0"])
+        if "cpu_s" in info:
+            row.clients_cpu_s = (row.clients_cpu_s or 0.0) + float(info["cpu_s"])
         if p.name.startswith("producer"):
             row.produced += int(info.get("produced", 0))
             if "t1" in info:

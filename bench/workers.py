@@ -48,13 +48,16 @@ def guarded(
 @contextlib.asynccontextmanager
 async def queue_past_barrier(spec: dict[str, Any], info: dict[str, Any], **kw: Any) -> AsyncIterator[Queue]:
     """The worker's ``Queue(spec["topic"], broker=spec["broker"], **kw)``, opened before the start barrier so that
-    opening is never timed; ``info["t0"]``: when the barrier let it go. Closed on the way out."""
+    opening is never timed; ``info["t0"]``: when the barrier let it go; ``info["cpu_s"]``: the process's CPU
+    seconds from then to the end of the body. Closed on the way out."""
     q = Queue(spec["topic"], broker=spec["broker"], **kw)
     await q.open()
     try:
         spec["barrier"].wait(START_TIMEOUT_S)
         info["t0"] = time.monotonic()
+        cpu0 = time.process_time()
         yield q
+        info["cpu_s"] = time.process_time() - cpu0  # every thread of the worker, for the CPU-per-record ceiling
     finally:
         await q.aclose()
 
