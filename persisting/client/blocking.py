@@ -121,10 +121,12 @@ class _Sockets:
 
     def __init__(self) -> None:
         self.by_address: dict[str, BlockingSocket] = {}
-        weakref.finalize(self, _close_all, self.by_address)
+        weakref.finalize(self, _close_all, self.by_address, os.getpid())
 
 
-def _close_all(by_address: dict[str, BlockingSocket]) -> None:
+def _close_all(by_address: dict[str, BlockingSocket], pid: int) -> None:
+    if os.getpid() != pid:  # a forked child dropping its copy of the parent's locals: those sockets are not its own
+        return
     for sock in by_address.values():
         sock.close()
     by_address.clear()
@@ -156,4 +158,4 @@ def close_thread_sockets() -> None:
     """Close this thread's sockets now (tests; a thread's are closed when it ends anyway)."""
     sockets: _Sockets | None = getattr(_local, "sockets", None)
     if sockets is not None:
-        _close_all(sockets.by_address)
+        _close_all(sockets.by_address, os.getpid())
