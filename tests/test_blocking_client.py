@@ -119,3 +119,29 @@ def test_a_threads_socket_closes_when_the_thread_ends(broker: BrokerProcess, tmp
     t.join()
     gc.collect()
     assert kept and kept[0]._sock.closed and kept[0]._monitor.closed
+
+
+def test_a_forked_child_makes_its_own_socket_and_leaves_the_parents_alone(broker: BrokerProcess) -> None:
+    with SyncQueue("fork", broker=broker.address, durability="process") as q:
+        q.put({"who": "parent"})
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: a blocking call of its own (no Lance), then leave at once
+            code = 1
+            try:
+                gc.collect()  # the parent's thread-local sockets are dropped here, not closed
+                with SyncQueue("fork", broker=broker.address, durability="process") as mine:
+                    mine.put({"who": "child"})
+                    os.write(write_end, str(len(mine)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        try:
+            seen = os.read(read_end, 64).decode()
+        finally:
+            os.close(read_end)
+            _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and seen == "2"
+        q.put({"who": "parent"})  # the parent's own socket still works
+        assert [r["who"] for r in q.get(limit=10)] == ["parent", "child", "parent"]
