@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -328,7 +329,7 @@ class TensorPlane:
                 name, kind, dtype_name, shape, offset, nbytes = entry
                 dtype = tensors.storage_dtype(kind, dtype_name)
                 shape = int_list(shape, f"shape of field {name!r}")
-                want = count * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                want = count * math.prod(shape) * dtype.itemsize  # Python ints: no int64 wrap-around
                 if type(offset) is not int or offset % FIELD_ALIGN_BYTES or nbytes != want:
                     raise ProtocolError(f"field {name!r}: {nbytes!r} bytes at {offset!r} do not fit {count}x{shape}")
                 if offset < 0 or offset + nbytes > ext.nbytes:

@@ -298,3 +298,16 @@ def test_check_rows_names_the_first_bad_row() -> None:
     rows[7]["b"] = None
     with pytest.raises(InvalidRecordError, match=re.escape("row 8: field 'a' holds str")):
         codec.check_rows(rows, kinds, 10)
+
+
+def test_check_rows_of_empty_rows_still_checks_kinds_and_the_rest() -> None:
+    # Tensor-only puts send one empty row per sample: accepted without a per-row loop, but the kinds are still
+    # checked, and one row that is not empty among them gets the per-row check.
+    empty: list[dict[str, Any]] = [{} for _ in range(256)]
+    assert codec.check_rows(empty, {"x": "int"}, 256) is empty
+    with pytest.raises(InvalidRecordError, match=re.escape("unknown kind 'complex' for field 'x'")):
+        codec.check_rows(empty, {"x": "complex"}, 256)
+    with pytest.raises(InvalidRecordError, match=re.escape("row 5 has an invalid key ''")):
+        codec.check_rows([*empty[:5], {"": 1}, *empty[6:]], {}, 256)
+    with pytest.raises(InvalidRecordError, match=re.escape("row 3 is not a map")):
+        codec.check_rows([*empty[:3], [], *empty[4:]], {}, 256)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -76,7 +77,8 @@ def _field_bytes(kind: str, dtype: str, shape: Any) -> int:
     if kind not in ("ndarray", "tensor") or not dtype:
         return 0
     try:
-        return int(np.prod(shape, dtype=np.int64)) * storage_dtype(kind, dtype).itemsize
+        # math.prod, not np.prod: a twentieth of the time on a few dims (the broker sizes every get_batch)
+        return int(math.prod(shape)) * storage_dtype(kind, dtype).itemsize
     except (TypeError, ValueError, ConfigError):
         return 0
 

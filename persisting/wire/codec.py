@@ -311,6 +311,10 @@ def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str
             raise InvalidRecordError(f"unknown kind {kind!r} for field {key!r}")
         if key and not key.startswith(RESERVED_PREFIX):
             expected[key] = _STORAGE_TYPES[kind]
+    if rows.count({}) == count:
+        # Every row empty (a tensor batch with no other fields: each arena put of tensors only): valid whatever
+        # the kinds, counted in C instead of a Python loop over the rows (256 rows: ~30 us of a put_tensors).
+        return rows
     for n, row in enumerate(rows):
         if type(row) is dict:
             for key, value in row.items():
