@@ -31,7 +31,7 @@ class Describer:
         self._clears = clears
         self._schema = schema
         # the rows' descriptions of recent arena batches (id -> (batch, rows)): the one cache this class owns
-        self._described: OrderedDict[int, tuple[Chunk, list[dict[str, list[Any]] | None]]] = OrderedDict()
+        self._described: OrderedDict[int, tuple[Chunk, list[Any], dict[str, list[Any]] | None]] = OrderedDict()
 
     async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
         """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}
@@ -42,6 +42,14 @@ class Describer:
 
         ``lenient`` (the answer to a take): a sample cleared while this reads (a purge may take its rows) is
         described with no fields instead of raising; ``get_data`` of it then says it was cleared."""
+        if indexes and not self._clears.tags:
+            # The usual answer to a take: samples of one arena batch, alike, untagged and never patched: one run.
+            sources = (await self._index.field_index()).sources
+            groups = self._reader.arena_groups(indexes)
+            if len(groups) == 1 and not sources and (chunk := groups[0][0]) is not None and chunk.arena is not None:
+                alike = self._arena_rows(chunk)[1]
+                if alike is not None:
+                    return [[len(indexes), alike]]
         descs = await self._describe_each(indexes, lenient)
         sources = (await self._index.field_index()).sources
         patched = [(n, sources[i]) for n, i in enumerate(indexes) if i in sources] if sources else []
@@ -70,13 +78,14 @@ class Describer:
             runs.append(last)
         return runs
 
-    def _arena_rows(self, chunk: Chunk) -> list[dict[str, list[Any]] | None]:
-        """The description of each row of an arena batch, made once per batch: the takes of one batch (a put of
-        64 samples, taken 16 at a time) share it. A batch's rows never change once put (patches are rows of their
-        own), so what is kept stays true; kept for the newest CHUNKS_DESCRIBED_KEPT batches."""
+    def _arena_rows(self, chunk: Chunk) -> tuple[list[dict[str, list[Any]] | None], dict[str, list[Any]] | None]:
+        """The description of each row of an arena batch, and the one description all its rows share (None if
+        they differ), made once per batch: the takes of one batch (a put of 64 samples, taken 16 at a time) share
+        them. A batch's rows never change once put (patches are rows of their own), so what is kept stays true;
+        kept for the newest CHUNKS_DESCRIBED_KEPT batches. Callers only read them."""
         hit = self._described.get(id(chunk))
         if hit is not None and hit[0] is chunk:
-            return hit[1]
+            return hit[1], hit[2]
         arena = chunk.arena
         base = (
             {} if arena is None else {n: [c.kind, c.dtype_name, list(c.sample_shape)] for n, c in arena.columns.items()}
@@ -84,20 +93,25 @@ class Describer:
         kinds = self._schema.kinds
         # Rows of one batch nearly always write the same fields: one description per set of fields written, shared
         # by its rows (describe() then joins them into one run by identity, not by comparing dicts).
-        shared: dict[tuple[str, ...], dict[str, list[Any]]] = {(): base}
+        shared: dict[tuple[str, ...], dict[str, list[Any]]] = {}
         rows: list[dict[str, list[Any]] | None] = []
         for other in chunk.other:
-            written = tuple([k for k, v in other.items() if v is not None]) if other else ()
+            written = (
+                (tuple(other) if None not in other.values() else tuple([k for k, v in other.items() if v is not None]))
+                if other
+                else ()
+            )
             desc = shared.get(written)
             if desc is None:
                 # the engine's columns (a keyed sample's key) are no fields
                 own = {k: [kinds.get(k, ""), "", []] for k in written if not k.startswith(RESERVED_PREFIX)}
                 desc = shared[written] = {**base, **own} if own else base
             rows.append(desc)
-        self._described[id(chunk)] = (chunk, rows)
+        alike = next(iter(shared.values())) if len(shared) == 1 else None
+        self._described[id(chunk)] = (chunk, rows, alike)
         if len(self._described) > CHUNKS_DESCRIBED_KEPT:
             self._described.popitem(last=False)
-        return rows
+        return rows, alike
 
     async def _describe_each(self, indexes: list[int], lenient: bool = False) -> list[dict[str, list[Any]] | None]:
         """Each row's own field descriptions (samples of one arena batch share one dict)."""
@@ -108,7 +122,7 @@ class Describer:
                 need.extend(range(at, at + count))
                 continue
             first = indexes[at] - chunk.first
-            descs[at : at + count] = self._arena_rows(chunk)[first : first + count]
+            descs[at : at + count] = self._arena_rows(chunk)[0][first : first + count]
         if need:
             rows, kinds = await self._reader.rows_at([indexes[n] for n in need], lenient, described=True)
             for n, row in zip(need, rows, strict=True):
