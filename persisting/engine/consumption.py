@@ -60,7 +60,7 @@ from .samplers import RANK_CACHE_SIZE
 from .wal import fsync_dir
 
 _FRAME = struct.Struct("<II")
-# The same msgpack bytes as msgpack.packb(use_bin_type=True) for the plain values records hold, in a third of the
+# The same msgpack bytes as msgpack.packb(use_bin_type=True) for the plain values records hold, in a seventh of the
 # time (a take writes one record before it answers); anything it does not take goes through msgpack as before.
 _encode = msgspec.msgpack.Encoder().encode
 COMPACT_AT_BYTES = 4 * 1024 * 1024
