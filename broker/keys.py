@@ -108,7 +108,7 @@ async def handle(req: Request, topic: Topic, plane: Plane, peer: Peer | None) ->
         if not (req.args.get("read") and found and chosen):
             return Reply(req.id, True, [named, runs, chosen, None])
         req.args["fields"] = chosen
-        data = await plane._get(req, topic, peer, found)
+        data = await plane.get(req, topic, peer, found)
         return Reply(req.id, True, [named, runs, chosen, data.result], buffers=data.buffers)
     if req.op == "kv_list":
         partition = req.args.get("partition")

@@ -33,17 +33,17 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from persisting.engine import ArenaPayload, ObjectStoreTopic, Topic, sampler_from_wire, stored_topics
+from persisting.engine import ArenaPayload, ObjectStoreTopic, Topic, stored_topics
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
 from persisting.queue.lance_backend import LanceBackend
 from persisting.tensors import arena as arena_mod
 from persisting.tensors import column as tensors
 from persisting.tensors import jagged
 from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
-from persisting.wire import codec, columns, protocol
+from persisting.wire import codec, columns
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks, keys, peers, spooling
+from . import givebacks, keys, peers, spooling, takes
 from .extents import Extents, Peer
 from .givebacks import int_list
 from .retries import RetriedPuts
@@ -62,7 +62,6 @@ FLUSH_AT_ARENA_SHARE = float(os.environ.get("PERSISTING_FLUSH_AT_ARENA_SHARE", "
 MAX_LEASE_WAIT_SECONDS = 60.0
 # The most of the arena one process may pin with leases it has not put and views it holds (extents.py).
 MAX_PINNED_SHARE = float(os.environ.get("PERSISTING_MAX_PINNED_SHARE", "0.5"))
-TAKE_READ_ATTEMPTS = 4  # get_batch reads again when a clear of its samples landed meanwhile (see _samples)
 
 
 class TensorPlane:
@@ -173,6 +172,8 @@ class TensorPlane:
         """``peer``: the sender as the kernel names it (``peers.py``); None where the transport does not say."""
         arena, extents = self.arena, self.extents
         if topic is not None and req.op in SAMPLE_OPS:
+            if req.op == "take":
+                return await takes.take(self, req, topic, peer)
             return await self._samples(req, topic, peer)
         if req.op in spooling.OPS:  # larger than the arena: not through it
             return await spooling.handle(req, topic, peer)
@@ -225,61 +226,13 @@ class TensorPlane:
                 raise ProtocolError("set_tags items must be a list of [global index, {key: value}]")
             await topic.set_tags(arg(req, "partition", str), [(it[0], it[1]) for it in items])
             return Reply(req.id, True, None)
-        if req.op == "take":
-            partition, task = arg(req, "partition", str), arg(req, "task", str)
-            batch_size = arg(req, "batch_size", int)
-            if batch_size < 0:
-                raise ConfigError(f"batch_size must be >= 0, got {batch_size}")
-            wait = req.args.get("wait", 0.0)
-            if not isinstance(wait, int | float) or isinstance(wait, bool) or wait < 0:
-                raise ProtocolError("take wait must be a number of seconds >= 0")
-            sampler = sampler_from_wire(req.args.get("sampler"))
-            kw = req.args.get("sampler_kw") or {}
-            if not isinstance(kw, dict) or not all(k in ("dp_rank", "batch_index") for k in kw):
-                raise ProtocolError("take sampler_kw may hold dp_rank and batch_index only")
-            limit = min(float(wait), protocol.WAIT_SLICE_SECONDS)
-            seconds = req.args.get("lease_seconds")
-            if seconds is not None and (
-                not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0
-            ):
-                raise ProtocolError("take lease_seconds must be a number > 0 or nil")
-            lease = None if seconds is None else (float(seconds), peer or peers.claimed(req))
-            need = req.args.get("ready_fields", req.args.get("fields"))  # get_batch: the fields it reads
-            if need is not None and (not isinstance(need, list) or not all(isinstance(f, str) for f in need)):
-                raise ProtocolError("take ready_fields must be a list of str or nil")
-            request_key = req.args.get("key")
-            if request_key is not None and not isinstance(request_key, str):
-                raise ProtocolError("take key must be a str or nil")
-            indexes = await topic.take(
-                partition, task, batch_size, limit, sampler, lease, fields=need, request_key=request_key, **kw
-            )
-            # A re-sent take's batch may have been cleared since, and a clear may land while this reads (each
-            # await lets other requests run): the answer holds the samples still there once it is read.
-            for attempt in range(TAKE_READ_ATTEMPTS):
-                indexes = topic.not_cleared(indexes)
-                described = await topic.describe(indexes, lenient=True)
-                if "fields" not in req.args:
-                    return Reply(req.id, True, [indexes, described])
-                # get_batch: the data of the samples just taken, in the same reply (one round trip).
-                if spooling.too_big(indexes, described, req.args["fields"], self.size_bytes):
-                    return Reply(req.id, True, [indexes, described, {"later": True}])
-                try:
-                    data = await self._get(req, topic, peer, indexes)
-                except ConfigError:
-                    if topic.not_cleared(indexes) == indexes or attempt == TAKE_READ_ATTEMPTS - 1:
-                        raise  # not a clear that came meanwhile
-                    continue
-                if topic.not_cleared(indexes) == indexes:
-                    return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
-                self._drop_hold(data, peer)
-            raise ConfigError(f"the samples taken kept being cleared while their data was read ({indexes[:10]})")
         if req.op == "describe":
             return Reply(req.id, True, await topic.describe(int_list(req.args.get("indexes"), "indexes")))
         if req.op == "get_data":
-            return await self._get(req, topic, peer)
+            return await self.get(req, topic, peer)
         raise ProtocolError(f"unknown operation {req.op!r}")
 
-    def _drop_hold(self, data: Reply, holder: Peer | None) -> None:
+    def drop_hold(self, data: Reply, holder: Peer | None) -> None:
         """Give back the hold of a data reply that will not be sent (its views are never made)."""
         hold = data.result.get("hold") if isinstance(data.result, dict) else None
         if type(hold) is int and self.extents is not None and holder is not None:
@@ -373,8 +326,9 @@ class TensorPlane:
             out += [None] * (3 - len(out)) + keyed
         return out
 
-    async def _get(self, req: Request, topic: Topic, peer: Peer | None, taken: list[int] | None = None) -> Reply:
-        # Also broker/keys.py's kv_get (``taken``: the keys' samples).
+    async def get(self, req: Request, topic: Topic, peer: Peer | None, taken: list[int] | None = None) -> Reply:
+        """A ``get_data`` reply; also a take's with ``fields`` (takes.py) and keys.py's kv_get (``taken``: the
+        samples just taken, or the keys' samples)."""
         arena, extents = self.arena, self.extents
         indexes = int_list(req.args.get("indexes"), "indexes") if taken is None else taken
         fields = req.args.get("fields")

@@ -97,6 +97,8 @@ class Topics:
                     self.open[name] = topic
                     self._on_opened(name)
                     log.info("opened topic %s (%d records)", protocol.shown(name), topic.count())
+        if config is topic.config:  # the checked config it was opened with (one per distinct config, above)
+            return topic
         for key in ("num_buckets", "bucket_column", "durability"):
             if getattr(topic.config, key) != getattr(config, key):
                 raise ConfigError(

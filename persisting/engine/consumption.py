@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import msgspec
 
 from ..errors import StorageError
 from ..tensors.arena import Peer, peer_alive
@@ -59,6 +60,9 @@ from .samplers import RANK_CACHE_SIZE
 from .wal import fsync_dir
 
 _FRAME = struct.Struct("<II")
+# The same msgpack bytes as msgpack.packb(use_bin_type=True) for the plain values records hold, in a seventh of the
+# time (a take writes one record before it answers); anything it does not take goes through msgpack as before.
+_encode = msgspec.msgpack.Encoder().encode
 COMPACT_AT_BYTES = 4 * 1024 * 1024
 
 Taken = dict[tuple[str, str], IndexRuns]
@@ -290,7 +294,10 @@ class ConsumptionLog:
 
 
 def _frame(record: list[Any]) -> bytes:
-    body = msgpack.packb(record, use_bin_type=True)
+    try:
+        body = _encode(record)
+    except TypeError:
+        body = msgpack.packb(record, use_bin_type=True)
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 

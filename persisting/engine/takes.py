@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..tensors.arena import Peer
-from .consumption import Consumption, ConsumptionLog, Taken, remember_answers, remember_keys
+from .consumption import TAKE_KEYS_KEPT, Consumption, ConsumptionLog, Taken, remember_answers
 from .index import SampleIndex
 from .partitions import Clears
 from .reader import Reader
@@ -173,8 +173,10 @@ class Takes:
                 record.append([request_key, taken if sampled is consumed else runs_of(sampled)])
             self._log.append(record)
             state.done.add_runs(taken)
-            if request_key is not None:
-                remember_keys(self._take_keys, [(request_key, sampled)])
+            if request_key is not None:  # a new key (one answered already returned above): newest at the end
+                self._take_keys[request_key] = list(sampled)
+                if len(self._take_keys) > TAKE_KEYS_KEPT:
+                    self._take_keys.popitem(last=False)
         state.advance_floor(indexes, self._clears.cleared_in(partition))
         parts: list[tuple[tuple[Any, ...], list[int]]] = list(shares.items())  # the other ranks' parts of this step
         if key is not None:

@@ -1,0 +1,94 @@
+"""The ``take`` request: samples handed to a task (``get_meta``), and with ``fields`` their data too
+(``get_batch``, one round trip).
+
+The broker's busiest request after a put, so it has its own path: ``Broker._dispatch`` sends it here before the
+general chain of operations, and its arguments are checked by exact type in one pass (``type(x) is int`` and the
+like; a ``bool`` is refused where a number is due, as everywhere on the wire). A bad argument gets the same
+``ProtocolError``/``ConfigError`` reply it got through the general path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from persisting.engine import Topic, sampler_from_wire
+from persisting.errors import ConfigError, ProtocolError
+from persisting.wire import protocol
+from persisting.wire.protocol import Reply, Request, shown
+
+from . import givebacks, peers, spooling
+
+if TYPE_CHECKING:
+    from .extents import Peer
+    from .plane import TensorPlane
+
+TAKE_READ_ATTEMPTS = 4  # get_batch reads again when a clear of its samples landed meanwhile (see take)
+_NUMBER = (int, float)
+_SAMPLER_KW = frozenset({"dp_rank", "batch_index"})
+
+
+def _str(req: Request, name: str) -> str:
+    value = req.args.get(name)
+    if type(value) is not str:
+        raise ProtocolError(f"operation 'take' needs argument {name!r} of type str, got {shown(value)}")
+    return value
+
+
+def _seconds(value: Any) -> bool:
+    """Whether ``value`` is a number of seconds from the wire (an int or a float, not a bool)."""
+    return type(value) in _NUMBER
+
+
+async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None) -> Reply:
+    """Answer a ``take``: the samples the sampler picks, logged (or leased) before this returns, with their field
+    descriptions; ``fields`` (get_batch): their data in the same reply."""
+    args = req.args
+    if plane.extents is not None:
+        givebacks.apply(req, plane.extents, plane.arena, peer)  # holds released since, riding along
+    partition, task = _str(req, "partition"), _str(req, "task")
+    batch_size = args.get("batch_size")
+    if type(batch_size) is not int:
+        raise ProtocolError(f"operation 'take' needs argument 'batch_size' of type int, got {shown(batch_size)}")
+    if batch_size < 0:
+        raise ConfigError(f"batch_size must be >= 0, got {batch_size}")
+    wait = args.get("wait", 0.0)
+    if not _seconds(wait) or wait < 0:
+        raise ProtocolError("take wait must be a number of seconds >= 0")
+    sampler = sampler_from_wire(args.get("sampler"))
+    kw = args.get("sampler_kw") or {}
+    if type(kw) is not dict or (kw and not _SAMPLER_KW.issuperset(kw)):
+        raise ProtocolError("take sampler_kw may hold dp_rank and batch_index only")
+    limit = min(float(wait), protocol.WAIT_SLICE_SECONDS)
+    seconds = args.get("lease_seconds")
+    if seconds is not None and (not _seconds(seconds) or seconds <= 0):
+        raise ProtocolError("take lease_seconds must be a number > 0 or nil")
+    lease = None if seconds is None else (float(seconds), peer or peers.claimed(req))
+    need = args.get("ready_fields", args.get("fields"))  # get_batch: the fields it reads
+    if need is not None and (type(need) is not list or not all(type(f) is str for f in need)):
+        raise ProtocolError("take ready_fields must be a list of str or nil")
+    request_key = args.get("key")
+    if request_key is not None and type(request_key) is not str:
+        raise ProtocolError("take key must be a str or nil")
+    indexes = await topic.take(
+        partition, task, batch_size, limit, sampler, lease, fields=need, request_key=request_key, **kw
+    )
+    # A re-sent take's batch may have been cleared since, and a clear may land while this reads (each
+    # await lets other requests run): the answer holds the samples still there once it is read.
+    for attempt in range(TAKE_READ_ATTEMPTS):
+        indexes = topic.not_cleared(indexes)
+        described = await topic.describe(indexes, lenient=True)
+        if "fields" not in args:
+            return Reply(req.id, True, [indexes, described])
+        # get_batch: the data of the samples just taken, in the same reply (one round trip).
+        if spooling.too_big(indexes, described, args["fields"], plane.size_bytes):
+            return Reply(req.id, True, [indexes, described, {"later": True}])
+        try:
+            data = await plane.get(req, topic, peer, indexes)
+        except ConfigError:
+            if topic.not_cleared(indexes) == indexes or attempt == TAKE_READ_ATTEMPTS - 1:
+                raise  # not a clear that came meanwhile
+            continue
+        if topic.not_cleared(indexes) == indexes:
+            return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
+        plane.drop_hold(data, peer)
+    raise ConfigError(f"the samples taken kept being cleared while their data was read ({indexes[:10]})")
