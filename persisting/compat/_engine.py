@@ -24,7 +24,7 @@ from persisting import Queue, Sampler
 from persisting.client import _loop
 from persisting.client.data_args import sampler_wire
 from persisting.client.remote import RemoteTopic
-from persisting.engine import Topic
+from persisting import engine  # lazy: the topic's modules load at an embedded open only
 
 T = TypeVar("T")
 _closing: set[asyncio.Future[None]] = set()
@@ -89,7 +89,7 @@ async def take_records(
     topic = await queue._handle.engine()
     if isinstance(topic, RemoteTopic):
         return await topic.take_rows(partition, task, batch_size, timeout, sampler_wire(sampler), lease_s, fields)
-    if not isinstance(topic, Topic):
+    if not isinstance(topic, engine.Topic):
         return None
 
     async def on_loop() -> list[tuple[int, dict[str, Any]]]:
