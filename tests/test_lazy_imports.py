@@ -30,9 +30,8 @@ REPORT = "import json, sys\nprint(json.dumps(sorted(m for m in {heavy!r} if m in
 def _loaded(code: str, *args: str) -> list[str]:
     """The HEAVY modules loaded once ``code`` has run in a fresh interpreter."""
     script = code + REPORT.format(heavy=HEAVY)
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=120
-    )
+    command = [sys.executable, "-c", script, *args]
+    proc = subprocess.run(command, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
     return loaded
