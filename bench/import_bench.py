@@ -78,9 +78,7 @@ def render(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         ratio = "" if r["vs_persistqueue"] is None else f"{r['vs_persistqueue']}x"
         loaded = ", ".join(r["loaded"]) or "-"
-        out.append(
-            f"{r['tree']:>8}  {r['statement']:<38} {r['median_s']:>9} {r['import_s']:>9} {ratio:>14}  {loaded}"
-        )
+        out.append(f"{r['tree']:>8}  {r['statement']:<38} {r['median_s']:>9} {r['import_s']:>9} {ratio:>14}  {loaded}")
     return "\n".join(out)
 
 
