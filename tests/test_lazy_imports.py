@@ -85,3 +85,12 @@ def test_the_embedded_queue_loads_lance_at_its_first_open(tmp_path: Path) -> Non
     loaded = _loaded(code, str(tmp_path / "data"))
     assert set(STORAGE) | set(ENGINE_STORAGE) <= set(loaded), loaded
     assert "torch" not in loaded
+
+
+def test_every_name_the_engine_exports_loads() -> None:
+    import persisting.engine as engine
+
+    assert sorted(engine._EXPORTS) == sorted(engine.__all__)  # a name added to one and not the other fails here
+    for name in engine.__all__:
+        assert getattr(engine, name) is not None
+    assert "Topic" in dir(engine)
