@@ -5,7 +5,8 @@ pq`` (persist-queue's API: persist-queue 1.1.0 beside persisting.compat.persistq
 console|rst|json``); ``python -m bench verl`` (a verl-shaped step through persisting's TransferQueue layer and
 TransferQueue 0.1.11); ``python -m bench verl-nodes`` (the layer on two Ray nodes against one, bench/verl_nodes.py);
 ``python -m bench verl-dedup`` (the layer's dedup on a GRPO step, on and off, bench/verl_dedup.py);
-``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py)"""
+``python -m bench chaos --trials 100`` (kill -9 and fuzz, bench/chaos.py); ``python -m bench imports`` (a fresh
+process's import of persisting, bench/import_bench.py)"""
 
 from __future__ import annotations
 
@@ -377,6 +378,7 @@ def _installed(name: str) -> bool:
 _STANDALONE = {
     "chaos": ".chaos",
     "pq": ".pq_bench",
+    "imports": ".import_bench",
     "verl": ".verl_bench",
     "verl-nodes": ".verl_nodes",
     "verl-dedup": ".verl_dedup",

@@ -13,15 +13,18 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..engine import Topic, new_spool_part, put_spooled, spool_where
+from .. import engine
 from ..tensors import batches, pieces
 from ..tensors.column import AnyColumn
 from ..tensors.meta import BatchMeta
 from ..wire import codec
 from . import _loop
 from .remote import RemoteTopic
+
+if TYPE_CHECKING:
+    from ..engine import Topic
 
 
 async def limit(topic: Topic | RemoteTopic) -> int:
@@ -52,7 +55,7 @@ async def put(
     if isinstance(topic, RemoteTopic):
         name, path = await topic.call("spool_begin", pid=os.getpid())
     else:
-        name, part = new_spool_part(topic.path, os.getpid())
+        name, part = engine.new_spool_part(topic.path, os.getpid())  # embedded: the engine is loaded
         path = str(part)
     try:
         await asyncio.to_thread(pieces.write_part, str(path), columns, fields)
@@ -62,7 +65,7 @@ async def put(
             kinds = {**plain.kinds, **{str(f[0]): str(f[1]) for f in fields}}
             first, count = topic.stored(int(first), int(count), kinds)
         else:
-            first, count = await run(put_spooled(topic, plain, partition, blob, key, name, fields, of))
+            first, count = await run(engine.put_spooled(topic, plain, partition, blob, key, name, fields, of))
     except BaseException:
         with contextlib.suppress(OSError):
             Path(path).unlink()  # the engine took it (and deletes it itself), or it is swept; this is early cleanup
@@ -102,7 +105,7 @@ async def _from_spool(
     else:
 
         async def where(indexes: list[int], dense: list[str]) -> Any:
-            return await _loop.call(spool_where(topic, indexes, dense))
+            return await _loop.call(engine.spool_where(topic, indexes, dense))
 
         found = await pieces.from_spool(meta, fields, await limit(topic), where, fetch, device)
     return None if found is None else batches.Batch(found)

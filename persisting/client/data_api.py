@@ -14,15 +14,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..engine import Topic
 from ..errors import ConfigError
 from ..tensors import batches, objects, tensordicts
 from ..tensors.meta import BatchMeta
 from . import _loop, big_batches, data_args, dedup_reads
 from .handle import TopicHandle
 from .remote import RemoteTopic
+
+if TYPE_CHECKING:
+    from ..engine import Topic
 
 T = TypeVar("T")
 DEFAULT_LEASE_SECONDS = 60.0  # acknowledged delivery: how long a consumer has to mark_consumed

@@ -4,12 +4,14 @@ references turned back into each sample's value, a view of the one stored copy."
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..engine import Topic
 from ..tensors import batches, dedup
 from ..tensors.meta import BatchMeta, FieldMeta, sample_metas
 from .remote import RemoteTopic
+
+if TYPE_CHECKING:
+    from ..engine import Topic
 
 
 async def named(topic: Topic | RemoteTopic, fields: list[str] | None, mode: dedup.Mode) -> list[str] | None:

@@ -12,14 +12,18 @@ import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..engine import BackendFactory, Location, Topic, TopicConfig, object_store_topic, parse_location, topic_dirname
+from .. import engine
+from ..engine import Location, TopicConfig, parse_location
 from ..errors import ConfigError, QueueClosedError
 from ..tensors.dedup import check_mode as check_dedup_mode
 from ..tensors.objects import check_mode as check_objects_mode
 from . import _loop
 from .remote import RemoteTopic
+
+if TYPE_CHECKING:
+    from ..engine import BackendFactory, Topic
 
 ZEROCOPY_MODES = ("auto", "force", "off")
 MOVED_KEYS = ("put_zero_copy_bytes", "put_copied_bytes", "put_spooled_bytes", "get_zero_copy_bytes", "get_copied_bytes")
@@ -48,8 +52,9 @@ async def _acquire(name: str, location: Location, config: TopicConfig, factory: 
                     )
             holders.add(holder)
             return topic
-        remote = object_store_topic(location, name, topic_dirname(name))
-        topic = Topic(name, location.local, config, factory, remote=remote)
+        # ``engine.X``: the topic and its storage load at the first embedded open (engine/__init__.py)
+        remote = engine.object_store_topic(location, name, engine.topic_dirname(name))
+        topic = engine.Topic(name, location.local, config, factory, remote=remote)
         try:
             await topic.open()
         except BaseException:
@@ -163,10 +168,10 @@ class TopicHandle:
         """Release the topic (the last handle of an embedded topic flushes and closes it)."""
         self.closed = True
         topic, self._topic = self._topic, None
-        if isinstance(topic, Topic):
-            await _loop.call(_release(topic, id(self)))
-        elif isinstance(topic, RemoteTopic):
+        if isinstance(topic, RemoteTopic):
             await topic.aclose()
+        elif topic is not None:
+            await _loop.call(_release(topic, id(self)))
 
     def moved(self, key: str, nbytes: int) -> None:
         """Count ``nbytes`` of tensor payload moved by path (``MOVED_KEYS``)."""

@@ -7,9 +7,9 @@ tensor put (``put_tensors`` with ``kv``), so a put of new keys stores their data
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..engine import Topic, check_keys, shared_fields
+from ..engine import check_keys, shared_fields
 from ..errors import ConfigError, InvalidRecordError
 from ..tensors import batches, dedup, objects, tensordicts
 from ..tensors import column as tensors
@@ -20,6 +20,9 @@ from .data_api import on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
 from .tensor_puts import LEASE_TIMEOUT_S, TensorPuts, _storable
+
+if TYPE_CHECKING:
+    from ..engine import Topic
 
 Described = tuple[list[int], list[list[Any]]]  # samples, Topic.describe's runs of them
 

@@ -13,8 +13,7 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from ..engine import Topic, TopicConfig
-from ..engine.puts import check_key
+from ..engine import TopicConfig, check_key
 from ..errors import BrokerUnavailableError, ConfigError, InvalidRecordError, QueueClosedError
 from ..tensors import column as tensors
 from ..tensors import objects
@@ -339,7 +338,7 @@ class Queue(DataAPI):
         out: dict[str, Any] = await on_topic(topic, topic.stats())
         out["zerocopy_mode"] = self.zerocopy_mode
         out["zerocopy"] = self._handle.transfers()  # bytes of tensor payload moved by this Queue, by path
-        if self.enable_metrics and isinstance(topic, Topic):
+        if self.enable_metrics and not isinstance(topic, RemoteTopic):
             m = topic.metrics
             names = ("puts", "records_put", "gets", "records_read", "flushes", "records_flushed", "flush_seconds")
             out["metrics"] = {name: getattr(m, name) for name in (*names, "commit_seconds")}

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..engine import Topic
 from ..errors import ConfigError, DedupConflictError, InvalidRecordError, PayloadClearedError
 from ..tensors import batches, dedup, objects, reservation, tensordicts
 from ..tensors import column as tensors
@@ -25,6 +24,9 @@ from . import big_batches, dedup_reads
 from .data_api import on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
+
+if TYPE_CHECKING:
+    from ..engine import Topic
 
 T = TypeVar("T")
 

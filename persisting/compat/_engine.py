@@ -20,11 +20,10 @@ import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from persisting import Queue, Sampler
+from persisting import Queue, Sampler, engine
 from persisting.client import _loop
 from persisting.client.data_args import sampler_wire
 from persisting.client.remote import RemoteTopic
-from persisting.engine import Topic
 
 T = TypeVar("T")
 _closing: set[asyncio.Future[None]] = set()
@@ -89,7 +88,7 @@ async def take_records(
     topic = await queue._handle.engine()
     if isinstance(topic, RemoteTopic):
         return await topic.take_rows(partition, task, batch_size, timeout, sampler_wire(sampler), lease_s, fields)
-    if not isinstance(topic, Topic):
+    if not isinstance(topic, engine.Topic):  # engine.X: the topic's modules load at an embedded open only
         return None
 
     async def on_loop() -> list[tuple[int, dict[str, Any]]]:

@@ -27,25 +27,81 @@ The interface::
                                                 Topic's ``remote``: lease, settings and schema in the store
     sampler_from_wire(value)                    a built-in sampler from its wire form (the broker runs no other)
     caller_thread(), blocking_allowed()         engine code run inline in a blocking caller's thread (inline.py)
+    check_key(key), check_keys(keys, tags), shared_fields(runs)   argument checks a client runs too (args.py)
 
 Every call runs on one event loop (embedded mode: ``client/_loop.py``'s engine loop; the broker's own loop), so
 the engine needs no locks: the steps between two ``await`` are atomic. How a topic is built: ``topic.py``.
+
+Each name loads its module on first use (``__getattr__`` below): a client of a broker uses the settings, the
+samplers and the argument checks, and never loads the topic, its log and its storage (nor Lance: the backend is
+chosen at an embedded open, ``client/handle.py``). Embedded-only code reaches the rest as ``engine.Topic``.
 """
 
-from .config import DURABILITY_MODES, Metrics, TopicConfig
-from .fields import FieldIndex
-from .inline import blocking_allowed, caller_thread
-from .keys import KEY_COLUMN, KeyIndex, check_keys, shared_fields
-from .layout import topic_dirname
-from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
-from .opening import ArenaResolver, stored_topics
-from .samplers import from_wire as sampler_from_wire
-from .spooled import new_part as new_spool_part
-from .spooled import put_spooled
-from .spooled import sweep as sweep_spool
-from .spooled import where as spool_where
-from .tail import ArenaPayload
-from .topic import BackendFactory, Topic
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .args import check_key, check_keys, shared_fields
+    from .config import DURABILITY_MODES, Metrics, TopicConfig
+    from .fields import FieldIndex
+    from .inline import blocking_allowed, caller_thread
+    from .keys import KEY_COLUMN, KeyIndex
+    from .layout import topic_dirname
+    from .location import Location, ObjectStoreTopic, object_store_topic, parse_location
+    from .opening import ArenaResolver, stored_topics
+    from .samplers import from_wire as sampler_from_wire
+    from .spooled import new_part as new_spool_part
+    from .spooled import put_spooled
+    from .spooled import sweep as sweep_spool
+    from .spooled import where as spool_where
+    from .tail import ArenaPayload
+    from .topic import BackendFactory, Topic
+
+# Each name from the module that defines it, loaded on first use: a broker-mode client needs the config, the
+# samplers and a few checks, not the topic and its storage machinery (about 40 modules, 0.1-0.2 s of a process's
+# start; README's "Process start").
+_EXPORTS = {
+    "DURABILITY_MODES": ("config", "DURABILITY_MODES"),
+    "Metrics": ("config", "Metrics"),
+    "TopicConfig": ("config", "TopicConfig"),
+    "FieldIndex": ("fields", "FieldIndex"),
+    "blocking_allowed": ("inline", "blocking_allowed"),
+    "caller_thread": ("inline", "caller_thread"),
+    "KEY_COLUMN": ("keys", "KEY_COLUMN"),
+    "KeyIndex": ("keys", "KeyIndex"),
+    "check_key": ("args", "check_key"),
+    "check_keys": ("args", "check_keys"),
+    "shared_fields": ("args", "shared_fields"),
+    "topic_dirname": ("layout", "topic_dirname"),
+    "Location": ("location", "Location"),
+    "ObjectStoreTopic": ("location", "ObjectStoreTopic"),
+    "object_store_topic": ("location", "object_store_topic"),
+    "parse_location": ("location", "parse_location"),
+    "ArenaResolver": ("opening", "ArenaResolver"),
+    "stored_topics": ("opening", "stored_topics"),
+    "sampler_from_wire": ("samplers", "from_wire"),
+    "new_spool_part": ("spooled", "new_part"),
+    "put_spooled": ("spooled", "put_spooled"),
+    "sweep_spool": ("spooled", "sweep"),
+    "spool_where": ("spooled", "where"),
+    "ArenaPayload": ("tail", "ArenaPayload"),
+    "BackendFactory": ("topic", "BackendFactory"),
+    "Topic": ("topic", "Topic"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    found = _EXPORTS.get(name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{found[0]}"), found[1])
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "DURABILITY_MODES",
@@ -62,6 +118,7 @@ __all__ = [
     "TopicConfig",
     "blocking_allowed",
     "caller_thread",
+    "check_key",
     "check_keys",
     "new_spool_part",
     "object_store_topic",

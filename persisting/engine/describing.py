@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ..queue.lance_described import Stored
+from ..queue.backend import Stored
 from ..wire.codec import RESERVED_PREFIX, decode_jagged
 from .index import SampleIndex
 from .partitions import Clears

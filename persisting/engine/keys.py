@@ -21,33 +21,19 @@ Contract (``Topic.keys``, a ``KeyIndex``; every method on the engine's loop):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import ConfigError
 from ..wire.codec import INDEX_KEY, OF_KEY, PARTITION_KEY, RESERVED_PREFIX, EncodedBatch, pack
+from .args import check_keys
 from .buckets import Buckets
 from .partitions import Clears
 from .tail import ArenaPayload, Tail
 
 KEY_COLUMN = RESERVED_PREFIX + "key"  # the key of a sample, in its own row
-MAX_KEY_CHARS = 4096
 
 Append = Callable[..., Awaitable[tuple[int, int]]]
-
-
-def check_keys(keys: Any, tags: Any = None) -> list[str]:
-    """Keys are a list of distinct non-empty str (one str is refused: it is not a list of keys)."""
-    if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
-        raise ConfigError(f"keys must be a list of str, got {type(keys).__qualname__} {keys!r:.60}")
-    bad = [k for k in keys if not isinstance(k, str) or not k or len(k) > MAX_KEY_CHARS]
-    if bad:
-        raise ConfigError(f"keys must be non-empty str of at most {MAX_KEY_CHARS} characters, got {bad[:3]!r:.200}")
-    if len(set(keys)) != len(keys):
-        raise ConfigError("a key appears twice in one call; name each key once")
-    if tags is not None and (isinstance(tags, dict) or not isinstance(tags, Sequence) or len(tags) != len(keys)):
-        raise ConfigError(f"tags must be a list of one dict per key ({len(keys)}), got {tags!r:.100}")
-    return list(keys)
 
 
 class KeyIndex:
@@ -216,13 +202,3 @@ class KeyIndex:
                 del named[k]
                 self._names.pop(i, None)
         return cleared
-
-
-def shared_fields(runs: list[list[Any]]) -> list[str]:
-    """The fields every sample of ``Topic.describe``'s runs has written, in the order the first run lists them."""
-    if not runs:
-        return []
-    names = list(runs[0][1])
-    for run in runs[1:]:
-        names = [n for n in names if n in run[1]]
-    return names

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError, QueueClosedError
 from ..wire.codec import EncodedBatch
+from .args import check_key
 from .config import Metrics, TopicConfig
 from .flushing import IDEMPOTENCY_WINDOW_SECONDS, Flusher
 from .index import SampleIndex
@@ -31,7 +32,6 @@ from .wal import WriteAheadLog
 IDEMPOTENCY_KEY_SECONDS = IDEMPOTENCY_WINDOW_SECONDS
 IDEMPOTENCY_KEYS_KEPT = 65_536
 IDEMPOTENCY_KEYS_MAX = 262_144
-MAX_IDEMPOTENCY_KEY_CHARS = 256
 
 
 class Appender:
@@ -167,12 +167,3 @@ class Appender:
         if self._wal is not None:
             await self._wal.commit()  # the first attempt may still be waiting for its sync
         return found[0], found[1]
-
-
-def check_key(key: object) -> None:
-    """An idempotency key is a non-empty str of at most MAX_IDEMPOTENCY_KEY_CHARS (it rides in the log frame)."""
-    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
-        shown = repr(key)[:64]
-        raise ConfigError(
-            f"idempotency_key must be a non-empty str of at most {MAX_IDEMPOTENCY_KEY_CHARS} characters, got {shown}"
-        )

@@ -41,14 +41,28 @@ Optional methods the engine uses when present
     the engine's index column this way instead of streaming whole rows).
     ``async def maintain() -> None``: housekeeping after a flush (compaction, cleanup of old versions).
     ``async def aclose() -> None``: release files and handles.
+    ``async def get_described(limit, offset) -> list[Row]``: ``get``, except that a tensor value the backend
+    can describe without reading it comes back as a ``Stored`` (kind, dtype name, shape), for ``get_meta``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A dense tensor value left in storage: its kind, dtype name (as the decoded value names it) and shape.
+    ``get_described`` returns it in place of the value; it lives here, beside the protocol, so that the engine can
+    recognise it without importing a backend (the Lance one costs a broker-mode client ~0.5 s of import)."""
+
+    kind: str
+    dtype_name: str
+    shape: tuple[int, ...]
 
 
 @runtime_checkable
@@ -74,4 +88,4 @@ class StorageBackend(Protocol):
     def total_count(self) -> int: ...
 
 
-__all__ = ["Row", "StorageBackend"]
+__all__ = ["Row", "StorageBackend", "Stored"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import lance
@@ -28,17 +27,9 @@ from ..tensors.column import storage_dtype
 from ..tensors.jagged import KIND as JAGGED
 from ..wire.codec import FIELDS_KEY
 from . import lance_dense
+from .backend import Stored
 from .lance_columns import NULLS_COLUMN, REWRITE_SUFFIX, column_name, key_name, table_to_rows
 from .tensor_columns import FIXED, LAYOUT_KEY, SCALAR, VARIABLE, Layout
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """A dense tensor value left in storage: its kind, dtype name (as the decoded value names it) and shape."""
-
-    kind: str
-    dtype_name: str
-    shape: tuple[int, ...]
 
 
 @functools.lru_cache(maxsize=256)
