@@ -25,10 +25,10 @@ before it, so a burst of concurrent puts shares one sync; a round's fdatasync ru
 once (a write(2) survives the process being killed, not the machine losing power).
 
 Gathering: two writers with one put each in flight rarely share a round: the second's put arrives while the
-first's sync runs and waits for a round of its own, so rounds run back to back with one put each. When a put had
-to wait for a round that did not cover it (``_contended``), the next round's thread waits COMMIT_GATHER_SECONDS
-before its fdatasync and counts every frame written by then (``_Round.covered``): the put that arrives within
-that window shares the round. Safe because ``append`` counts a frame only after its write(2) returned, and the
+first's sync runs and waits for a round of its own, so rounds run back to back with one put each. When a round
+was awaited by two commits or more (writers overlap: they shared it, or one arrived late), the next round's
+thread waits COMMIT_GATHER_SECONDS before its fdatasync and counts every frame written by then
+(``_Round.covered``): the put that arrives within that window shares the round. Safe because ``append`` counts a frame only after its write(2) returned, and the
 late frames lie in the current segment, which the round syncs; a rotation meanwhile (a new segment the round
 does not sync) credits nothing late. A lone writer never waits.
 
@@ -135,8 +135,8 @@ class WriteAheadLog:
         self._synced_seq = 0
         self._dir_dirty = False
         self._sync_task: asyncio.Task[None] | None = None
-        self._round_target = 0  # the target of the round running now
-        self._contended = False  # a commit waited for a round that did not cover it (see Gathering)
+        self._round_commits = 0  # commits awaiting the round running now
+        self._gather = False  # the last round had two commits or more: the next one gathers (see Gathering)
         self._syncer = Syncer(f"wal-sync {directory.parent.name}")
         self._failed: BaseException | None = None
 
@@ -304,18 +304,17 @@ class WriteAheadLog:
                     self._round_done(round_)
                     continue
                 self._sync_task = asyncio.ensure_future(self._sync_round())
-            elif target > self._round_target:
-                self._contended = True  # another writer is active: the next round gathers
+            self._round_commits += 1
             await asyncio.shield(self._sync_task)
 
     async def _sync_round(self) -> None:
         try:
-            gather_s, self._contended = (COMMIT_GATHER_SECONDS if self._contended else 0.0), False
-            round_ = self._round_start(gather_s)
-            self._round_target = round_.target
+            round_ = self._round_start(COMMIT_GATHER_SECONDS if self._gather else 0.0)
             await self._syncer.run(lambda: self._round_sync(round_))
             self._round_done(round_)
         finally:
+            # Every commit awaiting this round counted itself before it awaited: a lone writer counts 1.
+            self._gather, self._round_commits = self._round_commits >= 2, 0
             self._sync_task = None
 
     def _round_start(self, gather_s: float = 0.0) -> _Round:
