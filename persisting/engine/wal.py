@@ -28,9 +28,9 @@ Gathering: two writers with one put each in flight rarely share a round: the sec
 first's sync runs and waits for a round of its own, so rounds run back to back with one put each. When a round
 was awaited by two commits or more (writers overlap: they shared it, or one arrived late), the next round's
 thread waits COMMIT_GATHER_SECONDS before its fdatasync and counts every frame written by then
-(``_Round.covered``): the put that arrives within that window shares the round. Safe because ``append`` counts a frame only after its write(2) returned, and the
-late frames lie in the current segment, which the round syncs; a rotation meanwhile (a new segment the round
-does not sync) credits nothing late. A lone writer never waits.
+(``_Round.covered``): the put that arrives within that window shares the round. Safe because ``append`` counts
+a frame only after its write(2) returned, and the late frames lie in the current segment, which the round syncs;
+a rotation meanwhile (a new segment the round does not sync) credits nothing late. A lone writer never waits.
 
 The engine rotates to a new segment when a flush starts and the current one holds ROTATE_AT_BYTES, and drops a
 segment once every index it holds is stored in the backend and it has been idle for the idempotency window, so
