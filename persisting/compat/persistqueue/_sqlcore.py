@@ -73,6 +73,8 @@ class AsyncSQL:
             return
         await self._store.open()
         self._started = True
+        if self.ACK or self.UNIQUE:
+            await self._store.repair(self.ACK)
         if self.ACK:
             await self._resume(self._auto_resume)
 
@@ -123,10 +125,11 @@ class AsyncSQL:
     async def _taken(self, item: Item) -> None:
         if self.ACK:
             self._unack_cache[item.pqid] = item.data
-            # Durable, so that a reopen with auto_resume=False still sees it unacknowledged after the lease is gone.
-            await self._store.set_status([item.pqid], UNACK)
+            # Synced only for a reopen with auto_resume=False, which must still see it unacknowledged after the lease
+            # is gone; with auto_resume a crash makes it ready again with or without the record (_store's doc).
+            await self._store.set_status([item.pqid], UNACK, durable=not self._auto_resume)
         elif self.auto_commit:
-            await self._store.forget([item.pqid])
+            await self._store.forget([item.pqid], durable=False)  # shares the take's fate (_store's doc)
         else:
             self._uncommitted.append(item.pqid)
 

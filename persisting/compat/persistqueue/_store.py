@@ -17,6 +17,19 @@ Unique: a put is a duplicate when an earlier item with the same bytes is still l
 (not ``DELETED`` by a state record below it). Every process reads the topic in index order, so every process
 takes the same decision without a lock: the putter returns None and marks the duplicate taken; a taker that
 meets one before that skips it the same way.
+
+What ``durability="sync"`` syncs per item (persist-queue commits, so fsyncs, at every put, get and ack): a put, an
+ack / ack_failed / nack / task_done (their state record: one fdatasync of the log), a clear. Not synced, written
+only (they survive kill -9): a consume-on-fetch take (the engine's rule: a power loss may hand the last takes out
+again), and the two state records that come with a get: an ack queue's ``UNACK`` with ``auto_resume`` (after a
+crash its item is ready again whether the record survived or not: ``_resume`` gives back what it names, and the
+lease is gone either way) and a Unique queue's ``DELETED`` of a consume-on-fetch get (it shares the take's
+fate). The log is one sequence, so a later synced record syncs every earlier one: an acknowledged put is never
+decided against a state record that a power loss could still take away. Two files (the log and the consumption
+log) may lose their unsynced tails independently, and a kill -9 may fall between a take and its record, so an
+embedded open repairs what they disagree on (``repair``): an item with a final state (acked, failed, Unique's
+deleted) that the engine has not consumed is consumed (an acked item is never handed out again), and a Unique
+item the engine consumed without its ``DELETED`` gets one (its bytes are free again, as after its get).
 """
 
 from __future__ import annotations
@@ -233,10 +246,12 @@ class Store:
         if delete:
             await self.forget(pqids, partition)
 
-    async def forget(self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False) -> None:
+    async def forget(
+        self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False, durable: bool = True
+    ) -> None:
         """Delete consumed items (in batches). Unique queues record the deletion instead, see the module doc."""
         if self.unique:
-            await self.set_status(pqids, DELETED)
+            await self.set_status(pqids, DELETED, durable)
             return
         self._to_clear.extend(p - 1 for p in pqids)
         if now or len(self._to_clear) >= CLEAR_BATCH_ITEMS:
@@ -275,9 +290,27 @@ class Store:
         task = info["tasks"].get(TASK, {"consumed": 0, "leased": 0})
         return info["samples"] - task["consumed"] - task["leased"], task["leased"]
 
-    async def set_status(self, pqids: Sequence[int], status: int) -> None:
+    async def set_status(self, pqids: Sequence[int], status: int, durable: bool = True) -> None:
+        """Record a state of items (``durable=False``: written, not synced; see the module doc for which)."""
         if pqids:
-            await self.queue.put_batch([{"sid": p, "st": status} for p in pqids], partition_id=STATE)
+            await _engine.put_records(self.queue, STATE, [{"sid": p, "st": status} for p in pqids], durable)
+
+    async def repair(self, ack: bool) -> None:
+        """At an embedded open: make the state records and the engine's consumption agree (see the module doc).
+        Through a broker the broker keeps the consumption and the layer cannot see it: nothing to do here."""
+        done = await _engine.consumed(self.queue, ITEMS, TASK)
+        if done is None:
+            return
+        await self.catch_up()
+        # Final states: the engine must have consumed these (a non-Unique queue's DELETED rows are cleared).
+        final = ({ACKED, ACK_FAILED} | ({DELETED} if self.unique else set())) if ack else {DELETED}
+        lost = sorted(p - 1 for p, s in self.status.items() if s in final and p - 1 not in done)
+        if lost:
+            await _engine.mark_consumed(self.queue, ITEMS, TASK, lost)
+        if self.unique and not ack:
+            unrecorded = [i + 1 for i in sorted(done) if i not in self._duplicates and i + 1 in self._hash_of]
+            await self.set_status(unrecorded, DELETED)
+            await self.catch_up()
 
     async def catch_up(self) -> None:
         """Read the records appended since the last look (by any process) into the state mirror."""
