@@ -109,6 +109,7 @@ def test_sigkill_at_random_moments_keeps_every_put_and_never_hands_out_an_acked_
         elif what == "acked":
             assert n not in acked, f"{n} was acked twice"
             acked.add(n)
+    assert put and got, "the workers were killed before they put and got anything"
     if ack:
         missing = put - acked - maybe_acked
         assert not missing, f"acknowledged puts never acked: {sorted(missing)[:10]}"

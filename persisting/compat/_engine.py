@@ -13,6 +13,7 @@
   and a window holding cleared samples' rows returns fewer rows than it spans).
 - ``put_records``: ``Queue.put_batch``, or embedded with ``durable=False`` a put that waits for no fdatasync of its
   own (``puts.Appender``; through a broker every put is durable).
+- ``embedded``: whether the queue's engine runs in this process (no other process reads or writes its topic).
 - ``consumed``: the samples a task has consumed, embedded (what a restart's repair compares the state records to).
 """
 
@@ -123,3 +124,7 @@ async def consumed(queue: Queue, partition: str, task: str) -> set[int] | None:
         return None
     state = topic._takes._consumption.get((partition, task))
     return set() if state is None else set(state.done)
+
+
+async def embedded(queue: Queue) -> bool:
+    return isinstance(await queue._handle.engine(), Topic)

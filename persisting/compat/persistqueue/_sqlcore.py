@@ -127,9 +127,9 @@ class AsyncSQL:
             self._unack_cache[item.pqid] = item.data
             # Synced only for a reopen with auto_resume=False, which must still see it unacknowledged after the lease
             # is gone; with auto_resume a crash makes it ready again with or without the record (_store's doc).
-            await self._store.set_status([item.pqid], UNACK, durable=not self._auto_resume)
+            await self._store.set_status([item.pqid], UNACK, lazily=self._auto_resume)
         elif self.auto_commit:
-            await self._store.forget([item.pqid], durable=False)  # shares the take's fate (_store's doc)
+            await self._store.forget([item.pqid], lazily=True)  # shares the take's fate (_store's doc)
         else:
             self._uncommitted.append(item.pqid)
 

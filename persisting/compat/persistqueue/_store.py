@@ -127,6 +127,8 @@ class Store:
         self._live: dict[bytes, int] = {}  # Unique: hash -> id of the live item holding it
         self._hash_of: dict[int, bytes] = {}
         self._duplicates: set[int] = set()
+        self._embedded = False  # set at open: no other process writes or reads this topic
+        self._deferred: dict[int, int] = {}  # embedded: id -> state recorded lazily, not written yet
 
     async def open(self) -> None:
         if self._opened:
@@ -140,6 +142,7 @@ class Store:
                 "share a queue between processes safely"
             ) from exc
         self._opened = True
+        self._embedded = await _engine.embedded(self.queue)
 
     # -- items ------------------------------------------------------------------------------------------
 
@@ -149,11 +152,13 @@ class Store:
         record: dict[str, Any] = {"data": blob, "ts": time.time()}
         if self.unique:
             record["h"] = hashlib.sha256(blob).digest()
+        if self.unique:
+            await self.write_deferred()  # the put is judged against every state record of what came before it
         (index,) = await self.queue.put_batch([record], partition_id=partition)
         if self.unique:
-            await self.catch_up()
+            await self._seen_up_to(index, [record])
             if index in self._duplicates:
-                await self.queue.mark_consumed(TASK, [index], partition)
+                await _engine.mark_consumed(self.queue, partition, TASK, [index])
                 return None
         return index + 1
 
@@ -183,7 +188,8 @@ class Store:
                 return None
             index, blob, ts = taken
             if self.unique:
-                await self.catch_up()
+                if index >= self._seen:  # a record is judged by the records below it: those are read already
+                    await self.catch_up()
                 if index in self._duplicates:  # a duplicate its putter has not marked yet: drop it, take again
                     if lease:
                         await self.queue.mark_consumed(TASK, [index], partition)
@@ -247,11 +253,12 @@ class Store:
             await self.forget(pqids, partition)
 
     async def forget(
-        self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False, durable: bool = True
+        self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False, lazily: bool = False
     ) -> None:
-        """Delete consumed items (in batches). Unique queues record the deletion instead, see the module doc."""
+        """Delete consumed items (in batches). Unique queues record the deletion instead (``lazily``: see
+        ``set_status``), see the module doc."""
         if self.unique:
-            await self.set_status(pqids, DELETED, durable)
+            await self.set_status(pqids, DELETED, lazily)
             return
         self._to_clear.extend(p - 1 for p in pqids)
         if now or len(self._to_clear) >= CLEAR_BATCH_ITEMS:
@@ -290,10 +297,38 @@ class Store:
         task = info["tasks"].get(TASK, {"consumed": 0, "leased": 0})
         return info["samples"] - task["consumed"] - task["leased"], task["leased"]
 
-    async def set_status(self, pqids: Sequence[int], status: int, durable: bool = True) -> None:
-        """Record a state of items (``durable=False``: written, not synced; see the module doc for which)."""
-        if pqids:
-            await _engine.put_records(self.queue, STATE, [{"sid": p, "st": status} for p in pqids], durable)
+    async def set_status(self, pqids: Sequence[int], status: int, lazily: bool = False) -> None:
+        """Record a state of items. ``lazily`` (see the module doc for which records): not synced, and embedded
+        not even written until something reads the state (``catch_up``), a Unique put or the close; a record
+        of the item written before then replaces it."""
+        if not pqids:
+            return
+        if lazily and self._embedded:
+            self._deferred.update((p, status) for p in pqids)
+            return
+        for p in pqids:
+            self._deferred.pop(p, None)
+        await self._write_status([(p, status) for p in pqids], durable=not lazily)
+
+    async def write_deferred(self) -> None:
+        if self._deferred:
+            rows, self._deferred = list(self._deferred.items()), {}
+            await self._write_status(rows, durable=False)
+
+    async def _write_status(self, rows: list[tuple[int, int]], durable: bool) -> None:
+        records = [{"sid": p, "st": s} for p, s in rows]
+        written = await _engine.put_records(self.queue, STATE, records, durable)
+        await self._seen_up_to(written.start, records)
+
+    async def _seen_up_to(self, first: int, records: list[dict[str, Any]]) -> None:
+        """Bring the mirror past ``records``, just written at ``first`` on: from them, when nothing came between
+        (embedded, always), else by reading what did."""
+        if first != self._seen:
+            await self.catch_up()
+            return
+        for n, record in enumerate(records):
+            self._apply(first + n, record)
+        self._seen = first + len(records)
 
     async def repair(self, ack: bool) -> None:
         """At an embedded open: make the state records and the engine's consumption agree (see the module doc).
@@ -314,6 +349,7 @@ class Store:
 
     async def catch_up(self) -> None:
         """Read the records appended since the last look (by any process) into the state mirror."""
+        await self.write_deferred()
         while True:
             start = self._seen
             rows, end = await _engine.read_window(self.queue, READ_PAGE_RECORDS, start)
@@ -373,6 +409,7 @@ class Store:
 
     async def close(self) -> None:
         if self._opened:
+            await self.write_deferred()
             await self.flush_deletes()
         await self.queue.aclose()
         if self._memory_dir is not None:
