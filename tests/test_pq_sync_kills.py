@@ -23,7 +23,7 @@ import pytest
 
 import persisting.compat.persistqueue as persistqueue
 from persisting.compat import _engine
-from persisting.compat.persistqueue._store import DELETED
+from persisting.compat.persistqueue._state import DELETED
 from persisting.errors import Empty
 
 WORKER = [sys.executable, "-m", "tests.pq_kill_worker"]
@@ -171,7 +171,7 @@ def test_a_unique_deleted_record_without_its_take_consumes_the_item_at_the_next_
     q.put("a")
     q.put("b")
     # The state a power loss leaves when the log kept the DELETED record and the consumption log lost the take.
-    _engine.run(q._impl._store.set_status([1], DELETED))
+    _engine.run(q._impl._store.state.set([1], DELETED))
     q.close()
     q = persistqueue.UniqueQ(str(path))
     assert q.qsize() == 1

@@ -5,8 +5,8 @@ Layout of a queue's topic (one topic per persist-queue table, ``<table>_<name>``
 - partition ``items``: one record per ``put``: ``data`` (the serializer's bytes, made in this process), ``ts``
   (time.time() of the put) and, for the Unique queues, ``h`` (sha256 of the bytes). The item's id (persist-queue's
   ``pqid``) is its global index + 1: assigned once by the engine, never reused, so ids from every process agree.
-- partition ``state``: one record per state change of an item: ``sid`` (its id) and ``st`` (``AckStatus`` codes;
-  ``DELETED`` for a row persist-queue would have deleted where the row must stay readable, see Unique below).
+- partition ``state``: one record per state change of an item (``_state.py``: the records, their mirror, and what
+  is synced when).
 - task ``get`` on ``items``: the consumption cursor. A take is the engine's atomic take (``get_meta``): in the
   broker it is one operation, so two processes never get the same item. Consume-on-fetch where persist-queue
   deletes at ``get``; a lease (``delivery="ack"``) where the item stays the taker's until a commit
@@ -17,19 +17,6 @@ Unique: a put is a duplicate when an earlier item with the same bytes is still l
 (not ``DELETED`` by a state record below it). Every process reads the topic in index order, so every process
 takes the same decision without a lock: the putter returns None and marks the duplicate taken; a taker that
 meets one before that skips it the same way.
-
-What ``durability="sync"`` syncs per item (persist-queue commits, so fsyncs, at every put, get and ack): a put, an
-ack / ack_failed / nack / task_done (their state record: one fdatasync of the log), a clear. Not synced, written
-only (they survive kill -9): a consume-on-fetch take (the engine's rule: a power loss may hand the last takes out
-again), and the two state records that come with a get: an ack queue's ``UNACK`` with ``auto_resume`` (after a
-crash its item is ready again whether the record survived or not: ``_resume`` gives back what it names, and the
-lease is gone either way) and a Unique queue's ``DELETED`` of a consume-on-fetch get (it shares the take's
-fate). The log is one sequence, so a later synced record syncs every earlier one: an acknowledged put is never
-decided against a state record that a power loss could still take away. Two files (the log and the consumption
-log) may lose their unsynced tails independently, and a kill -9 may fall between a take and its record, so an
-embedded open repairs what they disagree on (``repair``): an item with a final state (acked, failed, Unique's
-deleted) that the engine has not consumed is consumed (an acked item is never handed out again), and a Unique
-item the engine consumed without its ``DELETED`` gets one (its bytes are free again, as after its get).
 """
 
 from __future__ import annotations
@@ -48,14 +35,10 @@ from persisting.errors import ConfigError, StorageError
 
 from .. import _engine
 from . import _serial
+from ._state import DELETED, ITEMS, READ_PAGE_RECORDS, TASK, State
 
-ITEMS = "items"
-STATE = "state"
-TASK = "get"
-READY, UNACK, ACKED, ACK_FAILED, DELETED = 1, 2, 5, 9, -1
 # persist-queue's unacked items wait for ever; an engine lease needs an end, so it is made longer than any run.
 UNACK_LEASE_SECONDS = 10 * 365 * 24 * 3600.0
-READ_PAGE_RECORDS = 10_000
 # Consumed items' rows are deleted in batches of this many (and at close, shrink_disk_usage): a clear makes the engine
 # flush, and a get that reads its row back from Lance costs ~2 ms instead of ~0.3 ms from the tail.
 CLEAR_BATCH_ITEMS = 10_000
@@ -121,14 +104,7 @@ class Store:
         self.queue = Queue(name, self.root, durability=durability, batch_size=10_000, broker=self.broker)
         self._opened = False
         self._to_clear: list[int] = []
-        # The state mirror (records read in index order from ``_seen`` on): latest state per id, Unique's live ids.
-        self._seen = 0
-        self.status: dict[int, int] = {}
-        self._live: dict[bytes, int] = {}  # Unique: hash -> id of the live item holding it
-        self._hash_of: dict[int, bytes] = {}
-        self._duplicates: set[int] = set()
-        self._embedded = False  # set at open: no other process writes or reads this topic
-        self._deferred: dict[int, int] = {}  # embedded: id -> state recorded lazily, not written yet
+        self.state = State(self.queue, unique)
 
     async def open(self) -> None:
         if self._opened:
@@ -142,7 +118,7 @@ class Store:
                 "share a queue between processes safely"
             ) from exc
         self._opened = True
-        self._embedded = await _engine.embedded(self.queue)
+        self.state.embedded = await _engine.embedded(self.queue)
 
     # -- items ------------------------------------------------------------------------------------------
 
@@ -153,11 +129,11 @@ class Store:
         if self.unique:
             record["h"] = hashlib.sha256(blob).digest()
         if self.unique:
-            await self.write_deferred()  # the put is judged against every state record of what came before it
+            await self.state.write_deferred()  # the put is judged against every state record of what came before it
         (index,) = await self.queue.put_batch([record], partition_id=partition)
         if self.unique:
-            await self._seen_up_to(index, [record])
-            if index in self._duplicates:
+            await self.state.seen_up_to(index, [record])
+            if index in self.state.duplicates:
                 await _engine.mark_consumed(self.queue, partition, TASK, [index])
                 return None
         return index + 1
@@ -188,9 +164,9 @@ class Store:
                 return None
             index, blob, ts = taken
             if self.unique:
-                if index >= self._seen:  # a record is judged by the records below it: those are read already
-                    await self.catch_up()
-                if index in self._duplicates:  # a duplicate its putter has not marked yet: drop it, take again
+                if index >= self.state.seen:  # a record is judged by the records below it: those are read already
+                    await self.state.catch_up()
+                if index in self.state.duplicates:  # a duplicate its putter has not marked yet: drop it, take again
                     if lease:
                         await self.queue.mark_consumed(TASK, [index], partition)
                     continue
@@ -258,7 +234,7 @@ class Store:
         """Delete consumed items (in batches). Unique queues record the deletion instead (``lazily``: see
         ``set_status``), see the module doc."""
         if self.unique:
-            await self.set_status(pqids, DELETED, lazily)
+            await self.state.set(pqids, DELETED, lazily)
             return
         self._to_clear.extend(p - 1 for p in pqids)
         if now or len(self._to_clear) >= CLEAR_BATCH_ITEMS:
@@ -297,90 +273,10 @@ class Store:
         task = info["tasks"].get(TASK, {"consumed": 0, "leased": 0})
         return info["samples"] - task["consumed"] - task["leased"], task["leased"]
 
-    async def set_status(self, pqids: Sequence[int], status: int, lazily: bool = False) -> None:
-        """Record a state of items. ``lazily`` (see the module doc for which records): not synced, and embedded
-        not even written until something reads the state (``catch_up``), a Unique put or the close; a record
-        of the item written before then replaces it."""
-        if not pqids:
-            return
-        if lazily and self._embedded:
-            self._deferred.update((p, status) for p in pqids)
-            return
-        for p in pqids:
-            self._deferred.pop(p, None)
-        await self._write_status([(p, status) for p in pqids], durable=not lazily)
-
-    async def write_deferred(self) -> None:
-        if self._deferred:
-            rows, self._deferred = list(self._deferred.items()), {}
-            await self._write_status(rows, durable=False)
-
-    async def _write_status(self, rows: list[tuple[int, int]], durable: bool) -> None:
-        records = [{"sid": p, "st": s} for p, s in rows]
-        written = await _engine.put_records(self.queue, STATE, records, durable)
-        await self._seen_up_to(written.start, records)
-
-    async def _seen_up_to(self, first: int, records: list[dict[str, Any]]) -> None:
-        """Bring the mirror past ``records``, just written at ``first`` on: from them, when nothing came between
-        (embedded, always), else by reading what did."""
-        if first != self._seen:
-            await self.catch_up()
-            return
-        for n, record in enumerate(records):
-            self._apply(first + n, record)
-        self._seen = first + len(records)
-
-    async def repair(self, ack: bool) -> None:
-        """At an embedded open: make the state records and the engine's consumption agree (see the module doc).
-        Through a broker the broker keeps the consumption and the layer cannot see it: nothing to do here."""
-        done = await _engine.consumed(self.queue, ITEMS, TASK)
-        if done is None:
-            return
-        await self.catch_up()
-        # Final states: the engine must have consumed these (a non-Unique queue's DELETED rows are cleared).
-        final = ({ACKED, ACK_FAILED} | ({DELETED} if self.unique else set())) if ack else {DELETED}
-        lost = sorted(p - 1 for p, s in self.status.items() if s in final and p - 1 not in done)
-        if lost:
-            await _engine.mark_consumed(self.queue, ITEMS, TASK, lost)
-        if self.unique and not ack:
-            unrecorded = [i + 1 for i in sorted(done) if i not in self._duplicates and i + 1 in self._hash_of]
-            await self.set_status(unrecorded, DELETED)
-            await self.catch_up()
-
-    async def catch_up(self) -> None:
-        """Read the records appended since the last look (by any process) into the state mirror."""
-        await self.write_deferred()
-        while True:
-            start = self._seen
-            rows, end = await _engine.read_window(self.queue, READ_PAGE_RECORDS, start)
-            for n, record in enumerate(rows):
-                self._apply(start + n, record)
-            self._seen = max(start, end)
-            if end < start + READ_PAGE_RECORDS:  # the window stopped at the last record: nothing more to read
-                return
-
-    def _apply(self, index: int, record: dict[str, Any]) -> None:
-        sid = record.get("sid")
-        if sid is not None:
-            self.status[int(sid)] = int(record["st"])
-            if int(record["st"]) == DELETED and self.unique:
-                digest = self._hash_of.pop(int(sid), None)
-                if digest is not None and self._live.get(digest) == int(sid):
-                    del self._live[digest]
-            return
-        digest = record.get("h")
-        if self.unique and isinstance(digest, bytes):
-            # Unique queues never clear rows, so a record's position in the reads is its global index.
-            if digest in self._live:
-                self._duplicates.add(index)
-            else:
-                self._live[digest] = index + 1
-                self._hash_of[index + 1] = digest
-
     async def all_items(self) -> list[tuple[Item, int | None]]:
         """Every live item with its latest state (persist-queue's ``queue()``), in id order."""
         await self.open()
-        await self.catch_up()
+        await self.state.catch_up()
         out: list[tuple[Item, int | None]] = []
         offset = 0
         while True:
@@ -400,7 +296,7 @@ class Store:
             live = [
                 index
                 for index, record in indexed  # items only: state records and updates' patch rows have no "ts"
-                if "ts" in record and index not in self._duplicates and self.status.get(index + 1) != DELETED
+                if "ts" in record and index not in self.state.duplicates and self.state.status.get(index + 1) != DELETED
             ]
             if live:
                 for index, (blob, ts) in zip(live, await self._current(live), strict=True):
@@ -409,7 +305,7 @@ class Store:
 
     async def close(self) -> None:
         if self._opened:
-            await self.write_deferred()
+            await self.state.write_deferred()
             await self.flush_deletes()
         await self.queue.aclose()
         if self._memory_dir is not None:
