@@ -222,7 +222,7 @@ class AsyncSQL:
             await self._store.state.set([pqid], READY)  # before the give-back: a re-get's UNACK comes after it
             await self._store.give_back([pqid])
         else:
-            await self._store.commit([pqid], delete=False, lazily=True)
+            await self._store.commit([pqid], delete=False)
             await self._store.state.set([pqid], status)
         return pqid
 

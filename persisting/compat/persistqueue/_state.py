@@ -6,18 +6,17 @@ the topic's records in index order into a mirror: the latest state per id and, f
 strings (sha256 ``h`` of the items) are live and which items are duplicates.
 
 Per item at ``durability="sync"`` (persist-queue fsyncs at every put, get and ack) a put is synced, and so is an
-ack, ack_failed, nack or task_done (its state record: one fdatasync), and a clear. Recorded lazily (``State.set``:
+ack, ack_failed, nack or task_done (its state record: one fdatasync), and a clear. Recorded lazily (``set_status``:
 not synced, and embedded not even written until something reads the state, a Unique put or the close) are the two
 state records of a get whose loss changes no outcome: an ack queue's ``UNACK`` with auto_resume (after a crash the
 item is ready again with or without it: the lease is gone, ``_resume`` gives back what it names) and a Unique
 queue's ``DELETED`` of a consume-on-fetch get (it shares the take's fate: the engine writes a take, syncs it not).
-An ack's consumption record is lazy too (embedded, in batches: ``Store.commit``): the synced ``ACKED`` record is
-what a restart goes by. Nothing is decided against a record that could still vanish: the log is one sequence, so
-a put's sync covers every record before it, and a Unique put writes the deferred records first. The log and the
-consumption log may lose unsynced tails independently and a crash may fall between a take and its record, so an
-embedded open repairs what they disagree on (``repair``): an item in a final state (acked, failed, Unique's
-deleted) that the engine did not consume is consumed (an acked item is never handed out again); a Unique item
-consumed without its ``DELETED`` gets one (its bytes are free again).
+Nothing is decided against a record that could still vanish: the log is one sequence, so a put's sync covers every
+record before it, and a Unique put writes the deferred records first. The log and the consumption log may lose
+unsynced tails independently and a crash may fall between a take and its record, so an embedded open repairs
+what they disagree on (``repair``): an item in a final state (acked, failed, Unique's deleted) that the engine did
+not consume is consumed (an acked item is never handed out again); a Unique item consumed without its ``DELETED``
+gets one (its bytes are free again).
 """
 
 from __future__ import annotations

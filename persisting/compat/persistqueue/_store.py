@@ -104,7 +104,6 @@ class Store:
         self.queue = Queue(name, self.root, durability=durability, batch_size=10_000, broker=self.broker)
         self._opened = False
         self._to_clear: list[int] = []
-        self._to_mark: list[int] = []  # acked items consumed lazily (``commit``)
         self.state = State(self.queue, unique)
 
     async def open(self) -> None:
@@ -220,21 +219,12 @@ class Store:
         data = await self.queue.get_data(meta)
         return [(bytes(b), float(t)) for b, t in zip(data["data"], data["ts"], strict=True)]
 
-    async def commit(
-        self, pqids: Sequence[int], partition: str = ITEMS, delete: bool = True, lazily: bool = False
-    ) -> None:
-        """Consume leased items for good; ``delete``: their rows go too (persist-queue deletes them). ``lazily``
-        (an ack, whose state record follows and is what a restart goes by, ``_state``): embedded, the items stay
-        leased to this process until a batch of them is consumed at once, or the counts or a clear need it."""
+    async def commit(self, pqids: Sequence[int], partition: str = ITEMS, delete: bool = True) -> None:
+        """Consume leased items for good; ``delete``: their rows go too (persist-queue deletes them)."""
         if not pqids:
             return
         indexes = [p - 1 for p in pqids]
-        if lazily and self.state.embedded and partition == ITEMS:
-            self._to_mark.extend(indexes)
-            if len(self._to_mark) >= CLEAR_BATCH_ITEMS:
-                await self.flush_marks()
-        else:
-            await _engine.mark_consumed(self.queue, partition, TASK, indexes)
+        await _engine.mark_consumed(self.queue, partition, TASK, indexes)
         if delete:
             await self.forget(pqids, partition)
 
@@ -250,13 +240,7 @@ class Store:
         if now or len(self._to_clear) >= CLEAR_BATCH_ITEMS:
             await self.flush_deletes(partition)
 
-    async def flush_marks(self) -> None:
-        chosen, self._to_mark = self._to_mark, []
-        if chosen:
-            await _engine.mark_consumed(self.queue, ITEMS, TASK, chosen)
-
     async def flush_deletes(self, partition: str = ITEMS) -> None:
-        await self.flush_marks()  # a cleared item can no longer be consumed
         chosen, self._to_clear = self._to_clear, []
         if chosen:
             await self.queue.clear(chosen, partition)
@@ -283,7 +267,6 @@ class Store:
     async def counts(self, partition: str = ITEMS) -> tuple[int, int]:
         """(items ready to take, items taken and leased)."""
         await self.open()
-        await self.flush_marks()
         info = (await self.queue.partitions()).get(partition)
         if info is None:
             return 0, 0
