@@ -72,15 +72,15 @@ class State:
         written = await _engine.put_records(self.queue, STATE, records, durable)
         await self.seen_up_to(written.start, records)
 
-    async def seen_up_to(self, first: int, records: list[dict[str, Any]]) -> None:
-        """Bring the mirror past ``records``, just written at ``first`` on: from them, when nothing came between
-        (embedded, always), else by reading what did."""
-        if first != self.seen:
+    async def seen_up_to(self, first: int, records: list[dict[str, Any]], read: bool = False) -> None:
+        """Bring the mirror past ``records``, just written at ``first`` on, when nothing came between (embedded,
+        always); else, with ``read``, by reading what did (a reader that needs the state reads it anyway)."""
+        if first == self.seen:
+            for n, record in enumerate(records):
+                self._apply(first + n, record)
+            self.seen = first + len(records)
+        elif read:
             await self.catch_up()
-            return
-        for n, record in enumerate(records):
-            self._apply(first + n, record)
-        self.seen = first + len(records)
 
     async def repair(self, ack: bool) -> None:
         """At an embedded open: make the state records and the engine's consumption agree (see the module doc).

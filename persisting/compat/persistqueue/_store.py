@@ -132,7 +132,7 @@ class Store:
             await self.state.write_deferred()  # the put is judged against every state record of what came before it
         (index,) = await self.queue.put_batch([record], partition_id=partition)
         if self.unique:
-            await self.state.seen_up_to(index, [record])
+            await self.state.seen_up_to(index, [record], read=True)
             if index in self.state.duplicates:
                 await _engine.mark_consumed(self.queue, partition, TASK, [index])
                 return None
