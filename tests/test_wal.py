@@ -230,3 +230,74 @@ def test_two_writers_a_round_trip_apart_share_gathered_rounds(
         assert data_syncs <= rounds + 4, f"{data_syncs} rounds for {2 * rounds} puts: the writers did not share them"
     frames = list(WriteAheadLog(tmp_path / "wal", sync=True).replay())
     assert len(frames) == 2 * rounds
+
+
+def test_a_commit_up_to_a_frame_syncs_only_when_a_frame_before_it_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``commit(upto)``, what a put that need not be durable waits for (puts.py): no round when the frames before
+    it are synced, a round when one of them still waits for its fdatasync."""
+    import os
+
+    real = os.fdatasync
+    calls: list[int] = []
+
+    def recording(fd: int) -> None:
+        real(fd)
+        calls.append(fd)
+
+    async def run() -> None:
+        wal = WriteAheadLog(tmp_path / "wal", sync=True)
+        wal.rotate(0)
+        monkeypatch.setattr(os, "fdatasync", recording)
+        _frames(wal, 0, 1)
+        await wal.commit()
+        synced = len(calls)
+        assert synced >= 1
+        upto = wal.written
+        _frames(wal, 1, 1)  # a frame that need not be durable, after synced ones
+        await wal.commit(upto)
+        assert len(calls) == synced
+        _frames(wal, 2, 1)  # a durable frame, not synced yet
+        upto = wal.written
+        _frames(wal, 3, 1)
+        await wal.commit(upto)
+        assert len(calls) > synced
+        await wal.close()
+        monkeypatch.setattr(os, "fdatasync", real)
+
+    asyncio.run(run())
+    assert [f.first_index for f in WriteAheadLog(tmp_path / "wal", sync=True).replay()] == [0, 1, 2, 3]
+
+
+def test_a_put_that_need_not_be_durable_waits_for_no_fdatasync_and_is_readable_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from persisting import Queue
+    from persisting.compat import _engine
+
+    real = os.fdatasync
+    calls: list[int] = []
+
+    def recording(fd: int) -> None:
+        real(fd)
+        calls.append(fd)
+
+    async def run() -> None:
+        q = Queue("t", str(tmp_path), durability="sync")
+        await q.put_batch([{"n": 0}], partition_id="p")
+        monkeypatch.setattr(os, "fdatasync", recording)
+        assert list(await _engine.put_records(q, "p", [{"n": 1}], durable=False)) == [1]
+        assert calls == []
+        assert [r["n"] for r in await q.get(10, 0)] == [0, 1]
+        await q.put_batch([{"n": 2}], partition_id="p")  # its fdatasync covers the frame before it too
+        assert calls
+        monkeypatch.setattr(os, "fdatasync", real)
+        await q.aclose()
+        q = Queue("t", str(tmp_path), durability="sync")
+        assert [r["n"] for r in await q.get(10, 0)] == [0, 1, 2]
+        await q.aclose()
+
+    asyncio.run(run())

@@ -11,6 +11,10 @@
 - ``mark_consumed``: ``Queue.mark_consumed`` without its argument checks (the layer passes the indexes it took).
 - ``read_window``: records from a global index on, with where the window ended (``Queue.get`` does not say,
   and a window holding cleared samples' rows returns fewer rows than it spans).
+- ``put_records``: ``Queue.put_batch``, or embedded with ``durable=False`` a put that waits for no fdatasync of its
+  own (``puts.Appender``; through a broker every put is durable).
+- ``embedded``: whether the queue's engine runs in this process (no other process reads or writes its topic).
+- ``consumed``: the samples a task has consumed, embedded (what a restart's repair compares the state records to).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, TypeVar
 from persisting import Queue, Sampler, engine
 from persisting.client import _loop
 from persisting.client.data_args import sampler_wire
+from persisting.client.queue import _encode
 from persisting.client.remote import RemoteTopic
 
 T = TypeVar("T")
@@ -100,3 +105,25 @@ async def take_records(
         return list(zip(indexes, rows, strict=True))
 
     return await _loop.call(on_loop())
+
+
+async def put_records(queue: Queue, partition: str, records: list[dict[str, Any]], durable: bool = True) -> range:
+    topic = await queue._handle.engine()
+    if durable or not isinstance(topic, engine.Topic):
+        return await queue.put_batch(records, partition_id=partition)
+    batch, blob = _encode(records, topic.kinds)
+    first, n = await _loop.call(topic.append(batch, partition, blob, durable=False))
+    return range(first, first + n)
+
+
+async def consumed(queue: Queue, partition: str, task: str) -> set[int] | None:
+    """The global indexes ``task`` consumed in ``partition`` (not those it holds leased); None through a broker."""
+    topic = await queue._handle.engine()
+    if not isinstance(topic, engine.Topic):
+        return None
+    state = topic._takes._consumption.get((partition, task))
+    return set() if state is None else set(state.done)
+
+
+async def embedded(queue: Queue) -> bool:
+    return isinstance(await queue._handle.engine(), engine.Topic)

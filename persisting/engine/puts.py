@@ -4,6 +4,11 @@
 thread) -> assign indexes and write one log frame (atomic on the loop: nothing awaits between them) -> group
 commit (one fdatasync for every waiting put) -> visible to readers -> acknowledged. A put carrying a key that was
 stored already (before a restart too: the key travels in its log frame) returns the first result instead.
+
+A put with ``durable=False`` (a record whose loss in a power loss changes no outcome, see the persist-queue layer's
+UNACK records) waits for no fdatasync of its own: its frame is written (so it survives kill -9) and the next sync
+of the log covers it. It becomes visible once every durable put before it is synced (at once when none waits), so
+readers see the log in order and never see a record past a durable put that a power loss could still take away.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Appender:
         self._metrics = metrics
         self._accepting = accepting  # raises QueueClosedError once the topic is closing
         self._wal: WriteAheadLog | None = None
+        self._durable_frames = 0  # frames appended up to the last durable put's (what a durable=False put waits for)
         # idempotency key -> (first, count, monotonic time remembered), oldest first
         self._recent: OrderedDict[str, tuple[int, int, float]] = OrderedDict()
 
@@ -93,8 +99,10 @@ class Appender:
         key: str | None = None,
         arena: ArenaPayload | None = None,
         of: list[int] | None = None,
+        durable: bool = True,
     ) -> tuple[int, int]:
-        """Store encoded rows durably; returns (first global index, count) once acknowledged.
+        """Store encoded rows durably; returns (first global index, count) once acknowledged (``durable=False``:
+        once written and every frame before it is synced, see the module doc).
 
         ``key`` makes a retry idempotent: a batch whose key was stored already (even before a restart: the key
         travels in its log frame) is not stored again, and the first result is returned.
@@ -140,6 +148,8 @@ class Appender:
         if patch is not None:
             header.append([patch[0], patch[1]])
         wal.append(first, n, header, rows_blob)
+        if durable:
+            self._durable_frames = wal.written
         if key is not None:
             self.remember(key, first, n)
         self._schema.add(new_kinds)
@@ -147,7 +157,7 @@ class Appender:
         tail.add(chunk)
         self._index.add(chunk)
         t0 = time.perf_counter()
-        await wal.commit()
+        await wal.commit(None if durable else self._durable_frames)
         self._metrics.commit_seconds += time.perf_counter() - t0
         if tail.acknowledge(first + n):
             self._index.acknowledged()

@@ -200,11 +200,12 @@ class Topic:
         key: str | None = None,
         arena: ArenaPayload | None = None,
         of: list[int] | None = None,
+        durable: bool = True,
     ) -> tuple[int, int]:
         """Store encoded rows durably; returns (first global index, count) once acknowledged. See
         ``puts.Appender.append`` (``key``: a retried put is stored once; ``of``: a patch of existing samples)."""
         self._check_open()
-        return await self._appender.append(batch, partition, rows_blob, key, arena, of)
+        return await self._appender.append(batch, partition, rows_blob, key, arena, of, durable)
 
     async def recall(self, key: str) -> tuple[int, int] | None:
         """The result of the put_batch stored under ``key`` (once acknowledged), or None if there was none."""

@@ -287,11 +287,17 @@ class WriteAheadLog:
         seg.dirty = True
         self._written_seq += 1
 
-    async def commit(self) -> None:
-        """Return once everything appended before this call is on stable storage."""
+    @property
+    def written(self) -> int:
+        """How many frames were appended so far (a ``commit(upto=...)`` target)."""
+        return self._written_seq
+
+    async def commit(self, upto: int | None = None) -> None:
+        """Return once everything appended before this call (``upto``: the first ``upto`` frames appended) is on
+        stable storage."""
         if not self.sync:
             return
-        target = self._written_seq
+        target = self._written_seq if upto is None else upto
         while self._synced_seq < target:
             if self._failed is not None:
                 raise StorageError("the write-ahead log could not be synced") from self._failed

@@ -11,7 +11,8 @@ from typing import Any
 from persisting.errors import ConfigError, Empty
 
 from . import _store
-from ._store import ACK_FAILED, ACKED, DELETED, READY, UNACK, Item, Store
+from ._state import ACK_FAILED, ACKED, DELETED, READY, UNACK
+from ._store import Item, Store
 from .serializers import pickle as default_serializer
 
 
@@ -73,6 +74,8 @@ class AsyncSQL:
             return
         await self._store.open()
         self._started = True
+        if self.ACK or self.UNIQUE:
+            await self._store.state.repair(self.ACK)
         if self.ACK:
             await self._resume(self._auto_resume)
 
@@ -123,10 +126,11 @@ class AsyncSQL:
     async def _taken(self, item: Item) -> None:
         if self.ACK:
             self._unack_cache[item.pqid] = item.data
-            # Durable, so that a reopen with auto_resume=False still sees it unacknowledged after the lease is gone.
-            await self._store.set_status([item.pqid], UNACK)
+            # Synced only for a reopen with auto_resume=False, which must still see it unacknowledged after the lease
+            # is gone; with auto_resume a crash makes it ready again with or without the record (_store's doc).
+            await self._store.state.set([item.pqid], UNACK, lazily=self._auto_resume)
         elif self.auto_commit:
-            await self._store.forget([item.pqid])
+            await self._store.forget([item.pqid], lazily=True)  # shares the take's fate (_store's doc)
         else:
             self._uncommitted.append(item.pqid)
 
@@ -215,11 +219,11 @@ class AsyncSQL:
             return None
         self._unack_cache.pop(pqid, None)
         if status == READY:
-            await self._store.set_status([pqid], READY)  # before the give-back: a re-get's UNACK comes after it
+            await self._store.state.set([pqid], READY)  # before the give-back: a re-get's UNACK comes after it
             await self._store.give_back([pqid])
         else:
             await self._store.commit([pqid], delete=False)
-            await self._store.set_status([pqid], status)
+            await self._store.state.set([pqid], status)
         return pqid
 
     async def ack(self, item: Any = None, id: Any = None) -> int | None:
@@ -240,33 +244,33 @@ class AsyncSQL:
     async def _resume(self, give_back: bool) -> None:
         held = list(self._unack_cache)
         self._unack_cache.clear()
-        await self._store.catch_up()
+        await self._store.state.catch_up()
         # Items recorded as got (UNACK) or got and never settled whose lease is gone (a restart, a dead holder):
         # take them again by id, so that they are either held here or given back below.
-        orphans = [p for p, s in self._store.status.items() if s == UNACK and p not in held]
+        orphans = [p for p, s in self._store.state.status.items() if s == UNACK and p not in held]
         for pqid in orphans:
             again = await self._store.take(wait=False, timeout=None, lease=True, pqid=pqid)
             if again is not None:
                 held.append(pqid)
         if give_back:
             if held:
-                await self._store.set_status(held, READY)
+                await self._store.state.set(held, READY)
                 await self._store.give_back(held)
         else:
             for pqid in held:
                 self._unack_cache[pqid] = None
-            await self._store.set_status([p for p in held if self._store.status.get(p) != UNACK], UNACK)
+            await self._store.state.set([p for p in held if self._store.state.status.get(p) != UNACK], UNACK)
 
     async def _status_of(self, pqid: int) -> str:
-        s = self._store.status.get(pqid)
+        s = self._store.state.status.get(pqid)
         if s is None:
             return AckStatus.unack if pqid in self._unack_cache else AckStatus.inited
         return str(s)
 
     async def _count_status(self, status: int) -> int:
         await self._start()
-        await self._store.catch_up()
-        return sum(1 for s in self._store.status.values() if s == status)
+        await self._store.state.catch_up()
+        return sum(1 for s in self._store.state.status.values() if s == status)
 
     async def unack_count(self) -> int:
         await self._start()
@@ -293,15 +297,15 @@ class AsyncSQL:
         if max_delete is not None and not isinstance(max_delete, int):
             raise ConfigError(f"max_delete must be an int, got {max_delete!r}")
         await self._start()
-        await self._store.catch_up()
+        await self._store.state.catch_up()
         wanted = {ACKED, ACK_FAILED} if clear_ack_failed else {ACKED}
-        chosen = sorted((p for p, s in self._store.status.items() if s in wanted), reverse=True)
+        chosen = sorted((p for p, s in self._store.state.status.items() if s in wanted), reverse=True)
         if keep_latest and keep_latest > 0:
             chosen = chosen[keep_latest:]
         if max_delete and max_delete > 0:
             chosen = chosen[:max_delete]
         if chosen:
-            await self._store.set_status(chosen, DELETED)
+            await self._store.state.set(chosen, DELETED)
             if not self.UNIQUE:
                 await self._store.forget(chosen, now=True)
 

@@ -5,8 +5,8 @@ Layout of a queue's topic (one topic per persist-queue table, ``<table>_<name>``
 - partition ``items``: one record per ``put``: ``data`` (the serializer's bytes, made in this process), ``ts``
   (time.time() of the put) and, for the Unique queues, ``h`` (sha256 of the bytes). The item's id (persist-queue's
   ``pqid``) is its global index + 1: assigned once by the engine, never reused, so ids from every process agree.
-- partition ``state``: one record per state change of an item: ``sid`` (its id) and ``st`` (``AckStatus`` codes;
-  ``DELETED`` for a row persist-queue would have deleted where the row must stay readable, see Unique below).
+- partition ``state``: one record per state change of an item (``_state.py``: the records, their mirror, and what
+  is synced when).
 - task ``get`` on ``items``: the consumption cursor. A take is the engine's atomic take (``get_meta``): in the
   broker it is one operation, so two processes never get the same item. Consume-on-fetch where persist-queue
   deletes at ``get``; a lease (``delivery="ack"``) where the item stays the taker's until a commit
@@ -35,14 +35,10 @@ from persisting.errors import ConfigError, StorageError
 
 from .. import _engine
 from . import _serial
+from ._state import DELETED, ITEMS, READ_PAGE_RECORDS, TASK, State
 
-ITEMS = "items"
-STATE = "state"
-TASK = "get"
-READY, UNACK, ACKED, ACK_FAILED, DELETED = 1, 2, 5, 9, -1
 # persist-queue's unacked items wait for ever; an engine lease needs an end, so it is made longer than any run.
 UNACK_LEASE_SECONDS = 10 * 365 * 24 * 3600.0
-READ_PAGE_RECORDS = 10_000
 # Consumed items' rows are deleted in batches of this many (and at close, shrink_disk_usage): a clear makes the engine
 # flush, and a get that reads its row back from Lance costs ~2 ms instead of ~0.3 ms from the tail.
 CLEAR_BATCH_ITEMS = 10_000
@@ -108,12 +104,7 @@ class Store:
         self.queue = Queue(name, self.root, durability=durability, batch_size=10_000, broker=self.broker)
         self._opened = False
         self._to_clear: list[int] = []
-        # The state mirror (records read in index order from ``_seen`` on): latest state per id, Unique's live ids.
-        self._seen = 0
-        self.status: dict[int, int] = {}
-        self._live: dict[bytes, int] = {}  # Unique: hash -> id of the live item holding it
-        self._hash_of: dict[int, bytes] = {}
-        self._duplicates: set[int] = set()
+        self.state = State(self.queue, unique)
 
     async def open(self) -> None:
         if self._opened:
@@ -127,6 +118,7 @@ class Store:
                 "share a queue between processes safely"
             ) from exc
         self._opened = True
+        self.state.embedded = await _engine.embedded(self.queue)
 
     # -- items ------------------------------------------------------------------------------------------
 
@@ -136,11 +128,13 @@ class Store:
         record: dict[str, Any] = {"data": blob, "ts": time.time()}
         if self.unique:
             record["h"] = hashlib.sha256(blob).digest()
+        if self.unique:
+            await self.state.write_deferred()  # the put is judged against every state record of what came before it
         (index,) = await self.queue.put_batch([record], partition_id=partition)
         if self.unique:
-            await self.catch_up()
-            if index in self._duplicates:
-                await self.queue.mark_consumed(TASK, [index], partition)
+            await self.state.seen_up_to(index, [record], read=True)
+            if index in self.state.duplicates:
+                await _engine.mark_consumed(self.queue, partition, TASK, [index])
                 return None
         return index + 1
 
@@ -170,8 +164,9 @@ class Store:
                 return None
             index, blob, ts = taken
             if self.unique:
-                await self.catch_up()
-                if index in self._duplicates:  # a duplicate its putter has not marked yet: drop it, take again
+                if index >= self.state.seen:  # a record is judged by the records below it: those are read already
+                    await self.state.catch_up()
+                if index in self.state.duplicates:  # a duplicate its putter has not marked yet: drop it, take again
                     if lease:
                         await self.queue.mark_consumed(TASK, [index], partition)
                     continue
@@ -233,10 +228,13 @@ class Store:
         if delete:
             await self.forget(pqids, partition)
 
-    async def forget(self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False) -> None:
-        """Delete consumed items (in batches). Unique queues record the deletion instead, see the module doc."""
+    async def forget(
+        self, pqids: Sequence[int], partition: str = ITEMS, now: bool = False, lazily: bool = False
+    ) -> None:
+        """Delete consumed items (in batches). Unique queues record the deletion instead (``lazily``: see
+        ``set_status``), see the module doc."""
         if self.unique:
-            await self.set_status(pqids, DELETED)
+            await self.state.set(pqids, DELETED, lazily)
             return
         self._to_clear.extend(p - 1 for p in pqids)
         if now or len(self._to_clear) >= CLEAR_BATCH_ITEMS:
@@ -275,43 +273,10 @@ class Store:
         task = info["tasks"].get(TASK, {"consumed": 0, "leased": 0})
         return info["samples"] - task["consumed"] - task["leased"], task["leased"]
 
-    async def set_status(self, pqids: Sequence[int], status: int) -> None:
-        if pqids:
-            await self.queue.put_batch([{"sid": p, "st": status} for p in pqids], partition_id=STATE)
-
-    async def catch_up(self) -> None:
-        """Read the records appended since the last look (by any process) into the state mirror."""
-        while True:
-            start = self._seen
-            rows, end = await _engine.read_window(self.queue, READ_PAGE_RECORDS, start)
-            for n, record in enumerate(rows):
-                self._apply(start + n, record)
-            self._seen = max(start, end)
-            if end < start + READ_PAGE_RECORDS:  # the window stopped at the last record: nothing more to read
-                return
-
-    def _apply(self, index: int, record: dict[str, Any]) -> None:
-        sid = record.get("sid")
-        if sid is not None:
-            self.status[int(sid)] = int(record["st"])
-            if int(record["st"]) == DELETED and self.unique:
-                digest = self._hash_of.pop(int(sid), None)
-                if digest is not None and self._live.get(digest) == int(sid):
-                    del self._live[digest]
-            return
-        digest = record.get("h")
-        if self.unique and isinstance(digest, bytes):
-            # Unique queues never clear rows, so a record's position in the reads is its global index.
-            if digest in self._live:
-                self._duplicates.add(index)
-            else:
-                self._live[digest] = index + 1
-                self._hash_of[index + 1] = digest
-
     async def all_items(self) -> list[tuple[Item, int | None]]:
         """Every live item with its latest state (persist-queue's ``queue()``), in id order."""
         await self.open()
-        await self.catch_up()
+        await self.state.catch_up()
         out: list[tuple[Item, int | None]] = []
         offset = 0
         while True:
@@ -331,7 +296,7 @@ class Store:
             live = [
                 index
                 for index, record in indexed  # items only: state records and updates' patch rows have no "ts"
-                if "ts" in record and index not in self._duplicates and self.status.get(index + 1) != DELETED
+                if "ts" in record and index not in self.state.duplicates and self.state.status.get(index + 1) != DELETED
             ]
             if live:
                 for index, (blob, ts) in zip(live, await self._current(live), strict=True):
@@ -340,6 +305,7 @@ class Store:
 
     async def close(self) -> None:
         if self._opened:
+            await self.state.write_deferred()
             await self.flush_deletes()
         await self.queue.aclose()
         if self._memory_dir is not None:

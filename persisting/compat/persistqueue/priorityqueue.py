@@ -12,7 +12,8 @@ from persisting.errors import Empty
 
 from .. import _engine
 from ._sqlcore import check_timeout
-from ._store import TASK, Store, storage_root
+from ._state import TASK
+from ._store import Store, storage_root
 from ._twin import CLOSE_AT_EXIT_S, close_once, opened
 from .serializers import pickle as default_serializer
 from .sqlqueue import database_file
