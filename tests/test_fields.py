@@ -272,9 +272,9 @@ def test_a_patch_counts_only_once_it_is_acknowledged(store: Path) -> None:
             gate = asyncio.Event()
             real_commit = wal.commit
 
-            async def held_commit() -> None:
+            async def held_commit(upto: int | None = None) -> None:
                 await gate.wait()
-                await real_commit()
+                await real_commit(upto)
 
             wal.commit = held_commit  # type: ignore[method-assign]
             pending = asyncio.create_task(patch([0.75, 0.25], [0, 1]))  # appended to the log, its sync held back
