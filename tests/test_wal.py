@@ -174,64 +174,6 @@ def test_a_failed_fdatasync_fails_the_commit_and_every_later_write(tmp_path: Pat
     asyncio.run(run())
 
 
-@pytest.mark.parametrize("rotate_midway", [False, True])
-def test_two_writers_a_round_trip_apart_share_gathered_rounds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rotate_midway: bool
-) -> None:
-    """Two writers with one put each in flight, the second arriving a little after the first (as two producer
-    processes do): a contended round waits for it (gathering) and covers both, so there are about half as many
-    rounds as puts; still every commit returns only after an fdatasync that began after its frame was written.
-    A rotation during a gathering round credits nothing late (the new segment is not in the round)."""
-    import os
-
-    from persisting.engine import wal as wal_module
-
-    # Wide, so that the late writer lands inside even when a loaded machine oversleeps its 1 ms by far.
-    monkeypatch.setattr(wal_module, "COMMIT_GATHER_SECONDS", 0.1)
-    real = os.fdatasync
-    synced: list[tuple[int, int]] = []  # (fd, frames written when the sync began)
-    rounds = 12
-
-    async def run() -> None:
-        wal = WriteAheadLog(tmp_path / "wal", sync=True)
-        wal.rotate(0)
-        fds: dict[int, int] = {}  # frame seq -> the fd of the segment it went to
-
-        def recording(fd: int) -> None:
-            written = wal._written_seq
-            real(fd)
-            synced.append((fd, written))
-
-        monkeypatch.setattr(os, "fdatasync", recording)
-        index = iter(range(10**6))
-
-        async def writer(late_s: float) -> None:
-            for k in range(rounds):
-                if late_s:
-                    await asyncio.sleep(late_s)
-                if rotate_midway and late_s and k == rounds // 2:
-                    wal.rotate(next(index))  # while the other writer's gathering round waits
-                seq_fd = wal._current.fd if wal._current else -1
-                _frames(wal, next(index), 1)
-                mine = wal._written_seq
-                fds[mine] = seq_fd
-                await wal.commit()
-                assert any(fd == seq_fd and written >= mine for fd, written in synced), (
-                    f"commit of frame {mine} returned before an fdatasync of its segment that began after it"
-                )
-
-        await asyncio.gather(writer(0.0), writer(0.001))
-        await wal.close()
-        monkeypatch.setattr(os, "fdatasync", real)
-
-    asyncio.run(run())
-    data_syncs = len(synced) - 1  # close syncs the last segment once more
-    if not rotate_midway:  # (a round after the rotation syncs two segments: the count is not of rounds there)
-        assert data_syncs <= rounds + 4, f"{data_syncs} rounds for {2 * rounds} puts: the writers did not share them"
-    frames = list(WriteAheadLog(tmp_path / "wal", sync=True).replay())
-    assert len(frames) == 2 * rounds
-
-
 def test_a_commit_up_to_a_frame_syncs_only_when_a_frame_before_it_waits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

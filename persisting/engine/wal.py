@@ -24,14 +24,6 @@ before it, so a burst of concurrent puts shares one sync; a round's fdatasync ru
 (syncer.py), or in a blocking caller's thread (inline.py). In ``process`` durability mode ``commit`` returns at
 once (a write(2) survives the process being killed, not the machine losing power).
 
-Gathering: two writers with one put each in flight rarely share a round: the second's put arrives while the
-first's sync runs and waits for a round of its own, so rounds run back to back with one put each. When a round
-was awaited by two commits or more (writers overlap: they shared it, or one arrived late), the next round's
-thread waits COMMIT_GATHER_SECONDS before its fdatasync and counts every frame written by then
-(``_Round.covered``): the put that arrives within that window shares the round. Safe because ``append`` counts
-a frame only after its write(2) returned, and the late frames lie in the current segment, which the round syncs;
-a rotation meanwhile (a new segment the round does not sync) credits nothing late. A lone writer never waits.
-
 The engine rotates to a new segment when a flush starts and the current one holds ROTATE_AT_BYTES, and drops a
 segment once every index it holds is stored in the backend and it has been idle for the idempotency window, so
 the log stays small and its folder changes rarely. Replay stops at the first torn or corrupt
@@ -69,8 +61,6 @@ ROTATE_AT_BYTES = 16 * 1024 * 1024  # a flush starts a new segment once the curr
 # Segments are allocated ahead in steps of this many bytes (zeros written past the last frame): an fdatasync after
 # a write that neither grows the file nor fills an unwritten extent has no metadata to commit, ~1/3 cheaper on ext4.
 PREALLOCATE_BYTES = 1024 * 1024
-# How long a contended round waits for more frames before its fdatasync (see Gathering above); 0 turns it off.
-COMMIT_GATHER_SECONDS = float(os.environ.get("PERSISTING_COMMIT_GATHER", "0.00025"))
 
 
 @dataclass(slots=True)
@@ -97,9 +87,6 @@ class _Round:
     retired: list[_Segment]  # rotated-out segments it closes once synced
     fds: list[int]
     directory: Path | None  # the folder too, when a segment was created since the last round
-    gather_s: float = 0.0  # wait this long before the fdatasync, then cover the frames written meanwhile
-    current: _Segment | None = None  # the segment late frames go to (gathering rounds only)
-    covered: int = 0  # what the round made durable: ``target``, or more when it gathered
 
 
 @dataclass(slots=True)
@@ -135,8 +122,6 @@ class WriteAheadLog:
         self._synced_seq = 0
         self._dir_dirty = False
         self._sync_task: asyncio.Task[None] | None = None
-        self._round_commits = 0  # commits awaiting the round running now
-        self._gather = False  # the last round had two commits or more: the next one gathers (see Gathering)
         self._syncer = Syncer(f"wal-sync {directory.parent.name}")
         self._failed: BaseException | None = None
 
@@ -310,50 +295,29 @@ class WriteAheadLog:
                     self._round_done(round_)
                     continue
                 self._sync_task = asyncio.ensure_future(self._sync_round())
-            self._round_commits += 1
             await asyncio.shield(self._sync_task)
 
     async def _sync_round(self) -> None:
         try:
-            round_ = self._round_start(COMMIT_GATHER_SECONDS if self._gather else 0.0)
+            round_ = self._round_start()
             await self._syncer.run(lambda: self._round_sync(round_))
             self._round_done(round_)
         finally:
-            # Every commit awaiting this round counted itself before it awaited: a lone writer counts 1.
-            self._gather, self._round_commits = self._round_commits >= 2, 0
             self._sync_task = None
 
-    def _round_start(self, gather_s: float = 0.0) -> _Round:
-        """What one sync round covers: every frame written so far and the segments holding them (marked clean);
-        gathering (``gather_s`` > 0), the current segment too, for the frames written until its fdatasync."""
+    def _round_start(self) -> _Round:
+        """What one sync round covers: every frame written so far and the segments holding them (marked clean)."""
         retired = [*self._retired]
         segs = [seg for seg in retired if seg.dirty]
-        current = self._current
-        if current is not None and (current.dirty or gather_s > 0):
-            segs.append(current)
+        if self._current is not None and self._current.dirty:
+            segs.append(self._current)
         for seg in segs:
             seg.dirty = False
         dir_dirty, self._dir_dirty = self._dir_dirty, False
-        target = self._written_seq
-        return _Round(
-            target,
-            retired,
-            [seg.fd for seg in segs],
-            self.directory if dir_dirty else None,
-            gather_s if current is not None else 0.0,
-            current,
-            target,
-        )
+        return _Round(self._written_seq, retired, [seg.fd for seg in segs], self.directory if dir_dirty else None)
 
     def _round_sync(self, round_: _Round) -> None:
-        """The blocking part of a round (the log's sync thread, or an inline caller's thread)."""
-        if round_.gather_s > 0:
-            time.sleep(round_.gather_s)
-            # Read in this order: every frame counted here was written (append counts after its write(2)) to the
-            # current segment or one the round syncs already, unless a rotation came in between (then no credit).
-            written = self._written_seq
-            if self._current is round_.current:
-                round_.covered = written
+        """The blocking part of a round (a worker thread, or an inline caller's thread)."""
         try:
             _sync_all(round_.fds, round_.directory)
         except OSError as exc:
@@ -362,7 +326,7 @@ class WriteAheadLog:
             raise StorageError(f"fdatasync of the write-ahead log failed: {exc}") from exc
 
     def _round_done(self, round_: _Round) -> None:
-        self._synced_seq = max(self._synced_seq, round_.covered)
+        self._synced_seq = max(self._synced_seq, round_.target)
         for seg in round_.retired:  # nothing writes to a retired segment, and this round synced it
             self._retired.remove(seg)
             os.close(seg.fd)
