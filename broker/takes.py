@@ -2,8 +2,8 @@
 (``get_batch``, one round trip).
 
 The broker's busiest request after a put, so it has its own path: ``Broker._dispatch`` sends it here before the
-general chain of operations, and its arguments are checked by exact type in one pass (``type(x) is int`` and the
-like; a ``bool`` is refused where a number is due, as everywhere on the wire). A bad argument gets the same
+general chain of operations, and its arguments are checked in one pass (``protocol.arg`` for the required ones; a
+``bool`` is refused where a number is due, as everywhere on the wire). A bad argument gets the same
 ``ProtocolError``/``ConfigError`` reply it got through the general path.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from persisting.engine import Topic, sampler_from_wire
 from persisting.errors import ConfigError, ProtocolError
 from persisting.wire import protocol
-from persisting.wire.protocol import Reply, Request, shown
+from persisting.wire.protocol import Reply, Request, arg
 
 from . import givebacks, peers, spooling
 
@@ -25,13 +25,6 @@ if TYPE_CHECKING:
 TAKE_READ_ATTEMPTS = 4  # get_batch reads again when a clear of its samples landed meanwhile (see take)
 _NUMBER = (int, float)
 _SAMPLER_KW = frozenset({"dp_rank", "batch_index"})
-
-
-def _str(req: Request, name: str) -> str:
-    value = req.args.get(name)
-    if type(value) is not str:
-        raise ProtocolError(f"operation 'take' needs argument {name!r} of type str, got {shown(value)}")
-    return value
 
 
 def _seconds(value: Any) -> bool:
@@ -45,10 +38,8 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
     args = req.args
     if plane.extents is not None:
         givebacks.apply(req, plane.extents, plane.arena, peer)  # holds released since, riding along
-    partition, task = _str(req, "partition"), _str(req, "task")
-    batch_size = args.get("batch_size")
-    if type(batch_size) is not int:
-        raise ProtocolError(f"operation 'take' needs argument 'batch_size' of type int, got {shown(batch_size)}")
+    partition, task = arg(req, "partition", str), arg(req, "task", str)
+    batch_size = arg(req, "batch_size", int)
     if batch_size < 0:
         raise ConfigError(f"batch_size must be >= 0, got {batch_size}")
     wait = args.get("wait", 0.0)
