@@ -69,10 +69,11 @@ def run_broker_bench(
     sock_dir.mkdir(parents=True, exist_ok=True)
     broker_addr = f"ipc://{sock_dir / 'b.sock'}"
     echo_addr = f"ipc://{sock_dir / 'echo.sock'}"
+    loop_echo_addr = f"ipc://{sock_dir / 'loop-echo.sock'}"
     work = base / "work"
     work.mkdir()
     log_path = base / "broker.log"
-    total = 6 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
+    total = 10 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
     result = BrokerBenchResult([], [])
     result.settings = {
         "latency_n": latency_n,
@@ -85,14 +86,16 @@ def run_broker_bench(
     }
     ctx = multiprocessing.get_context("spawn")
     echo = ctx.Process(target=echo_server_main, args=(echo_addr,), name="zmq-echo", daemon=True)
+    loop_echo = ctx.Process(target=echo_server_main, args=(loop_echo_addr, True), name="zmq-loop-echo", daemon=True)
     with tqdm(total=total, unit="rec", unit_scale=True, file=sys.stderr, disable=not progress) as bar:
         bar.set_description("starting broker and echo server")
         echo.start()
+        loop_echo.start()
         try:
             with broker_process(base / "storage", broker_addr, log_path) as broker:
-                bar.set_description("latency (9 series interleaved)")
+                bar.set_description("latency (10 series interleaved)")
                 result.latency, counts = asyncio.run(
-                    latency(broker_addr, echo_addr, latency_n, warmup, seed, bar.update)
+                    latency(broker_addr, echo_addr, loop_echo_addr, latency_n, warmup, seed, bar.update)
                 )
                 for topic, n in counts.items():
                     if n != latency_n + warmup:
@@ -110,6 +113,7 @@ def run_broker_bench(
             result.broker_exit = broker.returncode
         finally:
             stop_echo(echo, echo_addr)
+            stop_echo(loop_echo, loop_echo_addr)
         if pq_records:
             bar.set_description("persist-queue SQLiteAckQueue 2x2")
             result.throughput.append(run_persistqueue_2x2(pq_records, pq_limit_s, work, seed, bar.update))

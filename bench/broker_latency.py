@@ -1,10 +1,11 @@
-"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, nine series
+"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, ten series
 interleaved in rounds so that they share the machine's noise: raw DEALER->ROUTER echo (blocking pyzmq client, the
-floor), the same with a ``zmq.asyncio`` client, the same read the way persisting's client reads its replies (an
+floor), the same echo served on an event loop the way the broker serves (the floor of an event-loop server), the
+same with a ``zmq.asyncio`` client, the same read the way persisting's client reads its replies (an
 asyncio reader callback resolving a future: the floor of any client on asyncio), persisting's protocol ``hello``
 (client Connection + broker, no storage), and ``Queue.put`` with ``durability="process"`` and ``"sync"``; then
 ``hello`` and both puts again from a blocking caller (``SyncQueue``'s path: the caller thread's own socket,
-``client/blocking.py``), the like-for-like of the blocking echo. The echo server is a spawned process this module
+``client/blocking.py``), the like-for-like of the blocking echo. The echo servers are spawned processes this module
 starts and stops."""
 
 from __future__ import annotations
@@ -106,12 +107,24 @@ class LoopEcho:
         self.sock.close(linger=0)
 
 
-def echo_server_main(address: str) -> None:
-    """A ROUTER that sends every message straight back (frames untouched) until it gets the frame b"stop"."""
+def echo_server_main(address: str, on_loop: bool = False) -> None:
+    """A ROUTER that sends every message straight back (frames untouched) until it gets the frame b"stop".
+
+    ``on_loop``: served the way the broker serves (broker/server.py): on uvloop where installed, a loop reader on the
+    socket's FD draining with NOBLOCK, the edge re-armed by asking for EVENTS; no request handling at all. What a
+    request costs above this echo is the broker's own work; what this echo costs above the blocking one is the
+    event loop's wake-up, which a server of many clients and its own I/O completions pays."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(address)
+    if on_loop:
+        try:
+            _serve_on_loop(sock)
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+        return
     try:
         while True:
             frames = sock.recv_multipart(copy=True)
@@ -122,6 +135,31 @@ def echo_server_main(address: str) -> None:
     finally:
         sock.close(linger=0)
         ctx.term()
+
+
+def _serve_on_loop(sock: zmq.Socket[bytes]) -> None:
+    try:
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+
+    def drain() -> None:
+        while zsocket.readable(sock):
+            frames = sock.recv_multipart(zmq.NOBLOCK)
+            sock.send_multipart(frames, zmq.NOBLOCK)
+            if frames[1:] == [b"stop"]:
+                loop.stop()
+                return
+
+    loop.add_reader(sock.fileno(), drain)
+    loop.call_soon(drain)  # messages that came before the reader raise no new edge
+    try:
+        loop.run_forever()
+    finally:
+        loop.remove_reader(sock.fileno())
+        loop.close()
 
 
 def stop_echo(echo: Any, address: str) -> None:
@@ -144,9 +182,9 @@ def stop_echo(echo: Any, address: str) -> None:
 
 
 async def latency(
-    broker: str, echo: str, n: int, warmup: int, seed: int, tick: Tick
+    broker: str, echo: str, loop_echo: str, n: int, warmup: int, seed: int, tick: Tick
 ) -> tuple[list[LatencySeries], dict[str, int]]:
-    """The nine series, and the records each put topic holds after them (the driver checks none went missing)."""
+    """The ten series, and the records each put topic holds after them (the driver checks none went missing)."""
     records = make_records(n + warmup, seed)
     packed = [msgpack.packb(r, use_bin_type=True) for r in records]
 
@@ -154,6 +192,9 @@ async def latency(
     raw = sync_ctx.socket(zmq.DEALER)
     raw.setsockopt(zmq.LINGER, 0)
     raw.connect(echo)
+    raw_on_loop = sync_ctx.socket(zmq.DEALER)
+    raw_on_loop.setsockopt(zmq.LINGER, 0)
+    raw_on_loop.connect(loop_echo)
     async_ctx = zmq.asyncio.Context()
     araw = async_ctx.socket(zmq.DEALER)
     araw.setsockopt(zmq.LINGER, 0)
@@ -171,6 +212,10 @@ async def latency(
     async def raw_sync(i: int) -> None:
         raw.send(packed[i])
         msgpack.unpackb(raw.recv(), raw=False)
+
+    async def raw_server_loop(i: int) -> None:
+        raw_on_loop.send(packed[i])
+        msgpack.unpackb(raw_on_loop.recv(), raw=False)
 
     async def raw_async(i: int) -> None:
         await araw.send(packed[i])
@@ -208,6 +253,15 @@ async def latency(
                 "blocking pyzmq DEALER -> ROUTER echo process; msgpack of one record (the floor)",
             ),
             raw_sync,
+        ),
+        (
+            LatencySeries(
+                "zmq-raw-loop-server",
+                "raw ZeroMQ ipc echo, server on a loop",
+                "blocking pyzmq DEALER -> ROUTER echo served like the broker (uvloop reader, NOBLOCK drain): the "
+                "floor of an event-loop server",
+            ),
+            raw_server_loop,
         ),
         (
             LatencySeries("zmq-asyncio", "raw ZeroMQ ipc echo", "as above with a zmq.asyncio DEALER on asyncio"),
@@ -289,6 +343,7 @@ async def latency(
         b_proc.close()
         b_sync.close()
         raw.close(linger=0)
+        raw_on_loop.close(linger=0)
         araw.close(linger=0)
         looped.close()
         sync_ctx.term()

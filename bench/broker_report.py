@@ -91,6 +91,28 @@ def aims(result: BrokerBenchResult) -> list[list[str]]:
                 "-",
             ]
         )
+    on_loop = result.series("zmq-raw-loop-server")
+    if on_loop is not None and floor is not None:
+        # What an event-loop server pays to wake (no request handled): the part of hello that is not the broker's own.
+        out.append(
+            [
+                "raw echo served on a loop (the broker's serving, no work) / raw ZMQ p50",
+                f"{on_loop.p50_us / floor.p50_us:.2f}x ({on_loop.p50_us:.0f} / {floor.p50_us:.0f} us)",
+                "-",
+                "-",
+            ]
+        )
+        for key, what in (("blocking-hello", "hello"), ("blocking-put-process", 'put, durability="process"')):
+            series = result.series(key)
+            if series is not None:
+                out.append(
+                    [
+                        f"{what} p50, blocking caller / the loop-served echo p50 (the broker's own part)",
+                        f"{series.p50_us / on_loop.p50_us:.2f}x ({series.p50_us:.0f} / {on_loop.p50_us:.0f} us)",
+                        "-",
+                        "-",
+                    ]
+                )
     for key, what, aim in (
         ("blocking-hello", "hello p50, blocking caller (SyncQueue's path) / raw ZMQ p50", HELLO_RATIO_AIM),
         ("blocking-put-process", 'put p50, durability="process", blocking caller / raw ZMQ p50', PROCESS_RATIO_AIM),
@@ -177,7 +199,7 @@ def _notes(result: BrokerBenchResult) -> list[str]:
     s = result.settings
     notes = [
         f"Latency: {s['latency_n']:,} sequential requests per series after {s['warmup']:,} warm-up requests, the "
-        "nine series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
+        "ten series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
         "p50 vs raw ZMQ = this p50 / the blocking raw echo's p50.",
         "Throughput: produced rec/s = records acknowledged / (earliest worker start -> last producer done); "
         "consumed rec/s = distinct records read / (earliest worker start -> last record read). lost = acknowledged "

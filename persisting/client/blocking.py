@@ -21,7 +21,6 @@ request given up by an interrupt) is dropped.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -33,11 +32,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .. import errors
-from ..wire import protocol, zsocket
+from ..wire import zsocket
 from ..wire.protocol import Reply
 from . import _loop
-
-log = logging.getLogger(__name__)
+from .bad_replies import BadReplies
 
 RECV_SLICE_MS = 100  # how often a waiting caller looks for a reconnect or a re-send due
 
@@ -61,6 +59,7 @@ class BlockingSocket:
         self._sock.connect(address)
         self._monitor: zmq.Socket[bytes] = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._lost = False
+        self._bad = BadReplies(address)
 
     def close(self) -> None:
         with contextlib.suppress(zmq.ZMQError):
@@ -90,12 +89,8 @@ class BlockingSocket:
                         self._send(frames)
                         due = now + min(how.resend_s, deadline - now)
                     continue
-                try:
-                    reply = protocol.decode_reply(got)
-                except errors.ProtocolError as exc:
-                    log.warning("ignoring a malformed reply from %s: %s", self.address, exc)
-                    continue
-                if reply.id == request_id:
+                reply = self._bad.decode(got)
+                if reply is not None and reply.id == request_id:
                     return reply
 
     def _send(self, frames: list[Any]) -> None:

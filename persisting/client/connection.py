@@ -26,6 +26,7 @@ from ..engine import inline
 from ..wire import protocol, zsocket
 from ..wire.protocol import WAIT_SLICE_SECONDS, Reply, Request
 from . import blocking
+from .bad_replies import BadReplies
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
         self.max_message_bytes = protocol.DEFAULT_MAX_MESSAGE_BYTES
+        self._bad = BadReplies(address)
         # (Arena holds whose views died are a process's, not a connection's: releases.py.)
 
     def close(self) -> None:
@@ -153,10 +155,8 @@ class Connection:
             except zmq.ZMQError as exc:  # the socket was closed under us
                 log.debug("receiving from %s stopped: %s", self.address, exc)
                 return
-            try:
-                reply = protocol.decode_reply(frames)
-            except errors.ProtocolError as exc:
-                log.warning("ignoring a malformed reply from %s: %s", self.address, exc)
+            reply = self._bad.decode(frames)
+            if reply is None:
                 continue
             waiting = self._waiting.get(reply.id)
             if waiting is not None and not waiting.fut.done():

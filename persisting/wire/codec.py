@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+import msgspec
 import numpy as np
 
 from ..errors import CorruptionError, InvalidRecordError, SchemaConflictError
@@ -410,6 +411,13 @@ def decode_jagged(kind: str, value: bytes) -> tuple[str, np.ndarray, int]:
         raise CorruptionError(f"a stored {kind} value cannot be decoded: {exc}") from exc
 
 
+# msgspec writes the same msgpack bytes as msgpack-python for plain types, about 5x faster for a page of rows
+# (100 rows of ~100 bytes: 16 against 84 us), which every put's rows and every read's reply pay.
+_pack = msgspec.msgpack.Encoder().encode
+
+
 def pack(obj: Any) -> bytes:
-    """msgpack for the engine's own structures (WAL frames): plain types only."""
-    return msgpack.packb(obj, use_bin_type=True)
+    """msgpack of plain values (the engine's own structures, WAL frames, and rows encode_batch made): nil, bool,
+    int, float, str, bytes, lists and str-keyed maps of them. Callers pass nothing else (a row's values are
+    storage values by then)."""
+    return _pack(obj)
