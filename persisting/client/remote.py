@@ -15,13 +15,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgpack
-
 from .. import errors
 from ..engine import TopicConfig
 from ..tensors import batches, pieces
 from ..tensors.arena import peer_id
-from ..wire import protocol
+from ..wire import codec, protocol
 from ..wire.codec import EncodedBatch
 from ..wire.protocol import WAIT_SLICE_SECONDS
 from . import connection as transport
@@ -143,7 +141,7 @@ class RemoteTopic:
         reply = await self._conn.request("read", args, timeout=timeout, hold=hold)
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("read reply without its rows buffer")
-        rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
+        rows = codec.unpack_reply_rows(reply.buffers[0])
         self.kinds = dict(reply.result["kinds"])
         self._count = int(reply.result["count"])
         end = reply.result.get("end")
@@ -282,7 +280,7 @@ class RemoteTopic:
             return []
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("take reply without its rows buffer")
-        rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
+        rows = codec.unpack_reply_rows(reply.buffers[0])
         return list(zip(indexes, rows, strict=True))
 
     async def clear(self, partition: str, indexes: list[int] | None) -> int:

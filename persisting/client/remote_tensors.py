@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from .. import errors
@@ -34,7 +33,7 @@ from ..tensors import batches
 from ..tensors.arena import Arena, attach_cached, peer_id
 from ..tensors.column import AnyColumn
 from ..tensors.jagged import JaggedColumn
-from ..wire import columns
+from ..wire import codec, columns
 from ..wire.codec import EncodedBatch
 from . import releases
 from .connection import Connection, connection
@@ -308,7 +307,7 @@ class ArenaClient:
     ) -> tuple[batches.Batch, int, int]:
         if not buffers or not isinstance(result, dict):
             raise errors.ProtocolError("a data reply without its rows buffer")
-        rows = msgpack.unpackb(buffers[0], raw=False, use_list=True)
+        rows = codec.unpack_reply_rows(buffers[0])
         if "hold" not in result:
             dense = columns.arrays(result.get("columns", []), buffers[1:], len(rows))
             data = batches.from_columns(dense, rows, result["kinds"], fields, device, copy)

@@ -37,7 +37,7 @@ import msgpack
 import msgspec
 import numpy as np
 
-from ..errors import CorruptionError, InvalidRecordError, SchemaConflictError
+from ..errors import CorruptionError, InvalidRecordError, ProtocolError, SchemaConflictError
 from ..tensors import column as tensors
 from ..tensors.objects import Pickled
 
@@ -414,6 +414,19 @@ def decode_jagged(kind: str, value: bytes) -> tuple[str, np.ndarray, int]:
 # msgspec writes the same msgpack bytes as msgpack-python for plain types, about 5x faster for a page of rows
 # (100 rows of ~100 bytes: 16 against 84 us), which every put's rows and every read's reply pay.
 _pack = msgspec.msgpack.Encoder().encode
+
+
+_unpack = msgspec.msgpack.Decoder().decode
+
+
+def unpack_reply_rows(data: Any) -> Any:
+    """The rows of a broker's reply (what ``pack`` wrote; ~1.6x faster than msgpack-python). A buffer that is not
+    msgpack raises ``ProtocolError``. Only for replies: rows from clients go through msgpack-python's strict
+    decoding and ``check_rows``."""
+    try:
+        return _unpack(data)
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"the reply's rows are not valid msgpack: {exc}") from exc
 
 
 def pack(obj: Any) -> bytes:
