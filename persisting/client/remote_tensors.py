@@ -96,13 +96,13 @@ class ArenaClient:
             hello = await self._conn.request("hello", {})
             info = self._arena_info = dict(hello.result.get("arena") or {})
         for attempt in range(ATTACH_TRIES):
-            if not info:
-                return None
-            if generation is not None and bytes(info["generation"]) != generation:
+            if generation is not None and (not info or bytes(info["generation"]) != generation):
                 raise errors.UnknownExtentError(
                     "the broker restarted after naming its arena in a reply, before this process mapped that arena; "
                     "its extents went with it"
                 )
+            if not info:
+                return None
             try:
                 return attach_cached(Path(info["path"]), bytes(info["generation"]))
             except errors.StorageError:
