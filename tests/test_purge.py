@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from persisting import Queue
 from persisting.engine import partitions
 from persisting.queue import LanceBackend
+from persisting.wire.codec import INDEX_KEY, OF_KEY
 
 from .broker_fixture import make_broker
 from .test_fields import lance_count
@@ -25,7 +27,9 @@ def store(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def test_a_running_topic_purges_cleared_rows_while_readers_read(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_running_topic_purges_cleared_rows_while_readers_read(
+    store: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
     """Cleared rows leave Lance while the topic runs (not only at the next open), and readers streaming through
     the purges never see a row moved, lost or doubled: every page is in order, holds no cleared sample once its
     clear returned, and every sample never cleared."""
@@ -40,8 +44,6 @@ def test_a_running_topic_purges_cleared_rows_while_readers_read(store: Path, mon
         return values
 
     monkeypatch.setattr(LanceBackend, "read_column", read_column)
-    seed = random.randrange(2**32)
-    print(f"seed {seed}")
     rng = random.Random(seed)
     n = 3000
 
@@ -99,19 +101,35 @@ def _lance_rows(topic: Path) -> int:
     return sum(lance_count(b) for b in topic.glob("bucket-*.lance"))
 
 
+def _index_and_of(topic: Path) -> list[tuple[int, int | None]]:
+    """Every row in a topic's Lance datasets: (its global index, the sample a patch row writes, or None)."""
+    import lance
+
+    out = []
+    for bucket in sorted(topic.glob("bucket-*.lance")):
+        ds = lance.dataset(str(bucket))
+        indexes = ds.to_table(columns=[INDEX_KEY])[INDEX_KEY].to_pylist()
+        # a bucket that never held a patch row has no such column
+        ofs = ds.to_table(columns=[OF_KEY])[OF_KEY].to_pylist() if OF_KEY in ds.schema.names else [None] * len(indexes)
+        out += zip(indexes, ofs, strict=True)
+    return out
+
+
 @pytest.mark.slow
 def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
     """A client puts tensor batches, writes a field of some later, tags some and clears samples without pause,
     and a consumer takes batches of them
     (consume-on-fetch, task "train"), while the broker is killed (SIGKILL) and restarted three times, purging
     meanwhile (every 50 ms). Every call returns (retried across the restarts); afterwards every acknowledged
     sample not cleared is there exactly once with its values, and no cleared one is, in get(), get_meta() and
-    Lance itself; and "train" got no sample twice and every sample never cleared once."""
+    Lance itself; and "train" got no sample twice and every sample never cleared once.
+
+    Seed 2797819804 once saw get_batch hand out another batch's values: the broker had died between its answer
+    and the consumer's mapping of its arena, and the consumer mapped the next broker's (test_arena_restarts
+    drives that moment exactly). Replay a seed with PERSISTING_TEST_SEED=<n>."""
     monkeypatch.setenv("PERSISTING_PURGE_SPACING", "0.05")  # read by the broker subprocess at start
-    seed = random.randrange(2**32)
-    print(f"seed {seed}")
     rng = random.Random(seed)
     broker = make_broker(tmp_path)
     broker.extra_args = ["--arena-bytes", str(64 * 1024 * 1024)]
@@ -126,7 +144,9 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
     async def client(done: asyncio.Event) -> None:
         async with Queue("kc", broker=broker.address, durability="process") as q:
             next_value = 0
-            while not done.is_set():
+            # Until done, and at least one clear: on a loaded machine (load 12 on 2 cores) a few puts could fit
+            # before done with no clear among them (seed 4261174852: 38 samples, none cleared).
+            while not done.is_set() or not cleared:
                 n = rng.randint(1, 16)
                 values = np.arange(next_value, next_value + n, dtype=np.int64)
                 meta = await q.put({"x": values, "y": np.ones((n, 64), np.float32)}, partition_id="p")
@@ -144,7 +164,7 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
                     await q.clear(chosen, partition_id="p")
                     cleared.update(chosen)
 
-    async def consumer(done: asyncio.Event) -> None:
+    async def consumer(finished: asyncio.Event) -> None:
         async with Queue("kc", broker=broker.address, durability="process") as q:
             while True:
                 if rng.random() < 0.5:
@@ -154,13 +174,13 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
                     if meta.size:  # checked at the end: the producer may not have seen its put's answer yet
                         fetched.extend(zip(meta.global_indexes, data["x"].tolist(), strict=True))
                 taken.extend(meta.global_indexes)
-                if done.is_set() and meta.size == 0:
+                if finished.is_set() and meta.size == 0:  # the client's last put was acknowledged before
                     return
 
     async def main() -> None:
-        done = asyncio.Event()
+        done, finished = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(client(done))
-        eater = asyncio.create_task(consumer(done))
+        eater = asyncio.create_task(consumer(finished))
         for _ in range(3):
             await asyncio.sleep(rng.uniform(0.2, 0.8))
             await asyncio.to_thread(broker.stop, signal.SIGKILL)
@@ -168,6 +188,7 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
         await asyncio.sleep(0.3)
         done.set()
         await asyncio.wait_for(task, 60)
+        finished.set()
         await asyncio.wait_for(eater, 60)
 
     try:
@@ -203,7 +224,18 @@ def test_puts_and_clears_survive_kill_9_of_the_broker_at_random_moments(
         assert broker.stop() == 0
         stored = sum(lance_count(b) for b in (broker.storage / "kc").glob("bucket-*.lance"))
         rows_left = len(live) + len(set(reward_of) & set(live))  # a later field is a row of its own (a patch)
-        assert stored == rows_left, f"seed {seed}: {stored} rows in Lance, {rows_left} expected"
+        if stored != rows_left:  # say which rows (once seen: 280 rows for 279, seed 1514777199, cause unknown)
+            rows, alive = _index_and_of(broker.storage / "kc"), set(live)
+            extra = [(i, of) for i, of in rows if (i if of is None else of) not in alive]
+            extra += [(i, of) for i, of in rows if of is not None and of in alive and of not in reward_of]
+            patched = Counter(of for _, of in rows if of is not None)
+            twice = [(of, n, of in cleared, of in tag_of) for of, n in patched.items() if n > 1]
+            doubled = [i for i, n in Counter(i for i, _ in rows).items() if n > 1]
+            raise AssertionError(
+                f"seed {seed}: {stored} rows in Lance, {rows_left} expected; rows of no live sample or reward "
+                f"(index, sample it patches): {extra[:10]}; samples patched more than once (sample, rows, "
+                f"cleared, tagged): {twice[:10]}; indexes stored twice: {doubled[:10]}"
+            )
     finally:
         broker.ensure_dead()
 

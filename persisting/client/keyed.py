@@ -10,7 +10,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..engine import check_keys, shared_fields
-from ..errors import ConfigError, InvalidRecordError
+from ..errors import ConfigError, InvalidRecordError, UnknownExtentError
 from ..tensors import batches, dedup, objects, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
@@ -19,6 +19,7 @@ from . import _loop, dedup_reads, releases
 from .data_api import on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic
+from .remote_tensors import RESTART_RETRIES
 from .tensor_puts import LEASE_TIMEOUT_S, TensorPuts, _storable
 
 if TYPE_CHECKING:
@@ -147,21 +148,29 @@ async def get(
     data: batches.Batch | None = None
     if isinstance(topic, RemoteTopic):
         mode = handle.zerocopy_mode
-        args = topic._args(
-            partition=partition,
-            keys=keys,
-            fields=wanted,
-            read=True,
-            zerocopy=mode != "off",
-            peer=_peer(),
-            released=releases.take(topic.address),
-        )
-        reply = await topic._conn.request("kv_get", args)
-        named, runs, chosen, result = reply.result
-        if result is not None:
-            data, zero, copied = await topic.arena.data(result, reply.buffers, list(chosen), mode, device)
+        for attempt in range(1, RESTART_RETRIES + 1):
+            args = topic._args(
+                partition=partition,
+                keys=keys,
+                fields=wanted,
+                read=True,
+                zerocopy=mode != "off",
+                peer=_peer(),
+                released=releases.take(topic.address),
+            )
+            reply = await topic._conn.request("kv_get", args)
+            named, runs, chosen, result = reply.result
+            if result is None:
+                break
+            try:
+                data, zero, copied = await topic.arena.data(result, reply.buffers, list(chosen), mode, device)
+            except UnknownExtentError:
+                if attempt == RESTART_RETRIES:
+                    raise
+                continue  # views into the arena of a broker that restarted since (ArenaClient._arena): again
             handle.moved("get_zero_copy_bytes", zero)
             handle.moved("get_copied_bytes", copied)
+            break
     else:
 
         async def local(engine: Topic) -> tuple[list[int | None], list[list[Any]], list[str], Any]:

@@ -25,7 +25,7 @@ from ..wire.protocol import WAIT_SLICE_SECONDS
 from . import connection as transport
 from . import releases
 from .connection import Connection, connection
-from .remote_tensors import ArenaClient
+from .remote_tensors import RESTART_RETRIES, ArenaClient
 
 
 class _Keys:
@@ -312,16 +312,23 @@ class RemoteTopic:
         self, indexes: list[int], fields: list[str], mode: str, device: Any, copy: bool = True
     ) -> tuple[batches.Batch, int, int]:
         """(data, bytes handed over as views, bytes copied); ``copy=False``: a piece (see ``batches.from_columns``)."""
-        args = self._args(
-            indexes=indexes,
-            fields=fields,
-            zerocopy=mode != "off",
-            columns=True,  # dense fields read from Lance come as raw frames (wire/columns.py)
-            peer=peer_id(),
-            released=releases.take(self.address),
-        )
-        reply = await self._conn.request("get_data", args)
-        return await self._tensors.data(reply.result, reply.buffers, fields, mode, device, copy)
+        attempt = 0
+        while True:
+            args = self._args(
+                indexes=indexes,
+                fields=fields,
+                zerocopy=mode != "off",
+                columns=True,  # dense fields read from Lance come as raw frames (wire/columns.py)
+                peer=peer_id(),
+                released=releases.take(self.address),
+            )
+            reply = await self._conn.request("get_data", args)
+            try:
+                return await self._tensors.data(reply.result, reply.buffers, fields, mode, device, copy)
+            except errors.UnknownExtentError:
+                attempt += 1  # views into the arena of a broker that restarted since (ArenaClient._arena): again
+                if attempt == RESTART_RETRIES:
+                    raise
 
     async def take_batch(
         self,
@@ -357,16 +364,26 @@ class RemoteTopic:
             )
 
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
-        indexes, descs, result = reply.result
-        if isinstance(result, dict) and result.get("later"):  # larger than the arena: asked for in pieces
-            meta = batches.meta_from(list(indexes), partition, descs, fields)
-            most = pieces.spool_above(await self._tensors.arena_bytes())
-            fetch = self._piece(fields, mode, device)
-            found = await self.from_spool(meta, fields, fetch, device)
-            found = found or await pieces.gather(meta, fields, most, fetch) or {}
-            return list(indexes), list(descs), batches.Batch(found), 0, sum(pieces.sample_bytes(meta, fields))
-        data, zero, copied = await self._tensors.data(result, reply.buffers, fields, mode, device)
-        return list(indexes), list(descs), data, zero, copied
+        attempt = 0
+        while True:
+            indexes, descs, result = reply.result
+            if isinstance(result, dict) and result.get("later"):  # larger than the arena: asked for in pieces
+                meta = batches.meta_from(list(indexes), partition, descs, fields)
+                most = pieces.spool_above(await self._tensors.arena_bytes())
+                fetch = self._piece(fields, mode, device)
+                found = await self.from_spool(meta, fields, fetch, device)
+                found = found or await pieces.gather(meta, fields, most, fetch) or {}
+                return list(indexes), list(descs), batches.Batch(found), 0, sum(pieces.sample_bytes(meta, fields))
+            try:
+                data, zero, copied = await self._tensors.data(result, reply.buffers, fields, mode, device)
+                return list(indexes), list(descs), data, zero, copied
+            except errors.UnknownExtentError:
+                attempt += 1
+                if attempt == RESTART_RETRIES:
+                    raise
+            # The broker that answered restarted before this process mapped its arena (ArenaClient._arena): the
+            # same take again, with its key, gets the same samples from the new broker, with their data from there.
+            reply = await self._conn.request("take", args(0.0))
 
     async def from_spool(
         self, meta: Any, fields: list[str], fetch: Callable[[Any], Awaitable[Any]], device: Any

@@ -38,7 +38,8 @@ from ..wire.codec import EncodedBatch
 from . import releases
 from .connection import Connection, connection
 
-RESTART_RETRIES = 4  # attempts of a tensor put whose extents keep coming from a broker that then restarted
+# attempts of a tensor put, a lease or a read of views whose arena keeps coming from a broker that then restarted
+RESTART_RETRIES = 4
 ATTACH_TRIES = 5  # mappings of the arena tried while the broker keeps restarting under us
 ATTACH_RETRY_S = 0.2
 
@@ -83,12 +84,22 @@ class ArenaClient:
         self._arena_info = dict(info)
 
     async def _arena(self, generation: bytes | None = None) -> Arena | None:
-        """This process's mapping of the broker's arena (made once; again after the broker restarted)."""
+        """This process's mapping of the broker's arena (made once; again after the broker restarted).
+
+        ``generation``: the arena a reply (a lease, views) named; its offsets mean something in that file only.
+        If that broker restarted before this process mapped its arena, the file at the arena's path is the next
+        broker's, of the same size: ``UnknownExtentError`` then, never that file (the caller leases or asks
+        again; test_arena_restarts)."""
         info = self._arena_info
         if info is None or (generation is not None and info.get("generation") != generation):
             hello = await self._conn.request("hello", {})
             info = self._arena_info = dict(hello.result.get("arena") or {})
         for attempt in range(ATTACH_TRIES):
+            if generation is not None and (not info or bytes(info["generation"]) != generation):
+                raise errors.UnknownExtentError(
+                    "the broker restarted after naming its arena in a reply, before this process mapped that arena; "
+                    "its extents went with it"
+                )
             if not info:
                 return None
             try:
@@ -224,24 +235,30 @@ class ArenaClient:
 
     async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
         """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset
-        in the arena file, the arena it lies in)."""
-        arena = await self._arena()
-        if arena is None:
-            raise errors.ConfigError("the broker runs without an arena")
-        spare, self._spare = self._spare, None
-        if spare is not None and (spare[2] < need or bytes(spare[3]) != arena.generation):
-            await self._give_back(spare)
-            spare = None
-        if spare is None:
-            lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "released": releases.take(self._address)}
-            extent, base, _size, generation = (await self._conn.request("lease", lease, hold=timeout)).result
-        else:
+        in the arena file, the arena it lies in: the one of the broker that leased it, never a later one)."""
+        attempt = 0
+        while True:
+            spare, self._spare = self._spare, None
+            if spare is not None and spare[2] < need:
+                await self._give_back(spare)
+                spare = None
+            if spare is None:
+                released = releases.take(self._address)
+                lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "released": released}
+                spare = (await self._conn.request("lease", lease, hold=timeout)).result
             extent, base, _size, generation = spare
-        if generation != arena.generation:
-            arena = await self._arena(bytes(generation))
+            try:
+                arena = await self._arena(bytes(generation))
+            except errors.UnknownExtentError:
+                # Leased (maybe ahead) by a broker that has restarted since: the extent is gone, and its offset in
+                # the new broker's arena may hold a batch that broker acknowledged. Lease afresh.
+                attempt += 1
+                if attempt == RESTART_RETRIES:
+                    raise
+                continue
             if arena is None:
                 raise errors.ConfigError("the broker runs without an arena")
-        return int(extent), int(base), arena
+            return int(extent), int(base), arena
 
     async def _write(
         self, places: list[tuple[str, AnyColumn, int, int]], need: int, timeout: float
@@ -305,6 +322,8 @@ class ArenaClient:
     async def data(
         self, result: Any, buffers: list[bytes], fields: list[str], mode: str, device: Any, copy: bool = True
     ) -> tuple[batches.Batch, int, int]:
+        """A data reply's batch: (data, bytes as views, bytes copied). ``UnknownExtentError`` when its views lie in
+        the arena of a broker that restarted before this process mapped it: the caller asks again."""
         if not buffers or not isinstance(result, dict):
             raise errors.ProtocolError("a data reply without its rows buffer")
         rows = codec.unpack_reply_rows(buffers[0])
