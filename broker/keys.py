@@ -19,7 +19,7 @@ import msgpack
 
 from persisting.engine import ArenaPayload, Topic, shared_fields
 from persisting.errors import ProtocolError
-from persisting.wire import codec
+from persisting.wire import codec, row_checks
 from persisting.wire.protocol import Reply, Request, arg
 
 from .extents import Peer
@@ -92,7 +92,7 @@ async def handle(req: Request, topic: Topic, plane: Plane, peer: Peer | None) ->
                 rows = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
             except Exception as exc:
                 raise ProtocolError(f"kv_put rows are not valid msgpack: {exc}") from exc
-            batch, blob = codec.EncodedBatch(codec.check_rows(rows, kinds, count), kinds), req.buffers[0]
+            batch, blob = codec.EncodedBatch(row_checks.check_rows(rows, kinds, count), kinds), req.buffers[0]
         first, n, indexes = await topic.keys.put(partition, keys, tags, batch, blob, key)
         return Reply(req.id, True, [first, n, indexes, await topic.describe(indexes)])
     if req.op == "kv_get":

@@ -40,7 +40,7 @@ from persisting.tensors import arena as arena_mod
 from persisting.tensors import column as tensors
 from persisting.tensors import jagged
 from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
-from persisting.wire import codec, columns
+from persisting.wire import codec, columns, row_checks
 from persisting.wire.protocol import Reply, Request, arg
 
 from . import givebacks, keys, peers, spooling, takes
@@ -264,7 +264,7 @@ class TensorPlane:
                 other = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
             except Exception as exc:
                 raise ProtocolError(f"put_tensors rows are not valid msgpack: {exc}") from exc
-            rows = codec.check_rows(other, kinds, count)
+            rows = row_checks.check_rows(other, kinds, count)
             columns: dict[str, tensors.AnyColumn] = {}
             ref_fields = []
             for entry in fields:

@@ -15,7 +15,7 @@ import msgpack
 from persisting.engine import DURABILITY_MODES, ArenaResolver, ObjectStoreTopic, Topic, TopicConfig
 from persisting.errors import ConfigError, ProtocolError
 from persisting.queue.lance_backend import LanceBackend
-from persisting.wire import codec, protocol
+from persisting.wire import codec, protocol, row_checks
 from persisting.wire.protocol import Reply, Request, arg
 
 CONFIGS_KEPT = 256  # distinct topic configs remembered as checked
@@ -130,7 +130,7 @@ async def handle(req: Request, topic: Topic) -> Reply | None:
             rows = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
         except Exception as exc:
             raise ProtocolError(f"put_batch rows are not valid msgpack: {exc}") from exc
-        batch = codec.EncodedBatch(codec.check_rows(rows, kinds, count), kinds)
+        batch = codec.EncodedBatch(row_checks.check_rows(rows, kinds, count), kinds)
         first, n = await topic.append(batch, partition, req.buffers[0], key, of=_targets(req))
         return Reply(req.id, True, [first, n])
     if req.op == "read":

@@ -20,7 +20,7 @@ import msgpack
 from persisting.engine import Topic, new_spool_part, put_spooled, spool_where, sweep_spool
 from persisting.errors import ConfigError, ProtocolError
 from persisting.tensors import pieces
-from persisting.wire import codec
+from persisting.wire import codec, row_checks
 from persisting.wire.protocol import Reply, Request, arg
 
 from .givebacks import int_list
@@ -56,7 +56,7 @@ async def handle(req: Request, topic: Any, peer: Any) -> Reply:
         other = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
     except Exception as exc:
         raise ProtocolError(f"put_spooled rows are not valid msgpack: {exc}") from exc
-    rows = codec.check_rows(other, kinds, count)
+    rows = row_checks.check_rows(other, kinds, count)
     of = None if req.args.get("of") is None else int_list(req.args["of"], "of")
     batch = codec.EncodedBatch(rows, kinds)
     first, n = await put_spooled(topic, batch, partition, req.buffers[0], key, name, req.args.get("fields"), of)

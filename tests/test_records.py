@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from persisting import InvalidRecordError, PersistingError, Queue, SchemaConflictError, SyncQueue
-from persisting.wire import codec
+from persisting.wire import codec, row_checks
 
 
 def roundtrip(store: Path, records: list[dict[str, Any]], *, flush: bool, name: str = "rt") -> list[dict[str, Any]]:
@@ -262,7 +262,7 @@ def test_check_rows_accepts_what_encode_batch_produces() -> None:
         {"i": -(2**63)},
     ]
     rows, kinds = _rows(records)
-    assert codec.check_rows(rows, kinds, len(rows)) is rows
+    assert row_checks.check_rows(rows, kinds, len(rows)) is rows
 
 
 @pytest.mark.parametrize(
@@ -286,7 +286,7 @@ def test_check_rows_accepts_what_encode_batch_produces() -> None:
 )
 def test_check_rows_refuses_what_encode_batch_never_produces(rows: Any, kinds: Any, match: str) -> None:
     with pytest.raises(InvalidRecordError, match=re.escape(match)):
-        codec.check_rows(rows, kinds, 1 if not isinstance(rows, list) else min(len(rows), 1))
+        row_checks.check_rows(rows, kinds, 1 if not isinstance(rows, list) else min(len(rows), 1))
 
 
 def test_check_rows_names_the_first_bad_row() -> None:
@@ -294,20 +294,20 @@ def test_check_rows_names_the_first_bad_row() -> None:
     rows[7]["b"] = 1  # "b" held only None before, so it has no kind
     rows[8]["a"] = "late"
     with pytest.raises(InvalidRecordError, match=re.escape("row 7: field 'b' holds int, its declared kind is None")):
-        codec.check_rows(rows, kinds, 10)
+        row_checks.check_rows(rows, kinds, 10)
     rows[7]["b"] = None
     with pytest.raises(InvalidRecordError, match=re.escape("row 8: field 'a' holds str")):
-        codec.check_rows(rows, kinds, 10)
+        row_checks.check_rows(rows, kinds, 10)
 
 
 def test_check_rows_of_empty_rows_still_checks_kinds_and_the_rest() -> None:
     # Tensor-only puts send one empty row per sample: accepted without a per-row loop, but the kinds are still
     # checked, and one row that is not empty among them gets the per-row check.
     empty: list[dict[str, Any]] = [{} for _ in range(256)]
-    assert codec.check_rows(empty, {"x": "int"}, 256) is empty
+    assert row_checks.check_rows(empty, {"x": "int"}, 256) is empty
     with pytest.raises(InvalidRecordError, match=re.escape("unknown kind 'complex' for field 'x'")):
-        codec.check_rows(empty, {"x": "complex"}, 256)
+        row_checks.check_rows(empty, {"x": "complex"}, 256)
     with pytest.raises(InvalidRecordError, match=re.escape("row 5 has an invalid key ''")):
-        codec.check_rows([*empty[:5], {"": 1}, *empty[6:]], {}, 256)
+        row_checks.check_rows([*empty[:5], {"": 1}, *empty[6:]], {}, 256)
     with pytest.raises(InvalidRecordError, match=re.escape("row 3 is not a map")):
-        codec.check_rows([*empty[:3], [], *empty[4:]], {}, 256)
+        row_checks.check_rows([*empty[:3], [], *empty[4:]], {}, 256)
