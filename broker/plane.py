@@ -43,7 +43,7 @@ from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, columns
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks, keys, peers, spooling, takes
+from . import givebacks, keys, peers, records, spooling, takes
 from .extents import Extents, Peer
 from .givebacks import int_list
 from .retries import RetriedPuts
@@ -204,7 +204,7 @@ class TensorPlane:
         if req.op == "mark_consumed":
             indexes = int_list(req.args.get("indexes"), "indexes")
             await topic.mark_consumed(arg(req, "partition", str), arg(req, "task", str), indexes)
-            return Reply(req.id, True, None)
+            return Reply(req.id, True, await records.then_put(req, topic))
         if req.op == "give_back":
             indexes = int_list(req.args.get("indexes"), "indexes")
             topic.give_back(arg(req, "partition", str), arg(req, "task", str), indexes)

@@ -16,7 +16,7 @@ from persisting.errors import ConfigError, ProtocolError
 from persisting.wire import protocol
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks, peers, spooling
+from . import givebacks, peers, records, spooling
 
 if TYPE_CHECKING:
     from .extents import Peer
@@ -69,10 +69,10 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
         indexes = topic.not_cleared(indexes)
         described = await topic.describe(indexes, lenient=True)
         if "fields" not in args:
-            return Reply(req.id, True, [indexes, described])
+            return Reply(req.id, True, [indexes, described, *await _noted(req, topic, indexes)])
         # get_batch: the data of the samples just taken, in the same reply (one round trip).
         if spooling.too_big(indexes, described, args["fields"], plane.size_bytes):
-            return Reply(req.id, True, [indexes, described, {"later": True}])
+            return Reply(req.id, True, [indexes, described, {"later": True}, *await _noted(req, topic, indexes)])
         try:
             data = await plane.get(req, topic, peer, indexes)
         except ConfigError:
@@ -80,6 +80,15 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
                 raise  # not a clear that came meanwhile
             continue
         if topic.not_cleared(indexes) == indexes:
-            return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
+            noted = await _noted(req, topic, indexes)
+            return Reply(req.id, True, [indexes, described, data.result, *noted], buffers=data.buffers)
         plane.drop_hold(data, peer)
     raise ConfigError(f"the samples taken kept being cleared while their data was read ({indexes[:10]})")
+
+
+async def _noted(req: Request, topic: Topic, indexes: list[int]) -> list[Any]:
+    """The take's ``note`` (records.note_rows) as the reply's last element: [first, count], [None] if none was
+    asked for or nothing was taken; nothing for a take without one (its reply as before)."""
+    if "note" not in req.args:
+        return []
+    return [await records.note_rows(req, topic, indexes)]

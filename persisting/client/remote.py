@@ -253,14 +253,19 @@ class RemoteTopic:
         sampler: dict[str, Any] | None,
         lease: float | None,
         fields: list[str],
-    ) -> list[tuple[int, dict[str, Any]]]:
+        note: dict[str, Any] | None = None,
+    ) -> tuple[list[tuple[int, dict[str, Any]]], range | None]:
         """take and the stored rows of ``fields`` (a later write of a field wins) in one round trip, without
         field descriptions or batches: the persist-queue layer's ``get`` of one record. Every sample is taken
-        (``ready_fields`` nil), as the embedded ``Topic.take`` followed by ``sample_rows`` does."""
+        (``ready_fields`` nil), as the embedded ``Topic.take`` followed by ``sample_rows`` does. ``note``,
+        {partition, field, values}: the broker appends ``{field: global index, **values}`` per sample taken before
+        it replies; the range of those records comes second (None without a note or a sample)."""
         request_key = take_key()  # as in take
+        extra = {} if note is None else {"note": note}
 
         def args(left: float) -> dict[str, Any]:
             return self._args(
+                **extra,
                 key=request_key,
                 partition=partition,
                 task=task,
@@ -279,11 +284,12 @@ class RemoteTopic:
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
         indexes = reply.result[0]
         if not indexes:
-            return []
+            return [], None
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("take reply without its rows buffer")
         rows = msgpack.unpackb(reply.buffers[0], raw=False, use_list=True)
-        return list(zip(indexes, rows, strict=True))
+        noted = reply.result[3] if note is not None and len(reply.result) > 3 else None
+        return list(zip(indexes, rows, strict=True)), _range(noted)
 
     async def clear(self, partition: str, indexes: list[int] | None) -> int:
         reply = await self._conn.request("clear", self._args(partition=partition, indexes=indexes))
@@ -301,8 +307,25 @@ class RemoteTopic:
         reply = await self._conn.request("describe", self._args(indexes=indexes))
         return list(reply.result)
 
-    async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
-        await self._conn.request("mark_consumed", self._args(partition=partition, task=task, indexes=indexes))
+    async def mark_consumed(
+        self, partition: str, task: str, indexes: list[int], then_put: tuple[str, EncodedBatch, bytes] | None = None
+    ) -> range | None:
+        """``then_put`` (partition, encoded records, their rows blob): their put in the same round trip, after the
+        consumption is logged; its range comes back (None without one)."""
+        args = self._args(partition=partition, task=task, indexes=indexes)
+        if then_put is None:
+            await self._conn.request("mark_consumed", args)
+            return None
+        put_partition, batch, blob = then_put
+        args["then_put"] = {
+            "partition": put_partition,
+            "kinds": batch.kinds,
+            "count": len(batch.rows),
+            "key": put_key(),
+        }
+        put = _range((await self._conn.request("mark_consumed", args, [blob])).result)
+        self.kinds.update(batch.kinds)
+        return put
 
     async def give_back(self, partition: str, task: str, indexes: list[int]) -> None:
         await self._conn.request("give_back", self._args(partition=partition, task=task, indexes=indexes))
@@ -386,3 +409,11 @@ class RemoteTopic:
             return (await self.get_data(meta.global_indexes, fields, mode, device, copy=False))[0]
 
         return fetch
+
+
+def _range(first_count: Any) -> range | None:
+    """A reply's [first global index, count] as a range (None for nil)."""
+    if first_count is None:
+        return None
+    first, n = first_count
+    return range(int(first), int(first) + int(n))
