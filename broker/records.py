@@ -121,7 +121,9 @@ async def handle(req: Request, topic: Topic) -> Reply | None:
     """A record operation on ``topic`` (None: ``req.op`` is none of them)."""
     if req.op == "put_batch":
         partition, kinds, count = arg(req, "partition", str), arg(req, "kinds", dict), arg(req, "count", int)
-        first, n = await put_rows(req, topic, partition, kinds, count, req.args.get("key"), _targets(req))
+        key = req.args.get("key")
+        batch = encoded_rows(req, kinds, count, key, "put_batch")
+        first, n = await topic.append(batch, partition, req.buffers[0], key, of=_targets(req))
         return Reply(req.id, True, [first, n])
     if req.op == "read":
         offset, limit = arg(req, "offset", int), arg(req, "limit", int)
@@ -152,53 +154,16 @@ async def handle(req: Request, topic: Topic) -> Reply | None:
     return None
 
 
-async def put_rows(
-    req: Request, topic: Topic, partition: str, kinds: dict[str, Any], count: int, key: Any, of: list[int] | None
-) -> tuple[int, int]:
-    """Append the request's one buffer of msgpack rows (``put_batch``'s, or a put riding on another request:
-    ``mark_consumed``'s ``then_put``); (first global index, count) once acknowledged."""
-    what = "put_batch" if req.op == "put_batch" else f"{req.op} then_put"
+def encoded_rows(req: Request, kinds: dict[str, Any], count: int, key: Any, what: str) -> codec.EncodedBatch:
+    """The request's one buffer of msgpack rows, checked against ``kinds`` and ``count`` (``what``: the put's name
+    in errors: ``put_batch``, or a put riding on another request, broker/riders.py)."""
     if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)):
         raise ProtocolError(f"{what} needs one rows buffer and a str key (or none)")
     try:
         rows = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
     except Exception as exc:
         raise ProtocolError(f"{what} rows are not valid msgpack: {exc}") from exc
-    batch = codec.EncodedBatch(codec.check_rows(rows, kinds, count), kinds)
-    return await topic.append(batch, partition, req.buffers[0], key, of=of)
-
-
-async def then_put(req: Request, topic: Topic) -> list[int] | None:
-    """``mark_consumed``'s ``then_put``, {partition, kinds, count, key} with the rows as the request's buffer: a
-    put_batch in the same request, after the consumption is logged (the caller's record of it, one round trip
-    sooner). [first global index, count]; None without one."""
-    spec = req.args.get("then_put")
-    if spec is None:
-        return None
-    partition, kinds, count = (
-        (spec.get(k) for k in ("partition", "kinds", "count")) if type(spec) is dict else 3 * [None]
-    )
-    if type(partition) is not str or type(kinds) is not dict or type(count) is not int:
-        raise ProtocolError(f"{req.op} then_put must be {{partition: str, kinds: dict, count: int, key: str}}")
-    return list(await put_rows(req, topic, partition, kinds, count, spec.get("key"), None))
-
-
-async def note_rows(req: Request, topic: Topic, indexes: list[int]) -> list[int] | None:
-    """A take's ``note``, {partition, field, values}: one record per sample taken, ``{field: its global index,
-    **values}``, appended to ``partition`` before the take's reply (what a caller would put next, one round trip
-    sooner). [first global index, count] of the records; None without a note or a sample."""
-    note = req.args.get("note")
-    if note is None or not indexes:
-        return None
-    partition, field, values = (
-        (note.get(k) for k in ("partition", "field", "values")) if type(note) is dict else 3 * [None]
-    )
-    if type(partition) is not str or type(field) is not str or type(values) is not dict or field in values:
-        raise ProtocolError("take note must be {partition: str, field: str, values: dict without field}")
-    batch = codec.encode_batch([{field: i, **values} for i in indexes], topic.kinds)
-    key = req.args.get("key")
-    first, n = await topic.append(batch, partition, codec.pack(batch.rows), None if key is None else f"{key}:note")
-    return [first, n]
+    return codec.EncodedBatch(codec.check_rows(rows, kinds, count), kinds)
 
 
 def _targets(req: Request) -> list[int] | None:
