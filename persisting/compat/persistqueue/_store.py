@@ -177,7 +177,7 @@ class Store:
             return Item(index + 1, await self.serializer.aloads(blob), ts, noted)
 
     async def _take_one(
-        self, partition: str, sampler: PickSampler | None, limit: float | None, lease: bool, note: int | None
+        self, partition: str, sampler: PickSampler | None, limit: float | None, lease: bool, note: int | None = None
     ) -> tuple[int, bytes, float, bool] | None:
         """One take: (global index, the item's bytes now, put time, whether ``note`` was recorded with it), or None
         if nothing came in ``limit`` s."""
