@@ -118,7 +118,7 @@ def render(result: dict[str, Any], fmt: str) -> str:
     multi = result["multiprocess"]
     if multi is not None:
         mlines, phases = pq_multi.rows(multi)
-        runs = len(multi["persisting"]["walls_s"])
+        runs = len(multi["persisting"]["wall_s_runs"])
         tables.append(
             (
                 f"2 + 2 processes, {multi['persisting']['records']:,} records, median wall of {runs} runs, "

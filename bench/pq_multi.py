@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import statistics
 import time
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 GET_TIMEOUT_S = 1.0
 IDLE_S = 3.0  # a consumer stops after this long without a record
 LIBRARIES = ("persist-queue", "persisting")
+MAX_ERRORS = 1000  # errors of put/ack a worker retries before it gives up (and the run fails)
+RESULT_WAIT_S = 600.0
 
 
 def _cpu_s() -> float:
@@ -42,10 +45,12 @@ def _worker(lib: str, role: str, path: str, broker: str | None, first: int, n: i
         module, extra = compat, {"broker": broker, "durability": "process"}
     marks["imported"] = time.monotonic()
     q = module.SQLiteAckQueue(path, **extra)
-    got = []
+    got: list[int] = []
+    errors: list[str] = []  # persist-queue's "database is locked" and the like: the call is made again
     if role == "put":
         for i in range(first, first + n):
-            q.put(i)
+            while not _ok(errors, q.put, i):
+                pass
             if i == first:
                 marks["first"] = time.monotonic()
         marks["last"] = time.monotonic()
@@ -54,15 +59,46 @@ def _worker(lib: str, role: str, path: str, broker: str | None, first: int, n: i
         while time.monotonic() - idle < IDLE_S:
             try:
                 v = q.get(timeout=GET_TIMEOUT_S)
-            except Exception:
+            except Exception:  # Empty after the timeout, or an error of the get
                 marks.setdefault("first", time.monotonic())  # the open is done once a get returned
                 continue
-            q.ack(v)
+            while not _ok(errors, q.ack, v):
+                pass
             got.append(v)
             idle = marks["last"] = time.monotonic()
             marks.setdefault("first", idle)
     marks["end"] = time.monotonic()
-    out.put({"role": role, "got": got, "marks": marks, "cpu_s": _cpu_s()})
+    out.put({"role": role, "got": got, "marks": marks, "cpu_s": _cpu_s(), "errors": errors})
+
+
+def _ok(errors: list[str], call: Any, arg: int) -> bool:
+    """Whether ``call(arg)`` returned; else its error is kept (a worker that died would hang the run)."""
+    try:
+        call(arg)
+    except Exception as exc:
+        errors.append(repr(exc))
+        if len(errors) > MAX_ERRORS:
+            raise
+        return False
+    return True
+
+
+def _results(out: Any, workers: list[Any]) -> list[dict[str, Any]]:
+    """Every worker's result; an error naming the worker that exited without one."""
+    results: list[dict[str, Any]] = []
+    deadline = time.monotonic() + RESULT_WAIT_S
+    while len(results) < len(workers):
+        try:
+            results.append(out.get(timeout=1.0))
+        except queue.Empty:
+            dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for w in workers:
+                    w.terminate()
+                raise RuntimeError(
+                    f"a 2 + 2 worker died (exit codes {dead}) or the run passed {RESULT_WAIT_S} s"
+                ) from None
+    return results
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -93,7 +129,7 @@ def run_once(lib: str, base: Path, n: int) -> dict[str, Any]:
         workers += [ctx.Process(target=_worker, args=(lib, "get", path, broker, 0, 0, out)) for _ in range(2)]
         for w in workers:
             w.start()
-        results = [out.get() for _ in workers]
+        results = _results(out, workers)
         t_results = time.monotonic()
         for w in workers:
             w.join()
@@ -129,6 +165,7 @@ def run_once(lib: str, base: Path, n: int) -> dict[str, Any]:
         "delivered": len(got),
         "twice": len(got) - len(distinct),
         "lost": 2 * n - len(distinct & set(range(2 * n))),
+        "errors": sum(len(r["errors"]) for r in results),
         "wall_s": round(wall, 2),
         **{k: round(v, 2) for k, v in {**phases, **cpu}.items()},
     }
@@ -143,17 +180,22 @@ def run(base: Path, n: int, repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for lib, rs in runs.items():
         median = sorted(rs, key=lambda r: r["wall_s"])[len(rs) // 2]
-        out[lib] = {
-            **median,
-            "walls_s": [r["wall_s"] for r in rs],
-            "median_wall_s": statistics.median(r["wall_s"] for r in rs),
-        }
+        every = {f"{k}_runs": [r[k] for r in rs] for k in ("wall_s", "delivered", "twice", "lost", "errors")}
+        out[lib] = {**median, **every, "median_wall_s": statistics.median(r["wall_s"] for r in rs)}
     ref = out["persist-queue"]["median_wall_s"]
     out["persisting"]["vs_persist_queue"] = round(ref / out["persisting"]["median_wall_s"], 2)
     return out
 
 
-HEAD = ["2 producers + 2 consumers, SQLiteAckQueue", "records", "delivered", "twice", "lost", "wall s (runs)"]
+HEAD = [
+    "2 producers + 2 consumers, SQLiteAckQueue",
+    "records",
+    "delivered",
+    "twice",
+    "lost",
+    "errors retried",
+    "wall s: median (runs)",
+]
 PHASES = (
     ("spawn_s", "spawn"),
     ("import_s", "import"),
@@ -170,14 +212,19 @@ PHASES = (
 
 def rows(result: dict[str, Any]) -> tuple[list[list[Any]], list[list[Any]]]:
     """The headline rows and the phase rows (seconds, of each library's median run)."""
+
+    def runs(values: list[Any]) -> str:
+        return ", ".join(map(str, values))
+
     head = [
         [
             lib,
             r["records"],
-            r["delivered"],
-            r["twice"],
-            r["lost"],
-            f"{r['median_wall_s']} ({', '.join(map(str, r['walls_s']))})",
+            runs(r["delivered_runs"]),
+            runs(r["twice_runs"]),
+            runs(r["lost_runs"]),
+            runs(r["errors_runs"]),
+            f"{r['median_wall_s']} ({runs(r['wall_s_runs'])})",
         ]
         for lib, r in result.items()
     ]
