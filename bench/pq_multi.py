@@ -44,9 +44,12 @@ def _worker(lib: str, role: str, path: str, broker: str | None, first: int, n: i
 
         module, extra = compat, {"broker": broker, "durability": "process"}
     marks["imported"] = time.monotonic()
-    q = module.SQLiteAckQueue(path, **extra)
     got: list[int] = []
     errors: list[str] = []  # persist-queue's "database is locked" and the like: the call is made again
+    opened: list[Any] = []
+    while not _ok(errors, lambda _: opened.append(module.SQLiteAckQueue(path, **extra)), 0):
+        pass
+    q = opened[0]
     if role == "put":
         for i in range(first, first + n):
             while not _ok(errors, q.put, i):
