@@ -24,7 +24,8 @@ from persisting.client.connection import Connection
 from persisting.tensors.arena import peer_id
 from persisting.wire import protocol
 
-from .broker_fixture import BrokerProcess
+from .broker_fixture import BrokerProcess, running_broker
+from .test_operations import _scrape_unix
 
 DEADLINE_S = 60.0
 
@@ -155,3 +156,17 @@ def test_malformed_riders_are_refused_before_the_take_or_the_consumption(broker:
         assert good.ok and good.result[0] == [0], good  # the refused mark_consumed consumed nothing
     finally:
         sock.close(linger=0)
+
+
+def test_the_records_riders_write_count_as_puts_in_the_metrics(tmp_path: Path) -> None:
+    sock = str(tmp_path / "metrics.sock")
+    with running_broker(tmp_path, ["--metrics", f"unix:{sock}"]) as broker:
+        q = persistqueue.SQLiteAckQueue(str(tmp_path / "pq"), broker=broker.address, durability="process")
+        try:
+            q.put("a")
+            q.ack(q.get())  # the take's note writes the UNACK record, mark_consumed's then_put the ACKED one
+        finally:
+            q.close()
+        scraped = _scrape_unix(sock)
+    put = {k.split("partition=")[1].split(",")[0]: v for k, v in scraped.items() if "put_samples_total" in k}
+    assert (put['"items"'], put['"state"']) == (1, 2), put
