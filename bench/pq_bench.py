@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import shutil
 import statistics
@@ -19,11 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.broker_fixture import make_broker
+from . import pq_multi
 
 ITEM = "x" * 100
 CLASSES = ("Queue", "SQLiteQueue", "FILOSQLiteQueue", "UniqueQ", "SQLiteAckQueue")
-GET_TIMEOUT_S = 1.0
 FRAME_BYTES = 160  # one put's log frame: 24 bytes of frame header, the batch header and a ~100-byte item
 
 
@@ -67,69 +65,7 @@ def _one(module: Any, cls: str, path: str, n: int, extra: dict[str, Any]) -> tup
     return (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6
 
 
-def _mp_worker(lib: str, role: str, path: str, broker: str | None, first: int, n: int, out: Any) -> None:
-    module: Any
-    extra: dict[str, Any]
-    if lib == "persist-queue":
-        import persistqueue
-
-        module, extra = persistqueue, {"multithreading": True}
-    else:
-        import persisting.compat.persistqueue as compat
-
-        module, extra = compat, {"broker": broker, "durability": "process"}
-    q = module.SQLiteAckQueue(path, **extra)
-    got = []
-    if role == "put":
-        for i in range(first, first + n):
-            q.put(i)
-    else:
-        idle = time.monotonic()
-        while time.monotonic() - idle < 3.0:
-            try:
-                v = q.get(timeout=GET_TIMEOUT_S)
-            except Exception:
-                continue
-            q.ack(v)
-            got.append(v)
-            idle = time.monotonic()
-    out.put(got)
-
-
-def _multiprocess(lib: str, base: Path, n: int) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    broker = None
-    proc = None
-    if lib != "persist-queue":
-        proc = make_broker(base)
-        proc.start()
-        broker = proc.address
-    path = str(base / f"mp-{lib}")
-    out = ctx.Queue()
-    t0 = time.perf_counter()
-    workers = [ctx.Process(target=_mp_worker, args=(lib, "put", path, broker, k * n, n, out)) for k in range(2)]
-    workers += [ctx.Process(target=_mp_worker, args=(lib, "get", path, broker, 0, 0, out)) for _ in range(2)]
-    for w in workers:
-        w.start()
-    results = [out.get() for _ in workers]
-    for w in workers:
-        w.join()
-    wall = time.perf_counter() - t0
-    if proc is not None:
-        proc.stop()
-        proc.ensure_dead()
-    got = [v for r in results for v in r]
-    distinct = set(got)
-    return {
-        "records": 2 * n,
-        "delivered": len(got),
-        "twice": len(got) - len(distinct),
-        "lost": 2 * n - len(distinct & set(range(2 * n))),
-        "wall_s": round(wall, 2),
-    }
-
-
-def run(n: int, repeat: int, mp_n: int) -> dict[str, Any]:
+def run(n: int, repeat: int, mp_n: int, mp_repeat: int, parts: str = "all") -> dict[str, Any]:
     import persistqueue
 
     import persisting.compat.persistqueue as compat
@@ -138,7 +74,7 @@ def run(n: int, repeat: int, mp_n: int) -> dict[str, Any]:
     rows = []
     floors = []
     try:
-        for cls in CLASSES:
+        for cls in CLASSES if parts != "multiprocess" else ():
             series: dict[str, list[tuple[float, float]]] = {"persist-queue": [], "process": [], "sync": []}
             for r in range(repeat):
                 series["persist-queue"].append(_one(persistqueue, cls, str(base / f"pq-{cls}-{r}"), n, {}))
@@ -161,27 +97,40 @@ def run(n: int, repeat: int, mp_n: int) -> dict[str, Any]:
                         "vs_persist_queue": round(ref / (put_us + get_us), 2),
                     }
                 )
-        multi = {lib: _multiprocess(lib, base, mp_n) for lib in ("persist-queue", "persisting")}
+        multi = pq_multi.run(base, mp_n, mp_repeat) if parts != "items" else None
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    floor = {k: statistics.median(f[k] for f in floors) for k in ("grow_us", "ahead_us")}
+    floor = {k: statistics.median(f[k] for f in floors) for k in ("grow_us", "ahead_us")} if floors else None
     return {"n": n, "repeat": repeat, "rows": rows, "fdatasync_floor": floor, "multiprocess": multi}
 
 
 def render(result: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(result, indent=2)
-    head = ["class", "library", "put us", "get us", "per item us", "persist-queue / this"]
-    lines = [
-        [r["class"], r["library"], r["put_us"], r["get_us"], r["item_us"], f"{r['vs_persist_queue']}x"]
-        for r in result["rows"]
-    ]
-    mhead = ["2 producers + 2 consumers, SQLiteAckQueue", "records", "delivered", "twice", "lost", "wall s"]
-    mlines = [
-        [k, v["records"], v["delivered"], v["twice"], v["lost"], v["wall_s"]] for k, v in result["multiprocess"].items()
-    ]
-    out = [f"N={result['n']} items per class, median of {result['repeat']} runs"]
-    for h, body in ((head, lines), (mhead, mlines)):
+    tables = []
+    if result["rows"]:
+        head = ["class", "library", "put us", "get us", "per item us", "persist-queue / this"]
+        lines = [
+            [r["class"], r["library"], r["put_us"], r["get_us"], r["item_us"], f"{r['vs_persist_queue']}x"]
+            for r in result["rows"]
+        ]
+        tables.append((f"N={result['n']} items per class, median of {result['repeat']} runs", head, lines))
+    multi = result["multiprocess"]
+    if multi is not None:
+        mlines, phases = pq_multi.rows(multi)
+        runs = len(multi["persisting"]["wall_s_runs"])
+        tables.append(
+            (
+                f"2 + 2 processes, {multi['persisting']['records']:,} records, median wall of {runs} runs, "
+                f"persist-queue / persisting = {multi['persisting']['vs_persist_queue']}x",
+                pq_multi.HEAD,
+                mlines,
+            )
+        )
+        tables.append(("seconds in the median run of each", ["phase", *multi], phases))
+    out = []
+    for title, h, body in tables:
+        out.append(title)
         if fmt == "rst":
             out.append("| " + " | ".join(h) + " |")
             out.append("|" + "---|" * len(h))
@@ -191,10 +140,11 @@ def render(result: dict[str, Any], fmt: str) -> str:
             out += ["  ".join(f"{c!s:>14}" for c in row) for row in body]
         out.append("")
     floor = result["fdatasync_floor"]
-    out.append(
-        f"fdatasync floor, same run (write of {FRAME_BYTES} B + fdatasync, median): {floor['grow_us']} us growing the "
-        f"file, {floor['ahead_us']} us into room allocated ahead"
-    )
+    if floor is not None:
+        out.append(
+            f"fdatasync floor, same run (write of {FRAME_BYTES} B + fdatasync, median): {floor['grow_us']} us growing "
+            f"the file, {floor['ahead_us']} us into room allocated ahead"
+        )
     return "\n".join(out)
 
 
@@ -203,7 +153,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--n", type=int, default=1000, help="items put then got per class and run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (the median is reported)")
     parser.add_argument("--mp-n", type=int, default=2000, help="records per producer in the multi-process case")
+    parser.add_argument(
+        "--mp-repeat", type=int, default=3, help="runs of the multi-process case per library, alternating (median)"
+    )
+    parser.add_argument(
+        "--parts",
+        choices=("all", "items", "multiprocess"),
+        default="all",
+        help="run the per-item table, the 2 producer + 2 consumer case, or both",
+    )
     parser.add_argument("--format", choices=("console", "rst", "json"), default="console")
     args = parser.parse_args(argv)
-    print(render(run(args.n, args.repeat, args.mp_n), args.format))
+    if args.n < 1 or args.repeat < 1 or args.mp_n < 1 or args.mp_repeat < 1:
+        raise SystemExit("--n, --repeat, --mp-n and --mp-repeat must be at least 1")
+    print(render(run(args.n, args.repeat, args.mp_n, args.mp_repeat, args.parts), args.format))
     return 0

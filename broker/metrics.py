@@ -150,8 +150,17 @@ class BrokerMetrics:
             self.taken_samples.labels(*labels).inc(len(reply.result[0]))
             if len(reply.result) > 2:
                 self.data_bytes.labels(str(args.get("topic"))).inc(_data_bytes(reply.result[2], reply.buffers))
+            if "note" in args and isinstance(reply.result[-1], list):  # the records a note wrote (riders.py)
+                self._rider_put(args, args["note"], reply.result[-1][1], 0)
+        elif op == "mark_consumed" and isinstance(reply.result, list):  # a then_put's records (riders.py)
+            self._rider_put(args, args["then_put"], reply.result[1], sum(len(b) for b in req.buffers))
         elif op == "get_data":
             self.data_bytes.labels(str(args.get("topic"))).inc(_data_bytes(reply.result, reply.buffers))
+
+    def _rider_put(self, args: dict[str, Any], rider: dict[str, Any], samples: int, nbytes: int) -> None:
+        labels = self._capped_puts(str(args.get("topic")), str(rider.get("partition")))
+        self.put_samples.labels(*labels).inc(samples)
+        self.put_bytes.labels(*labels).inc(nbytes)
 
     def bad_frame(self, kind: str) -> None:
         self.bad_frames.labels(kind).inc()

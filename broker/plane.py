@@ -43,7 +43,7 @@ from persisting.tensors.arena import FIELD_ALIGN_BYTES, Arena
 from persisting.wire import codec, columns, row_checks
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks, keys, peers, spooling, takes
+from . import givebacks, keys, peers, riders, spooling, takes
 from .extents import Extents, Peer
 from .givebacks import int_list
 from .retries import RetriedPuts
@@ -203,8 +203,9 @@ class TensorPlane:
             givebacks.apply(req, self.extents, self.arena, peer)
         if req.op == "mark_consumed":
             indexes = int_list(req.args.get("indexes"), "indexes")
+            put = riders.then_put_of(req)
             await topic.mark_consumed(arg(req, "partition", str), arg(req, "task", str), indexes)
-            return Reply(req.id, True, None)
+            return Reply(req.id, True, None if put is None else await riders.write_then_put(req, topic, put))
         if req.op == "give_back":
             indexes = int_list(req.args.get("indexes"), "indexes")
             topic.give_back(arg(req, "partition", str), arg(req, "task", str), indexes)

@@ -120,17 +120,9 @@ class Topics:
 async def handle(req: Request, topic: Topic) -> Reply | None:
     """A record operation on ``topic`` (None: ``req.op`` is none of them)."""
     if req.op == "put_batch":
-        partition = arg(req, "partition", str)
-        kinds = arg(req, "kinds", dict)
-        count = arg(req, "count", int)
+        partition, kinds, count = arg(req, "partition", str), arg(req, "kinds", dict), arg(req, "count", int)
         key = req.args.get("key")
-        if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)):
-            raise ProtocolError("put_batch needs one rows buffer and a str key (or none)")
-        try:
-            rows = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
-        except Exception as exc:
-            raise ProtocolError(f"put_batch rows are not valid msgpack: {exc}") from exc
-        batch = codec.EncodedBatch(row_checks.check_rows(rows, kinds, count), kinds)
+        batch = encoded_rows(req, kinds, count, key, "put_batch")
         first, n = await topic.append(batch, partition, req.buffers[0], key, of=_targets(req))
         return Reply(req.id, True, [first, n])
     if req.op == "read":
@@ -160,6 +152,18 @@ async def handle(req: Request, topic: Topic) -> Reply | None:
     if req.op == "count":
         return Reply(req.id, True, topic.count())
     return None
+
+
+def encoded_rows(req: Request, kinds: dict[str, Any], count: int, key: Any, what: str) -> codec.EncodedBatch:
+    """The request's one buffer of msgpack rows, checked against ``kinds`` and ``count`` (``what``: the put's name
+    in errors: ``put_batch``, or a put riding on another request, broker/riders.py)."""
+    if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)):
+        raise ProtocolError(f"{what} needs one rows buffer and a str key (or none)")
+    try:
+        rows = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
+    except Exception as exc:
+        raise ProtocolError(f"{what} rows are not valid msgpack: {exc}") from exc
+    return codec.EncodedBatch(row_checks.check_rows(rows, kinds, count), kinds)
 
 
 def _targets(req: Request) -> list[int] | None:

@@ -291,6 +291,7 @@ class Broker:
                 max_message_bytes=self.max_message_bytes,
                 arena=self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
                 event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
+                features=["riders"],  # what a client may rely on beyond the protocol version (broker/riders.py)
             )
         reply = Reply(req.id, True, {**info, "arena_stats": self.plane.stats()})
         if self.metrics is not None:

@@ -4,7 +4,8 @@
 The broker's busiest request after a put, so it has its own path: ``Broker._dispatch`` sends it here before the
 general chain of operations, and its arguments are checked in one pass (``protocol.arg`` for the required ones; a
 ``bool`` is refused where a number is due, as everywhere on the wire). A bad argument gets the same
-``ProtocolError``/``ConfigError`` reply it got through the general path.
+``ProtocolError``/``ConfigError`` reply it got through the general path. A ``note`` rides along: records of
+the samples taken, appended before the reply (broker/riders.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from persisting.errors import ConfigError, ProtocolError
 from persisting.wire import protocol
 from persisting.wire.protocol import Reply, Request, arg
 
-from . import givebacks, peers, spooling
+from . import givebacks, peers, riders, spooling
 
 if TYPE_CHECKING:
     from .extents import Peer
@@ -60,6 +61,7 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
     request_key = args.get("key")
     if request_key is not None and type(request_key) is not str:
         raise ProtocolError("take key must be a str or nil")
+    note = riders.note_of(req)
     indexes = await topic.take(
         partition, task, batch_size, limit, sampler, lease, fields=need, request_key=request_key, **kw
     )
@@ -69,10 +71,10 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
         indexes = topic.not_cleared(indexes)
         described = await topic.describe(indexes, lenient=True)
         if "fields" not in args:
-            return Reply(req.id, True, [indexes, described])
+            return Reply(req.id, True, [indexes, described, *await _noted(req, topic, note, indexes)])
         # get_batch: the data of the samples just taken, in the same reply (one round trip).
         if spooling.too_big(indexes, described, args["fields"], plane.size_bytes):
-            return Reply(req.id, True, [indexes, described, {"later": True}])
+            return Reply(req.id, True, [indexes, described, {"later": True}, *await _noted(req, topic, note, indexes)])
         try:
             data = await plane.get(req, topic, peer, indexes)
         except ConfigError:
@@ -80,6 +82,14 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
                 raise  # not a clear that came meanwhile
             continue
         if topic.not_cleared(indexes) == indexes:
-            return Reply(req.id, True, [indexes, described, data.result], buffers=data.buffers)
+            noted = await _noted(req, topic, note, indexes)
+            return Reply(req.id, True, [indexes, described, data.result, *noted], buffers=data.buffers)
         plane.drop_hold(data, peer)
     raise ConfigError(f"the samples taken kept being cleared while their data was read ({indexes[:10]})")
+
+
+async def _noted(
+    req: Request, topic: Topic, note: tuple[str, str, dict[str, Any]] | None, indexes: list[int]
+) -> list[Any]:
+    """The reply's last element for a take with a ``note`` (broker/riders.py), written now; none without one."""
+    return [] if note is None else [await riders.write_note(req, topic, note, indexes)]

@@ -43,8 +43,13 @@ def test_two_producers_two_consumers_one_killed_every_record_acked_once(tmp_path
         for k in range(2)
     ]
     victim = _spawn("consume", path, broker.address, str(victim_log), "30", str(kill_after))
-    survivor = _spawn("consume", path, broker.address, str(survivor_log), "4", "-")
     deadline = time.monotonic() + DEADLINE_S
+    # The survivor joins half-way to the victim's kill: started together, a fast survivor could take so many records
+    # that the victim never gets to kill_after (both then race for the rest, the kill among them).
+    while len(_acked(victim_log)) < kill_after // 2:
+        assert time.monotonic() < deadline, "the victim acked too few records"
+        time.sleep(0.05)
+    survivor = _spawn("consume", path, broker.address, str(survivor_log), "4", "-")
     while "holding" not in (victim_log.read_text() if victim_log.exists() else ""):
         assert time.monotonic() < deadline, "the victim never got to its held item"
         time.sleep(0.05)

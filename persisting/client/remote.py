@@ -9,9 +9,6 @@ an ``ArenaClient`` the RemoteTopic owns).
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,33 +23,7 @@ from . import connection as transport
 from . import releases
 from .connection import Connection, connection
 from .remote_tensors import RESTART_RETRIES, ArenaClient
-
-
-class _Keys:
-    """Keys from a random prefix per process (drawn again in a forked child) and a counter, at a tenth of a
-    uuid4's cost (~5 us), which every get_meta and every put pays."""
-
-    def __init__(self, prefix_chars: int) -> None:
-        self.prefix_chars = prefix_chars
-        self.draw()
-
-    def draw(self) -> None:
-        self.prefix = uuid.uuid4().hex[: self.prefix_chars]
-        self.counter = itertools.count()
-
-    def new(self) -> str:
-        return f"{self.prefix}{next(self.counter):x}"
-
-
-# A take's key: as unique as a uuid4 for what the broker remembers of takes (a while, in memory).
-_take_keys = _Keys(16)
-# A put's idempotency key is kept in the log: the whole uuid4 (122 random bits) as the prefix, so two keys of
-# different processes are equal only if two uuid4 are.
-_put_keys = _Keys(32)
-for _keys in (_take_keys, _put_keys):
-    os.register_at_fork(after_in_child=_keys.draw)
-take_key = _take_keys.new
-put_key = _put_keys.new
+from .request_keys import put_key, take_key
 
 
 class RemoteTopic:
@@ -63,6 +34,7 @@ class RemoteTopic:
         self.address = address
         self.config = config
         self.kinds: dict[str, str] = {}
+        self.riders = False  # whether the broker writes records riding on a request (from its hello)
         self._count = 0
         self._tensors = ArenaClient(address, self._args)
         self._wire_config = {
@@ -84,6 +56,9 @@ class RemoteTopic:
         hello = await self._conn.request("hello", {"peer": peer_id()})  # listed by the status command
         self._tensors.hello(hello.result.get("arena") or {})
         self._conn.max_message_bytes = int(hello.result.get("max_message_bytes", protocol.DEFAULT_MAX_MESSAGE_BYTES))
+        # A broker of this protocol version without riders (broker/riders.py) ignores a note or a then_put: their
+        # records are then written by separate requests (compat/_engine.py), never silently left out.
+        self.riders = "riders" in hello.result.get("features", ())
         stats = (await self._conn.request("stats", self._args())).result
         self.kinds = dict(stats.get("fields", {}))
         self._count = int(stats.get("total_count", 0))
@@ -251,14 +226,20 @@ class RemoteTopic:
         sampler: dict[str, Any] | None,
         lease: float | None,
         fields: list[str],
-    ) -> list[tuple[int, dict[str, Any]]]:
+        note: dict[str, Any] | None = None,
+    ) -> tuple[list[tuple[int, dict[str, Any]]], range | None]:
         """take and the stored rows of ``fields`` (a later write of a field wins) in one round trip, without
         field descriptions or batches: the persist-queue layer's ``get`` of one record. Every sample is taken
-        (``ready_fields`` nil), as the embedded ``Topic.take`` followed by ``sample_rows`` does."""
+        (``ready_fields`` nil), as the embedded ``Topic.take`` followed by ``sample_rows`` does. ``note``,
+        {partition, field, values}: the broker appends ``{field: global index, **values}`` per sample taken before
+        it replies; the range of those records comes second (None without a note or a sample, or where the broker
+        writes no riders: the caller then writes them)."""
         request_key = take_key()  # as in take
+        extra = {} if note is None or not self.riders else {"note": note}
 
         def args(left: float) -> dict[str, Any]:
             return self._args(
+                **extra,
                 key=request_key,
                 partition=partition,
                 task=task,
@@ -277,11 +258,12 @@ class RemoteTopic:
         reply = await self._conn.long_poll("take", args, timeout, lambda r: bool(r.result[0]))
         indexes = reply.result[0]
         if not indexes:
-            return []
+            return [], None
         if len(reply.buffers) != 1:
             raise errors.ProtocolError("take reply without its rows buffer")
         rows = codec.unpack_reply_rows(reply.buffers[0])
-        return list(zip(indexes, rows, strict=True))
+        noted = reply.result[3] if "note" in extra and len(reply.result) > 3 else None
+        return list(zip(indexes, rows, strict=True)), _range(noted)
 
     async def clear(self, partition: str, indexes: list[int] | None) -> int:
         reply = await self._conn.request("clear", self._args(partition=partition, indexes=indexes))
@@ -299,8 +281,25 @@ class RemoteTopic:
         reply = await self._conn.request("describe", self._args(indexes=indexes))
         return list(reply.result)
 
-    async def mark_consumed(self, partition: str, task: str, indexes: list[int]) -> None:
-        await self._conn.request("mark_consumed", self._args(partition=partition, task=task, indexes=indexes))
+    async def mark_consumed(
+        self, partition: str, task: str, indexes: list[int], then_put: tuple[str, EncodedBatch, bytes] | None = None
+    ) -> range | None:
+        """``then_put`` (partition, encoded records, their rows blob): their put in the same round trip, after the
+        consumption is logged; its range comes back (None without one)."""
+        args = self._args(partition=partition, task=task, indexes=indexes)
+        if then_put is None:
+            await self._conn.request("mark_consumed", args)
+            return None
+        put_partition, batch, blob = then_put
+        args["then_put"] = {
+            "partition": put_partition,
+            "kinds": batch.kinds,
+            "count": len(batch.rows),
+            "key": put_key(),
+        }
+        put = _range((await self._conn.request("mark_consumed", args, [blob])).result)
+        self.kinds.update(batch.kinds)
+        return put
 
     async def give_back(self, partition: str, task: str, indexes: list[int]) -> None:
         await self._conn.request("give_back", self._args(partition=partition, task=task, indexes=indexes))
@@ -401,3 +400,11 @@ class RemoteTopic:
             return (await self.get_data(meta.global_indexes, fields, mode, device, copy=False))[0]
 
         return fetch
+
+
+def _range(first_count: Any) -> range | None:
+    """A reply's [first global index, count] as a range (None for nil)."""
+    if first_count is None:
+        return None
+    first, n = first_count
+    return range(int(first), int(first) + int(n))

@@ -7,8 +7,10 @@
 - ``close_soon``: a close from ``close()``, ``__del__`` or exit, on the engine loop without blocking it.
 - ``stop_engine_loop``: at exit, for queues left open (see ``persistqueue._twin``).
 - ``take_records``: a take of records and their bytes in one step, embedded on the engine loop and through a
-  broker in one round trip (``Queue.get_meta`` + ``get_data`` cost ~2.5x as much for one small record).
-- ``mark_consumed``: ``Queue.mark_consumed`` without its argument checks (the layer passes the indexes it took).
+  broker in one round trip (``Queue.get_meta`` + ``get_data`` cost ~2.5x as much for one small record), through
+  a broker with a record of the take written in the same round trip.
+- ``mark_consumed``: ``Queue.mark_consumed`` without its argument checks (the layer passes the indexes it took),
+  and with the put of the records that say so (through a broker in the same round trip).
 - ``read_window``: records from a global index on, with where the window ended (``Queue.get`` does not say,
   and a window holding cleared samples' rows returns fewer rows than it spans).
 - ``put_records``: ``Queue.put_batch``, or embedded with ``durable=False`` a put that waits for no fdatasync of its
@@ -43,12 +45,24 @@ async def call(coro: Coroutine[Any, Any, T]) -> T:
     return await _loop.call(coro)
 
 
-async def mark_consumed(queue: Queue, partition: str, task: str, indexes: list[int]) -> None:
+async def mark_consumed(
+    queue: Queue,
+    partition: str,
+    task: str,
+    indexes: list[int],
+    then_put: tuple[str, list[dict[str, Any]]] | None = None,
+) -> range | None:
+    """Consume ``indexes``; ``then_put``, (partition, records): a durable put of them after the consumption is
+    logged, its range returned (through a broker in the same round trip)."""
     topic = await queue._handle.engine()
     if isinstance(topic, RemoteTopic):
-        await topic.mark_consumed(partition, task, indexes)
-    else:
-        await _loop.call(topic.mark_consumed(partition, task, indexes))
+        if then_put is None or not topic.riders:  # riders: the put in the same round trip (broker/riders.py)
+            await topic.mark_consumed(partition, task, indexes)
+            return None if then_put is None else await put_records(queue, *then_put)
+        batch, blob = _encode(then_put[1], topic.kinds)
+        return await topic.mark_consumed(partition, task, indexes, (then_put[0], batch, blob))
+    await _loop.call(topic.mark_consumed(partition, task, indexes))
+    return None if then_put is None else await put_records(queue, *then_put)
 
 
 async def read_window(queue: Queue, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
@@ -85,24 +99,28 @@ async def take_records(
     lease_s: float | None,
     fields: list[str],
     batch_size: int = 1,
-) -> list[tuple[int, dict[str, Any]]] | None:
+    note: dict[str, Any] | None = None,
+) -> tuple[list[tuple[int, dict[str, Any]]], range | None] | None:
     """A take of up to ``batch_size`` samples and their ``fields`` as stored now (a later write of a field, an
     update, wins), without get_meta's and get_data's field descriptions and batch building, which cost more than
     the take itself for a small record: embedded, in one step on the engine loop; through a broker, in one round
-    trip (get_meta + get_data would be two). None only for a topic that is neither (use get_meta and get_data)."""
+    trip (get_meta + get_data would be two). None only for a topic that is neither (use get_meta and get_data).
+    ``note`` (through a broker only): a record per sample taken, written by the broker before it replies
+    (``RemoteTopic.take_rows``); its range comes second (always None embedded)."""
     topic = await queue._handle.engine()
     if isinstance(topic, RemoteTopic):
-        return await topic.take_rows(partition, task, batch_size, timeout, sampler_wire(sampler), lease_s, fields)
+        wire = sampler_wire(sampler)
+        return await topic.take_rows(partition, task, batch_size, timeout, wire, lease_s, fields, note)
     if not isinstance(topic, engine.Topic):  # engine.X: the topic's modules load at an embedded open only
         return None
 
-    async def on_loop() -> list[tuple[int, dict[str, Any]]]:
+    async def on_loop() -> tuple[list[tuple[int, dict[str, Any]]], None]:
         held = None if lease_s is None else (lease_s, None)
         indexes = await topic.take(partition, task, batch_size, timeout, sampler, held)
         if not indexes:
-            return []
+            return [], None
         rows, _kinds = await topic.sample_rows(indexes, fields)
-        return list(zip(indexes, rows, strict=True))
+        return list(zip(indexes, rows, strict=True)), None
 
     return await _loop.call(on_loop())
 

@@ -112,6 +112,7 @@ class AsyncSQL:
             lease=lease,
             pqid=None if next_in_order else pqid,
             after=pqid if next_in_order else None,
+            note=UNACK if self.ACK else None,
         )
         if item is None:
             raise Empty
@@ -128,7 +129,9 @@ class AsyncSQL:
             self._unack_cache[item.pqid] = item.data
             # Synced only for a reopen with auto_resume=False, which must still see it unacknowledged after the lease
             # is gone; with auto_resume a crash makes it ready again with or without the record (_store's doc).
-            await self._store.state.set([item.pqid], UNACK, lazily=self._auto_resume)
+            # Through a broker the take wrote it already (noted), durably.
+            if not item.noted:
+                await self._store.state.set([item.pqid], UNACK, lazily=self._auto_resume)
         elif self.auto_commit:
             await self._store.forget([item.pqid], lazily=True)  # shares the take's fate (_store's doc)
         else:
@@ -222,8 +225,7 @@ class AsyncSQL:
             await self._store.state.set([pqid], READY)  # before the give-back: a re-get's UNACK comes after it
             await self._store.give_back([pqid])
         else:
-            await self._store.commit([pqid], delete=False)
-            await self._store.state.set([pqid], status)
+            await self._store.state.consume([pqid], status)
         return pqid
 
     async def ack(self, item: Any = None, id: Any = None) -> int | None:

@@ -33,6 +33,7 @@ STATE = "state"
 TASK = "get"
 READY, UNACK, ACKED, ACK_FAILED, DELETED = 1, 2, 5, 9, -1
 READ_PAGE_RECORDS = 10_000
+NOTE_FIELD = "six"  # a state record written by a broker with a take: the item's global index (its id less one)
 
 
 class State:
@@ -61,6 +62,28 @@ class State:
         for p in pqids:
             self._deferred.pop(p, None)
         await self._write_status([(p, status) for p in pqids], durable=not lazily)
+
+    async def consume(self, pqids: Sequence[int], status: int) -> None:
+        """Consume leased items for good and record their final ``status`` (through a broker in one round trip;
+        the record after the consumption, as two steps would)."""
+        for p in pqids:
+            self._deferred.pop(p, None)
+        records = [{"sid": p, "st": status} for p in pqids]
+        indexes = [p - 1 for p in pqids]
+        written = await _engine.mark_consumed(self.queue, ITEMS, TASK, indexes, then_put=(STATE, records))
+        if written is not None:
+            await self.seen_up_to(written.start, records)
+
+    @staticmethod
+    def note(status: int) -> dict[str, Any]:
+        """A take's ``note`` (``_engine.take_records``) that records ``status`` of the item taken: the broker
+        writes the item's global index into ``NOTE_FIELD`` (``sid`` is the id, one more)."""
+        return {"partition": STATE, "field": NOTE_FIELD, "values": {"st": status}}
+
+    @staticmethod
+    def noted_record(index: int, status: int) -> dict[str, Any]:
+        """The record the broker wrote for ``note(status)`` of the item at global ``index``."""
+        return {NOTE_FIELD: index, "st": status}
 
     async def write_deferred(self) -> None:
         if self._deferred:
@@ -113,6 +136,8 @@ class State:
 
     def _apply(self, index: int, record: dict[str, Any]) -> None:
         sid = record.get("sid")
+        if sid is None and record.get(NOTE_FIELD) is not None:
+            sid = record[NOTE_FIELD] + 1
         if sid is not None:
             self.status[int(sid)] = int(record["st"])
             if int(record["st"]) == DELETED and self.unique:

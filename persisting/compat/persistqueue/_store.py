@@ -51,6 +51,7 @@ class Item:
     pqid: int
     data: Any
     timestamp: float
+    noted: bool = False  # its state record (``take``'s ``note``) was written with the take
 
 
 def broker_address(broker: str | None) -> str | None:
@@ -147,8 +148,11 @@ class Store:
         pqid: int | None = None,
         after: int | None = None,
         partition: str = ITEMS,
+        note: int | None = None,
     ) -> Item | None:
-        """The next item for this queue's discipline (or the item ``pqid``, or the next past ``after``)."""
+        """The next item for this queue's discipline (or the item ``pqid``, or the next past ``after``).
+        ``note``: a state to record of the item taken; through a broker (not Unique: a duplicate taken is no item)
+        written in the take's round trip (``Item.noted``), else left to the caller."""
         await self.open()
         picking = pqid is not None or after is not None or self.newest_first
         sampler = None
@@ -159,10 +163,10 @@ class Store:
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             limit = left if wait and pqid is None else 0.0  # seconds the take may wait (None: for ever)
-            taken = await self._take_one(partition, sampler, limit, lease)
+            taken = await self._take_one(partition, sampler, limit, lease, None if self.unique else note)
             if taken is None:
                 return None
-            index, blob, ts = taken
+            index, blob, ts, noted = taken
             if self.unique:
                 if index >= self.state.seen:  # a record is judged by the records below it: those are read already
                     await self.state.catch_up()
@@ -170,19 +174,26 @@ class Store:
                     if lease:
                         await self.queue.mark_consumed(TASK, [index], partition)
                     continue
-            return Item(index + 1, await self.serializer.aloads(blob), ts)
+            return Item(index + 1, await self.serializer.aloads(blob), ts, noted)
 
     async def _take_one(
-        self, partition: str, sampler: PickSampler | None, limit: float | None, lease: bool
-    ) -> tuple[int, bytes, float] | None:
-        """One take: (global index, the item's bytes now, put time), or None if nothing came in ``limit`` s."""
+        self, partition: str, sampler: PickSampler | None, limit: float | None, lease: bool, note: int | None = None
+    ) -> tuple[int, bytes, float, bool] | None:
+        """One take: (global index, the item's bytes now, put time, whether ``note`` was recorded with it), or None
+        if nothing came in ``limit`` s."""
         lease_s = UNACK_LEASE_SECONDS if lease else None
-        records = await _engine.take_records(self.queue, partition, TASK, limit, sampler, lease_s, ["data", "ts"])
-        if records is not None:  # embedded: take and rows in one step on the engine loop
+        wire_note = None if note is None else self.state.note(note)
+        taken = await _engine.take_records(
+            self.queue, partition, TASK, limit, sampler, lease_s, ["data", "ts"], note=wire_note
+        )
+        if taken is not None:  # embedded: take and rows in one step on the engine loop; a broker: in one request
+            records, noted = taken
             if not records:
                 return None
             ((index, row),) = records
-            return index, bytes(row["data"]), float(row["ts"])
+            if noted is not None and note is not None:
+                await self.state.seen_up_to(noted.start, [self.state.noted_record(index, note)])
+            return index, bytes(row["data"]), float(row["ts"]), noted is not None
         meta = await self.queue.get_meta(
             None,
             1,
@@ -198,7 +209,7 @@ class Store:
             return None
         # get_data, not a read of the record: an update is a patch of the sample, which only get_data applies.
         ((blob, ts),) = await self._current(meta.global_indexes, partition, meta)
-        return meta.global_indexes[0], blob, ts
+        return meta.global_indexes[0], blob, ts, False
 
     async def read_item(self, pqid: int, partition: str = ITEMS) -> Item | None:
         """The item's current bytes without taking it (None: no such live item)."""
