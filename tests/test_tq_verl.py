@@ -41,30 +41,63 @@ INTENDED = {
 }
 
 
-def run_scenarios(backend: str, workdir: Path) -> dict[str, Any]:
+def start_scenarios(backend: str, workdir: Path) -> subprocess.Popen[str]:
     workdir.mkdir(parents=True, exist_ok=True)
     # verl sorts a set of uids by step, so ties follow string hashing: fix it for both runs
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, "-m", "tests.tq_scenarios", "--backend", backend, "--workdir", str(workdir), *SCENARIOS]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_scenarios(backend: str, workdir: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
     finally:  # the broker runs in its own session: stop it if the run could not (killed, timed out)
         stop_broker(workdir / "run")
     if proc.returncode != 0:
-        raise AssertionError(f"{backend} scenarios failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-    return json.loads(proc.stdout)
+        raise AssertionError(f"{backend} scenarios failed ({proc.returncode}):\n{err[-6000:]}")
+    result: dict[str, Any] = json.loads(out)
+    return result
 
 
 @pytest.fixture(scope="module")
-def ours(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    # short path: the broker's ipc socket lives under it (ipc paths are limited to ~107 bytes)
-    return run_scenarios("persisting", Path(tmp_path_factory.mktemp("p")))
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any] | None]:
+    """Both backends' runs, started together: each is one process that spends most of its time starting Ray and
+    verl's workers, so the two overlap on the machine's cores instead of running one after the other. The
+    reference is None where TransferQueue is not installed."""
+    import importlib.util
+
+    backends = ["persisting"] + (["transferqueue"] if importlib.util.find_spec("transfer_queue") else [])
+    # short paths: the broker's ipc socket lives under them (ipc paths are limited to ~107 bytes)
+    workdirs = {b: Path(tmp_path_factory.mktemp(b[0])) for b in backends}
+    procs = {b: start_scenarios(b, workdirs[b]) for b in backends}
+    try:
+        return {b: finish_scenarios(b, workdirs[b], procs[b]) for b in backends} | {
+            b: None for b in ("transferqueue",) if b not in backends
+        }
+    finally:
+        for b, proc in procs.items():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            stop_broker(workdirs[b] / "run")
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    pytest.importorskip("transfer_queue")
-    return run_scenarios("transferqueue", Path(tmp_path_factory.mktemp("t")))
+def ours(runs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    result = runs["persisting"]
+    assert result is not None
+    return result
+
+
+@pytest.fixture(scope="module")
+def reference(runs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    if runs["transferqueue"] is None:
+        pytest.skip("transfer_queue is not installed")
+    return runs["transferqueue"]
 
 
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
