@@ -123,7 +123,9 @@ def _acks(lines: list[str]) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("mode", ["embedded", "broker"])
-def test_producer_killed_mid_write_leaves_no_half_batch(tmp_path: Path, seed: int, mode: str) -> None:
+def test_producer_killed_mid_write_leaves_no_half_batch(
+    tmp_path: Path, seed: int, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = random.Random(seed)
     with running_broker(tmp_path, BROKER_ARGS) as b:
         address = b.address if mode == "broker" else "-"
@@ -136,7 +138,7 @@ def test_producer_killed_mid_write_leaves_no_half_batch(tmp_path: Path, seed: in
         acked = _acks(lines + out.splitlines())
         assert seed in acked
         with SyncQueue("big", storage_path=storage, broker=None if mode == "embedded" else address) as q:
-            pieces.SPOOL_ABOVE_BYTES = ARENA_BYTES
+            monkeypatch.setattr(pieces, "SPOOL_ABOVE_BYTES", ARENA_BYTES)  # restored after: later tests' reads
             _check_batches(q, acked)
             q.put({"pixels": big_batch(seed + 99, KILL_SAMPLES)}, partition_id="other")  # sweeps dead writers' files
             q.flush()  # a stored batch's own spool file goes once the backends hold it
