@@ -73,7 +73,7 @@ def run_broker_bench(
     work = base / "work"
     work.mkdir()
     log_path = base / "broker.log"
-    total = 10 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
+    total = 11 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
     result = BrokerBenchResult([], [])
     result.settings = {
         "latency_n": latency_n,
@@ -93,7 +93,7 @@ def run_broker_bench(
         loop_echo.start()
         try:
             with broker_process(base / "storage", broker_addr, log_path) as broker:
-                bar.set_description("latency (10 series interleaved)")
+                bar.set_description("latency (11 series interleaved)")
                 result.latency, counts = asyncio.run(
                     latency(broker_addr, echo_addr, loop_echo_addr, latency_n, warmup, seed, bar.update)
                 )

@@ -1,4 +1,4 @@
-"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, ten series
+"""The ``broker`` benchmark's latency series: one ~100-byte record per request, sequential, eleven series
 interleaved in rounds so that they share the machine's noise: raw DEALER->ROUTER echo (blocking pyzmq client, the
 floor), the same echo served on an event loop the way the broker serves (the floor of an event-loop server), the
 same with a ``zmq.asyncio`` client, the same read the way persisting's client reads its replies (an
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import statistics
 import time
@@ -26,7 +27,7 @@ import zmq.asyncio
 from persisting import Queue, SyncQueue
 from persisting.client import _loop
 from persisting.client.connection import Connection, connection
-from persisting.wire import zsocket
+from persisting.wire import protocol, zsocket
 
 from .measure import Tick, nearest_rank
 from .records import make_records
@@ -184,7 +185,7 @@ def stop_echo(echo: Any, address: str) -> None:
 async def latency(
     broker: str, echo: str, loop_echo: str, n: int, warmup: int, seed: int, tick: Tick
 ) -> tuple[list[LatencySeries], dict[str, int]]:
-    """The ten series, and the records each put topic holds after them (the driver checks none went missing)."""
+    """The eleven series, and the records each put topic holds after them (the driver checks none went missing)."""
     records = make_records(n + warmup, seed)
     packed = [msgpack.packb(r, use_bin_type=True) for r in records]
 
@@ -195,6 +196,10 @@ async def latency(
     raw_on_loop = sync_ctx.socket(zmq.DEALER)
     raw_on_loop.setsockopt(zmq.LINGER, 0)
     raw_on_loop.connect(loop_echo)
+    raw_to_broker = sync_ctx.socket(zmq.DEALER)  # persisting's envelope from a bare socket: no client code
+    raw_to_broker.setsockopt(zmq.LINGER, 0)
+    raw_to_broker.connect(broker)
+    hello_ids = itertools.count(1)
     async_ctx = zmq.asyncio.Context()
     araw = async_ctx.socket(zmq.DEALER)
     araw.setsockopt(zmq.LINGER, 0)
@@ -216,6 +221,10 @@ async def latency(
     async def raw_server_loop(i: int) -> None:
         raw_on_loop.send(packed[i])
         msgpack.unpackb(raw_on_loop.recv(), raw=False)
+
+    async def raw_hello(_i: int) -> None:
+        raw_to_broker.send(protocol.encode_request(protocol.Request(next(hello_ids), "hello", {}))[0])
+        protocol.decode_reply([raw_to_broker.recv()])
 
     async def raw_async(i: int) -> None:
         await araw.send(packed[i])
@@ -298,6 +307,15 @@ async def latency(
         ),
         (
             LatencySeries(
+                "raw-hello",
+                "persisting protocol, bare socket",
+                "'hello' envelope sent and its reply decoded on a blocking pyzmq DEALER, no persisting client code: "
+                "the broker's part alone",
+            ),
+            raw_hello,
+        ),
+        (
+            LatencySeries(
                 "blocking-hello",
                 "persisting protocol, blocking caller",
                 "'hello' from a blocking call (SyncQueue's path): the caller thread's own DEALER, recv blocking, "
@@ -344,6 +362,7 @@ async def latency(
         b_sync.close()
         raw.close(linger=0)
         raw_on_loop.close(linger=0)
+        raw_to_broker.close(linger=0)
         araw.close(linger=0)
         looped.close()
         sync_ctx.term()

@@ -102,7 +102,11 @@ def aims(result: BrokerBenchResult) -> list[list[str]]:
                 "-",
             ]
         )
-        for key, what in (("blocking-hello", "hello"), ("blocking-put-process", 'put, durability="process"')):
+        for key, what in (
+            ("raw-hello", "hello from a bare socket (no client code)"),
+            ("blocking-hello", "hello"),
+            ("blocking-put-process", 'put, durability="process"'),
+        ):
             series = result.series(key)
             if series is not None:
                 out.append(
@@ -199,7 +203,7 @@ def _notes(result: BrokerBenchResult) -> list[str]:
     s = result.settings
     notes = [
         f"Latency: {s['latency_n']:,} sequential requests per series after {s['warmup']:,} warm-up requests, the "
-        "ten series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
+        "eleven series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
         "p50 vs raw ZMQ = this p50 / the blocking raw echo's p50.",
         "Throughput: produced rec/s = records acknowledged / (earliest worker start -> last producer done); "
         "consumed rec/s = distinct records read / (earliest worker start -> last record read). lost = acknowledged "
