@@ -80,43 +80,25 @@ def aims(result: BrokerBenchResult) -> list[list[str]]:
                 "yes" if ratio <= HELLO_RATIO_AIM else "NO",
             ]
         )
-    looped = result.series("zmq-loop")
-    if looped is not None and hello is not None:
-        # The floor of a client on asyncio: issue 22 accepts it where the blocking echo's ratio is out of reach.
-        out.append(
-            [
-                "hello p50 / the loop-read raw echo p50 (the asyncio floor)",
-                f"{hello.p50_us / looped.p50_us:.2f}x ({hello.p50_us:.0f} / {looped.p50_us:.0f} us)",
-                "-",
-                "-",
-            ]
-        )
-    on_loop = result.series("zmq-raw-loop-server")
-    if on_loop is not None and floor is not None:
-        # What an event-loop server pays to wake (no request handled): the part of hello that is not the broker's own.
-        out.append(
-            [
-                "raw echo served on a loop (the broker's serving, no work) / raw ZMQ p50",
-                f"{on_loop.p50_us / floor.p50_us:.2f}x ({on_loop.p50_us:.0f} / {floor.p50_us:.0f} us)",
-                "-",
-                "-",
-            ]
-        )
-        for key, what in (
-            ("raw-hello", "hello from a bare socket (no client code)"),
-            ("blocking-hello", "hello"),
-            ("blocking-put-process", 'put, durability="process"'),
-        ):
-            series = result.series(key)
-            if series is not None:
-                out.append(
-                    [
-                        f"{what} p50, blocking caller / the loop-served echo p50 (the broker's own part)",
-                        f"{series.p50_us / on_loop.p50_us:.2f}x ({series.p50_us:.0f} / {on_loop.p50_us:.0f} us)",
-                        "-",
-                        "-",
-                    ]
-                )
+    # Rows with no aim: where a ratio's time goes (each against a floor measured in the same run).
+    looped, on_loop = result.series("zmq-loop"), result.series("zmq-raw-loop-server")
+    beside: list[tuple[str, LatencySeries | None, LatencySeries | None]] = [
+        # the floor of a client on asyncio: issue 22 accepts it where the blocking echo's ratio is out of reach
+        ("hello p50 / the loop-read raw echo p50 (the asyncio floor)", hello, looped),
+        # what an event-loop server pays to wake, with no request handled
+        ("raw echo served on a loop (the broker's serving, no work) / raw ZMQ p50", on_loop, floor),
+        ("hello from a bare socket (no client code) / the loop-served echo p50", result.series("raw-hello"), on_loop),
+        ("hello p50, blocking caller / the loop-served echo p50", result.series("blocking-hello"), on_loop),
+        (
+            'put p50, durability="process", blocking caller / the loop-served echo p50',
+            result.series("blocking-put-process"),
+            on_loop,
+        ),
+    ]
+    for what, series, under in beside:
+        if series is not None and under is not None:
+            ratio = series.p50_us / under.p50_us
+            out.append([what, f"{ratio:.2f}x ({series.p50_us:.0f} / {under.p50_us:.0f} us)", "-", "-"])
     for key, what, aim in (
         ("blocking-hello", "hello p50, blocking caller (SyncQueue's path) / raw ZMQ p50", HELLO_RATIO_AIM),
         ("blocking-put-process", 'put p50, durability="process", blocking caller / raw ZMQ p50', PROCESS_RATIO_AIM),

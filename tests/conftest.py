@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from persisting.client.connection import Connection
+
 from .broker_fixture import BrokerProcess, make_broker, running_broker
 
 
@@ -64,3 +66,17 @@ def arena_queue_kw(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, 
         return {"storage_path": str(tmp_path / "store")}
     broker: BrokerProcess = request.getfixturevalue("arena_broker")
     return {"broker": broker.address}
+
+
+@pytest.fixture
+def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The operations this process sends to a broker, in order (the real requests still go)."""
+    sent: list[str] = []
+    real = Connection.request
+
+    async def request(self: Connection, op: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(op)
+        return await real(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "request", request)
+    return sent

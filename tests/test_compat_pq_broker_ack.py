@@ -30,20 +30,6 @@ from .test_operations import _scrape_unix
 DEADLINE_S = 60.0
 
 
-@pytest.fixture
-def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The operations this process sends to the broker (the real requests still go)."""
-    sent: list[str] = []
-    real = Connection.request
-
-    async def request(self: Connection, op: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append(op)
-        return await real(self, op, *args, **kwargs)
-
-    monkeypatch.setattr(Connection, "request", request)
-    return sent
-
-
 def _status(q: Any, pqid: int) -> str:
     return next(row["status"] for row in q.queue() if row["id"] == pqid)
 

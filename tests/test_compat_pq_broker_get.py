@@ -4,28 +4,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import persisting.compat.persistqueue as persistqueue
-from persisting.client.connection import Connection
 
 from .broker_fixture import BrokerProcess
-
-
-@pytest.fixture
-def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The operations this process sends to the broker (the real requests still go)."""
-    sent: list[str] = []
-    real = Connection.request
-
-    async def request(self: Connection, op: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append(op)
-        return await real(self, op, *args, **kwargs)
-
-    monkeypatch.setattr(Connection, "request", request)
-    return sent
 
 
 @pytest.mark.parametrize("cls", ["SQLiteAckQueue", "SQLiteQueue"])
