@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from persisting.testing.s3_server import S3Server, start_s3_server
 from .broker_fixture import BrokerProcess, make_broker
 
 LEASE_S = 2.0  # the owner lease in these tests (PERSISTING_OWNER_LEASE_S), so takeovers happen in seconds
+REFUSAL_LEASE_S = 5.0  # a lease that a refusal checked right after a kill must fall inside, even under load
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +238,8 @@ def test_broker_kill_9_on_s3_loses_nothing_flushed_and_a_fresh_node_serves_it(
     import json
 
     monkeypatch.setenv("PERSISTING_STORAGE_OPTIONS", json.dumps(s3.options()))
+    # A's lease must outlive the refused read below on a loaded machine (2 s did not, at load 20)
+    monkeypatch.setenv("PERSISTING_OWNER_LEASE_S", str(REFUSAL_LEASE_S))
     a = s3_broker(tmp_path, bucket_uri, "node-a")
     b = s3_broker(tmp_path, bucket_uri, "node-b")
 
@@ -254,13 +258,17 @@ def test_broker_kill_9_on_s3_loses_nothing_flushed_and_a_fresh_node_serves_it(
         a.start()
         asyncio.run(put(a.address, 0, 400, flush=True))  # acknowledged and flushed
         asyncio.run(put(a.address, 400, 100, flush=False))  # acknowledged, in node A's log only
+        b.start()  # before the kill: B's start-up is not what the lease has to outlive
         a.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
         a.proc.wait()  # type: ignore[union-attr]
+        killed = time.monotonic()
         # Node B, no local state, while A's lease still runs: refused, clearly.
-        b.start()
         with pytest.raises(TopicLockedError, match="has another writer"):
-            asyncio.run(read(b.address))
-        asyncio.run(asyncio.sleep(LEASE_S))
+            try:
+                asyncio.run(read(b.address))
+            finally:
+                print(f"B's read came {time.monotonic() - killed:.2f} s after the kill (lease {REFUSAL_LEASE_S} s)")
+        asyncio.run(asyncio.sleep(REFUSAL_LEASE_S))
         rows = asyncio.run(read(b.address))  # every flushed record, exactly once, in order
         assert [r["id"] for r in rows[:400]] == list(range(400))
         check(rows[:400], 400)
