@@ -46,7 +46,7 @@ class RecentRequests:
     def done(self, name: Name, frames: list[bytes]) -> None:
         """The request ran and these are its reply frames (without the identity)."""
         self._running.discard(name)
-        size = sum(len(f) for f in frames)
+        size = len(frames[0]) if len(frames) == 1 else sum(len(f) for f in frames)  # most replies: one frame
         if size > REPLY_CACHE_ONE_BYTES:
             return
         self._replies[name] = frames
