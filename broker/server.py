@@ -74,7 +74,8 @@ class Broker:
         self._topics = records.Topics(storage_path, self.backend_options, self.plane.resolve, *hooks)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
-        self._hello_info: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # without, with an arena; on first use
+        # what a hello answers but the arena's figures, without and with an arena: encoded once, on first use
+        self._hello_info: list[protocol.FixedMap | None] = [None, None]
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
@@ -284,22 +285,23 @@ class Broker:
         arena's figures."""
         started = time.perf_counter() if self.metrics is not None else 0.0
         # listed under the kernel's pid where there is one
-        self.connections.hello(identity, req.args if sender is None else {**req.args, "peer": list(sender)})
-        info = self._hello_info[sender is not None]
-        if not info:
-            info.update(
-                broker="persisting",
-                pid=self.pid,
-                storage_path=self.location.describe() if self.location else str(self.storage_path),
-                max_message_bytes=self.max_message_bytes,
-                arena=self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
-                event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
-                features=["riders"],  # what a client may rely on beyond the protocol version (broker/riders.py)
+        self.connections.hello(identity, req.args, sender)
+        fixed = self._hello_info[sender is not None]
+        if fixed is None:
+            fixed = self._hello_info[sender is not None] = protocol.FixedMap(
+                {
+                    "broker": "persisting",
+                    "pid": self.pid,
+                    "storage_path": self.location.describe() if self.location else str(self.storage_path),
+                    "max_message_bytes": self.max_message_bytes,
+                    "arena": self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
+                    "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
+                    "features": ["riders"],  # what a client may rely on beyond the protocol version (broker/riders.py)
+                }
             )
-        reply = Reply(req.id, True, {**info, "arena_stats": self.plane.stats()})
+        self._send([identity, protocol.encode_ok(req.id, fixed.with_entry("arena_stats", self.plane.stats()))])
         if self.metrics is not None:
-            self.metrics.request(req, reply, time.perf_counter() - started)
-        self._send([identity, *protocol.encode_reply(reply)])
+            self.metrics.request(req, Reply(req.id, True), time.perf_counter() - started)
 
     def _complain(self, identity: bytes, exc: ProtocolError) -> None:
         if isinstance(exc, ProtocolVersionError):
