@@ -37,13 +37,16 @@ class RemoteTopic:
         self.riders = False  # whether the broker writes records riding on a request (from its hello)
         self._count = 0
         self._tensors = ArenaClient(address, self._args)
-        self._wire_config = {
-            "num_buckets": config.num_buckets,
-            "bucket_column": config.bucket_column,
-            "batch_size": config.batch_size,
-            "auto_flush_interval_sec": config.auto_flush_interval_sec,
-            "durability": config.durability,
-        }
+        # Sent with every request (a restarted broker reopens the topic from it): encoded once, here.
+        self._wire_config = protocol.encoded(
+            {
+                "num_buckets": config.num_buckets,
+                "bucket_column": config.bucket_column,
+                "batch_size": config.batch_size,
+                "auto_flush_interval_sec": config.auto_flush_interval_sec,
+                "durability": config.durability,
+            }
+        )
 
     @property
     def _conn(self) -> Connection:
@@ -72,7 +75,14 @@ class RemoteTopic:
         of: list[int] | None = None,
         dedup_bytes: tuple[int, int] | None = None,
     ) -> tuple[int, int]:
-        args = self._args(partition=partition, kinds=batch.kinds, count=len(batch.rows), key=key or put_key())
+        args = {
+            "topic": self.name,
+            "config": self._wire_config,
+            "partition": partition,
+            "kinds": batch.kinds,
+            "count": len(batch.rows),
+            "key": key or put_key(),
+        }
         if of is not None:
             args["of"] = of
         if dedup_bytes is not None:

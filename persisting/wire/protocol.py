@@ -198,6 +198,11 @@ def encode_reply(reply: Reply) -> list[bytes]:
     return [_encode(env), *reply.buffers]
 
 
+def encoded(value: Any) -> msgspec.Raw:
+    """``value`` encoded now, to go into envelopes as it is (a topic's config, sent with every request)."""
+    return msgspec.Raw(_encode(value))
+
+
 def encode_ok(request_id: int, result: Any) -> bytes:
     """The envelope of a reply with ``result`` and no buffers (``encode_reply`` of such a Reply, without it)."""
     return _encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result})
