@@ -163,7 +163,7 @@ class Broker:
                     if not zsocket.readable(sock):
                         return
                     # The routing id as a Frame: it carries the sender's kernel credentials (peers.py).
-                    first = sock.recv(zmq.NOBLOCK, copy=False)
+                    first = zsocket.recv_first(sock)
                     frames = zsocket.recv_rest(sock, [first.bytes]) if first.more else [first.bytes]
                 except zmq.Again:
                     return

@@ -25,6 +25,9 @@ from .connection import Connection, connection
 from .remote_tensors import RESTART_RETRIES, ArenaClient
 from .request_keys import put_key, take_key
 
+# The settings a broker opens a topic with (broker/records.py checks them)
+WIRE_CONFIG_KEYS = ("num_buckets", "bucket_column", "batch_size", "auto_flush_interval_sec", "durability")
+
 
 class RemoteTopic:
     """A topic served by a broker, with the methods of ``engine.Topic`` that ``Queue`` uses."""
@@ -38,15 +41,7 @@ class RemoteTopic:
         self._count = 0
         self._tensors = ArenaClient(address, self._args)
         # Sent with every request (a restarted broker reopens the topic from it): encoded once, here.
-        self._wire_config = protocol.encoded(
-            {
-                "num_buckets": config.num_buckets,
-                "bucket_column": config.bucket_column,
-                "batch_size": config.batch_size,
-                "auto_flush_interval_sec": config.auto_flush_interval_sec,
-                "durability": config.durability,
-            }
-        )
+        self._wire_config = protocol.encoded({key: getattr(config, key) for key in WIRE_CONFIG_KEYS})
 
     @property
     def _conn(self) -> Connection:
