@@ -38,7 +38,7 @@ async def measure(chunk: int, chunks: int, base: Path) -> dict[str, list[float]]
     await broker.start()
     broker._loop = asyncio.get_running_loop()
     sent: list[list[bytes]] = []
-    broker._send = sent.append  # type: ignore[method-assign]  # the reply frames, checked below
+    broker._send = sent.append  # type: ignore[method-assign,assignment]  # the reply frames, checked below
     cfg = TopicConfig(durability="process", batch_size=10**6, auto_flush_interval_sec=3600.0)  # no flush meanwhile
     config = {key: getattr(cfg, key) for key in ("num_buckets", "bucket_column", "batch_size")}
     config.update(auto_flush_interval_sec=cfg.auto_flush_interval_sec, durability=cfg.durability)
