@@ -69,8 +69,9 @@ class Topics:
 
     async def get(self, req: Request) -> Topic:
         """The topic ``req`` names, opened with the settings it asks for if it is not open yet."""
-        name = arg(req, "topic", str)
-        raw = arg(req, "config", dict)
+        name, raw = req.args.get("topic"), req.args.get("config")
+        if type(name) is not str or type(raw) is not dict:
+            name, raw = arg(req, "topic", str), arg(req, "config", dict)
         config = self._config_of(raw)
         topic = self.open.get(name)
         if topic is None:
@@ -120,11 +121,7 @@ class Topics:
 async def handle(req: Request, topic: Topic) -> Reply | None:
     """A record operation on ``topic`` (None: ``req.op`` is none of them)."""
     if req.op == "put_batch":
-        partition, kinds, count = arg(req, "partition", str), arg(req, "kinds", dict), arg(req, "count", int)
-        key = req.args.get("key")
-        batch = encoded_rows(req, kinds, count, key, "put_batch")
-        first, n = await topic.append(batch, partition, req.buffers[0], key, of=_targets(req))
-        return Reply(req.id, True, [first, n])
+        return await put_batch(req, topic)
     if req.op == "read":
         offset, limit = arg(req, "offset", int), arg(req, "limit", int)
         wait = _timeout(req, "wait")
@@ -152,6 +149,17 @@ async def handle(req: Request, topic: Topic) -> Reply | None:
     if req.op == "count":
         return Reply(req.id, True, topic.count())
     return None
+
+
+async def put_batch(req: Request, topic: Topic) -> Reply:
+    """``put_batch``: rows appended to ``topic`` (its arguments' types tested inline, ``arg`` words a refusal)."""
+    args = req.args
+    partition, kinds, count, key = args.get("partition"), args.get("kinds"), args.get("count"), args.get("key")
+    if type(partition) is not str or type(kinds) is not dict or type(count) is not int:
+        partition, kinds, count = arg(req, "partition", str), arg(req, "kinds", dict), arg(req, "count", int)
+    batch = encoded_rows(req, kinds, count, key, "put_batch")
+    first, n = await topic.append(batch, partition, req.buffers[0], key, of=None if "of" not in args else _targets(req))
+    return Reply(req.id, True, [first, n])
 
 
 def encoded_rows(req: Request, kinds: dict[str, Any], count: int, key: Any, what: str) -> codec.EncodedBatch:

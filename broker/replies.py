@@ -29,12 +29,13 @@ Name = tuple[bytes, int]  # (ROUTER identity of the client connection, request i
 class RecentRequests:
     def __init__(self) -> None:
         self._running: set[Name] = set()
-        self._replies: OrderedDict[Name, list[bytes]] = OrderedDict()
+        self._replies: OrderedDict[Name, tuple[list[bytes], int]] = OrderedDict()  # the frames, their bytes
         self._bytes = 0
 
     def answered(self, name: Name) -> list[bytes] | None:
         """The reply frames (without the identity) a request got already, if it is a copy of one answered."""
-        return self._replies.get(name)
+        found = self._replies.get(name)
+        return None if found is None else found[0]
 
     def start(self, name: Name) -> bool:
         """Whether to run a request now: False for a copy of one still running (drop it; that one answers)."""
@@ -46,14 +47,13 @@ class RecentRequests:
     def done(self, name: Name, frames: list[bytes]) -> None:
         """The request ran and these are its reply frames (without the identity)."""
         self._running.discard(name)
-        size = sum(len(f) for f in frames)
+        size = len(frames[0]) if len(frames) == 1 else sum(len(f) for f in frames)  # most replies: one frame
         if size > REPLY_CACHE_ONE_BYTES:
             return
-        self._replies[name] = frames
+        self._replies[name] = (frames, size)
         self._bytes += size
         while len(self._replies) > REPLY_CACHE_ENTRIES or self._bytes > REPLY_CACHE_BYTES:
-            _, old = self._replies.popitem(last=False)
-            self._bytes -= sum(len(f) for f in old)
+            self._bytes -= self._replies.popitem(last=False)[1][1]
 
     def abandon(self, name: Name) -> None:
         """The request will not answer (the broker is stopping): a copy may run."""

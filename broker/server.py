@@ -74,7 +74,8 @@ class Broker:
         self._topics = records.Topics(storage_path, self.backend_options, self.plane.resolve, *hooks)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
-        self._hello_info: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # without, with an arena; on first use
+        # what a hello answers but the arena's figures, without and with an arena: encoded once, on first use
+        self._hello_info: list[protocol.FixedMap | None] = [None, None]
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
@@ -162,7 +163,7 @@ class Broker:
                     if not zsocket.readable(sock):
                         return
                     # The routing id as a Frame: it carries the sender's kernel credentials (peers.py).
-                    first = sock.recv(zmq.NOBLOCK, copy=False)
+                    first = zsocket.recv_first(sock)
                     frames = zsocket.recv_rest(sock, [first.bytes]) if first.more else [first.bytes]
                 except zmq.Again:
                     return
@@ -175,11 +176,33 @@ class Broker:
             self._draining = False
 
     def _start(self, frames: list[bytes], sender: Peer | None = None) -> None:
-        # The request's first step runs here, inline: most requests (hello, count, a read of buffered rows, a
-        # put with durability="process") finish without ever suspending and need no task. One that suspends
-        # continues as a task from where it stopped (what Python 3.12's eager tasks do).
+        # What needs no engine runs here, before any coroutine: the envelope's decode and its errors, a hello, a
+        # copy of a request answered already. The request itself then runs inline: most (count, a read of
+        # buffered rows, a put with durability="process") finish without ever suspending and need no task. One
+        # that suspends continues as a task from where it stopped (what Python 3.12's eager tasks do).
         try:
-            task = inline.start(self._handle(frames, sender))
+            if len(frames) < 2:
+                peer = frames[0].hex() if frames else "?"
+                self.complaints.add(peer, complaints.MALFORMED, f"a message of {len(frames)} frame(s): no envelope")
+                return
+            identity, body = frames[0], frames[1:]
+            try:
+                req = protocol.decode_request(body)
+            except ProtocolError as exc:
+                self._complain(identity, exc)
+                self._send([identity, *protocol.encode_reply(protocol.error_reply(inline.guess_id(body), exc))])
+                return
+            if req.op == "hello":
+                self._hello(identity, req, sender)
+                return
+            name = (identity, req.id)
+            answered = self._recent.answered(name)
+            if answered is not None:
+                self._send([identity, *answered])  # a copy of a request answered already: the same answer
+                return
+            if not self._recent.start(name):
+                return  # a copy of a request still running: that one answers
+            task = inline.start(self._handle(identity, req, sender))
         except Exception:
             log.exception("a request failed outside its error handling")
             return
@@ -225,28 +248,9 @@ class Broker:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def _handle(self, frames: list[bytes], sender: Peer | None = None) -> None:
-        if len(frames) < 2:
-            peer = frames[0].hex() if frames else "?"
-            self.complaints.add(peer, complaints.MALFORMED, f"a message of {len(frames)} frame(s): no envelope")
-            return
-        identity, body = frames[0], frames[1:]
-        try:
-            req = protocol.decode_request(body)
-        except ProtocolError as exc:
-            self._complain(identity, exc)
-            self._send([identity, *protocol.encode_reply(protocol.error_reply(inline.guess_id(body), exc))])
-            return
-        if req.op == "hello":
-            self._hello(identity, req, sender)
-            return
+    async def _handle(self, identity: bytes, req: Request, sender: Peer | None = None) -> None:
+        """Run a decoded request (``_start`` marked it running in the reply cache) and send its reply."""
         name = (identity, req.id)
-        answered = self._recent.answered(name)
-        if answered is not None:
-            self._send([identity, *answered])  # a copy of a request answered already: the same answer
-            return
-        if not self._recent.start(name):
-            return  # a copy of a request still running: that one answers
         metrics = self.metrics
         started = time.perf_counter() if metrics is not None else 0.0
         try:
@@ -281,22 +285,23 @@ class Broker:
         arena's figures."""
         started = time.perf_counter() if self.metrics is not None else 0.0
         # listed under the kernel's pid where there is one
-        self.connections.hello(identity, req.args if sender is None else {**req.args, "peer": list(sender)})
-        info = self._hello_info[sender is not None]
-        if not info:
-            info.update(
-                broker="persisting",
-                pid=self.pid,
-                storage_path=self.location.describe() if self.location else str(self.storage_path),
-                max_message_bytes=self.max_message_bytes,
-                arena=self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
-                event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
-                features=["riders"],  # what a client may rely on beyond the protocol version (broker/riders.py)
+        self.connections.hello(identity, req.args, sender)
+        fixed = self._hello_info[sender is not None]
+        if fixed is None:
+            fixed = self._hello_info[sender is not None] = protocol.FixedMap(
+                {
+                    "broker": "persisting",
+                    "pid": self.pid,
+                    "storage_path": self.location.describe() if self.location else str(self.storage_path),
+                    "max_message_bytes": self.max_message_bytes,
+                    "arena": self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
+                    "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
+                    "features": ["riders"],  # what a client may rely on beyond the protocol version (broker/riders.py)
+                }
             )
-        reply = Reply(req.id, True, {**info, "arena_stats": self.plane.stats()})
+        self._send([identity, protocol.encode_ok(req.id, fixed.with_entry("arena_stats", self.plane.stats()))])
         if self.metrics is not None:
-            self.metrics.request(req, reply, time.perf_counter() - started)
-        self._send([identity, *protocol.encode_reply(reply)])
+            self.metrics.request(req, Reply(req.id, True), time.perf_counter() - started)
 
     def _complain(self, identity: bytes, exc: ProtocolError) -> None:
         if isinstance(exc, ProtocolVersionError):
@@ -309,6 +314,8 @@ class Broker:
 
     async def _dispatch(self, req: Request, sender: Peer | None = None) -> Reply:
         """``sender``: the process behind the connection as the kernel names it (peers.py), None if unknown."""
+        if req.op == "put_batch":  # the busiest record request: no walk past the other operations' tests
+            return await records.put_batch(req, await self._topics.get(req))
         if req.op == "take":  # the busiest sample request: straight to its handler (broker/takes.py)
             return await takes.take(self.plane, req, await self._topics.get(req), sender)
         if req.op == "status":

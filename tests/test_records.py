@@ -14,6 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from persisting import InvalidRecordError, PersistingError, Queue, SchemaConflictError, SyncQueue
+from persisting.engine.config import TopicConfig
+from persisting.engine.topic import Topic
+from persisting.queue import LanceBackend
 from persisting.wire import codec, row_checks
 
 
@@ -144,6 +147,43 @@ def test_type_conflict_is_refused_at_put_time_and_names_field(store: Path) -> No
                 await q.put({"id": 7, "new": 7})
 
     asyncio.run(main())
+
+
+def test_the_engine_checks_kinds_again_whenever_they_or_the_schema_change(store: Path) -> None:
+    """The engine checks a producer's kinds once per schema (puts.Appender): a put encoded against a stale view of
+    the schema (another producer added the field, as through a broker) or with another kind of a field it put
+    before is still refused, and a put of a new field still lands in the schema and across a reopen."""
+
+    async def put(topic: Topic, record: dict[str, Any]) -> None:
+        batch = codec.encode_batch([record], {})  # the engine's schema unseen, as a remote producer's may be
+        await topic.append(batch, "p", codec.pack(batch.rows))
+
+    async def go() -> None:
+        topic = Topic("kinds", store, TopicConfig(durability="process"), LanceBackend)
+        await topic.open()
+        try:
+            for i in range(3):
+                await put(topic, {"a": i})
+            with pytest.raises(SchemaConflictError, match="'a' is stored as int"):
+                await put(topic, {"a": "three"})  # the same field names as the puts before, another kind
+            await put(topic, {"a": 4, "b": "x"})  # the schema grows
+            with pytest.raises(SchemaConflictError, match="'b' is stored as str"):
+                await put(topic, {"b": 5})
+            await put(topic, {"a": 6})
+            assert topic.kinds == {"a": "int", "b": "str"}
+            assert topic.count() == 5
+        finally:
+            await topic.close()
+        topic = Topic("kinds", store, TopicConfig(durability="process"), LanceBackend)
+        await topic.open()
+        try:
+            assert (topic.kinds, topic.count()) == ({"a": "int", "b": "str"}, 5)
+            with pytest.raises(SchemaConflictError, match="'a' is stored as int"):
+                await put(topic, {"a": "again"})
+        finally:
+            await topic.close()
+
+    asyncio.run(go())
 
 
 def test_kind_of_field_introduced_by_a_buffered_put_is_enforced(store: Path) -> None:
@@ -287,6 +327,19 @@ def test_check_rows_accepts_what_encode_batch_produces() -> None:
 def test_check_rows_refuses_what_encode_batch_never_produces(rows: Any, kinds: Any, match: str) -> None:
     with pytest.raises(InvalidRecordError, match=re.escape(match)):
         row_checks.check_rows(rows, kinds, 1 if not isinstance(rows, list) else min(len(rows), 1))
+
+
+def test_check_rows_checks_each_batch_against_its_own_kinds() -> None:
+    # The storage types of the last kinds are kept (row_checks._Expected): other kinds, or the same kinds after a
+    # batch whose None-only field took the slow path, are checked as if seen first.
+    assert row_checks.check_rows([{"a": 1, "m": None}], {"a": "int"}, 1)
+    with pytest.raises(InvalidRecordError, match=re.escape("field 'm' holds int, its declared kind is None")):
+        row_checks.check_rows([{"a": 1, "m": 5}], {"a": "int"}, 1)
+    with pytest.raises(InvalidRecordError, match=re.escape("field 'a' holds int, its declared kind is 'str'")):
+        row_checks.check_rows([{"a": 1}], {"a": "str"}, 1)
+    assert row_checks.check_rows([{"a": "s"}], {"a": "str"}, 1)
+    with pytest.raises(InvalidRecordError, match=re.escape("field 'a' holds str, its declared kind is 'int'")):
+        row_checks.check_rows([{"a": "s"}], {"a": "int"}, 1)
 
 
 def test_check_rows_names_the_first_bad_row() -> None:

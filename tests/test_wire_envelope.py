@@ -69,6 +69,16 @@ def test_envelope_bytes_are_plain_msgpack_both_ways() -> None:
     assert (reply.id, reply.ok, reply.result) == (9, True, [1, b"x", None, 2.5])
 
 
+@pytest.mark.parametrize("entries", [0, 3, 14, 15, 16, 70_000])
+def test_a_fixed_map_with_one_entry_added_is_the_map_of_all(entries: int) -> None:
+    # A hello's answer: encoded once but for its arena figures (protocol.FixedMap), across msgpack's map headers.
+    fixed = {f"k{i}": i for i in range(entries)}
+    frame = protocol.encode_ok(5, protocol.FixedMap(fixed).with_entry("arena_stats", {"free_bytes": 1}))
+    want = {**fixed, "arena_stats": {"free_bytes": 1}}
+    assert msgpack.unpackb(frame, raw=False) == {"v": PROTOCOL_VERSION, "id": 5, "ok": True, "result": want}
+    assert protocol.decode_reply([frame]).result == want
+
+
 @pytest.mark.parametrize(
     "frame",
     [b"", b"\xc1", msgpack.packb({"v": PROTOCOL_VERSION, "id": 1}) + b"x", msgpack.packb([1, 2]), b"\x91" * 100_000],

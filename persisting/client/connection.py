@@ -34,6 +34,8 @@ REQUEST_TIMEOUT_SECONDS = float(os.environ.get("PERSISTING_REQUEST_TIMEOUT", "30
 RESEND_SECONDS = 2.0
 VIEWED_FRAME_BYTES = 1024 * 1024  # a reply frame at least this big is kept as a view of its message, not copied
 
+_RETRIES = blocking.Retries(RESEND_SECONDS, VIEWED_FRAME_BYTES)  # what a blocking caller's socket does the same
+
 # One DEALER per (event loop, broker address): a RemoteTopic is driven from its caller's loop, with no hop to
 # the background loop (a thread hop costs about as much as the ZeroMQ round trip itself).
 _connections: dict[tuple[int, str], tuple[asyncio.AbstractEventLoop, Connection]] = {}
@@ -181,7 +183,7 @@ class Connection:
         answering; the first re-send waits that much longer, so a waiting long-poll is not sent twice."""
         req = Request(next(self._ids), op, args, buffers or [])
         frames = protocol.encode_request(req)
-        size = sum(len(f) for f in frames) if buffers else len(frames[0])
+        size = len(frames[0]) + sum(map(len, buffers)) if buffers else len(frames[0])
         if size > self.max_message_bytes:
             raise errors.InvalidRecordError(
                 f"this {op} request is {size} bytes, over the broker's limit of {self.max_message_bytes}; "
@@ -189,8 +191,7 @@ class Connection:
             )
         limit = timeout or hold + REQUEST_TIMEOUT_SECONDS  # a held request may answer only after its hold
         if inline.blocking_allowed():  # a blocking caller's step: its own socket, no hand-off (blocking.py)
-            how = blocking.Retries(RESEND_SECONDS, VIEWED_FRAME_BYTES)
-            return raise_for(blocking.socket_for(self.address).request(frames, req.id, op, limit, hold, how))
+            return raise_for(blocking.socket_for(self.address).request(frames, req.id, op, limit, hold, _RETRIES))
         loop = asyncio.get_running_loop()
         self._watch(loop)
         fut: asyncio.Future[Reply] = loop.create_future()

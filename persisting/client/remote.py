@@ -25,6 +25,9 @@ from .connection import Connection, connection
 from .remote_tensors import RESTART_RETRIES, ArenaClient
 from .request_keys import put_key, take_key
 
+# The settings a broker opens a topic with (broker/records.py checks them)
+WIRE_CONFIG_KEYS = ("num_buckets", "bucket_column", "batch_size", "auto_flush_interval_sec", "durability")
+
 
 class RemoteTopic:
     """A topic served by a broker, with the methods of ``engine.Topic`` that ``Queue`` uses."""
@@ -37,13 +40,8 @@ class RemoteTopic:
         self.riders = False  # whether the broker writes records riding on a request (from its hello)
         self._count = 0
         self._tensors = ArenaClient(address, self._args)
-        self._wire_config = {
-            "num_buckets": config.num_buckets,
-            "bucket_column": config.bucket_column,
-            "batch_size": config.batch_size,
-            "auto_flush_interval_sec": config.auto_flush_interval_sec,
-            "durability": config.durability,
-        }
+        # Sent with every request (a restarted broker reopens the topic from it): encoded once, here.
+        self._wire_config = protocol.encoded({key: getattr(config, key) for key in WIRE_CONFIG_KEYS})
 
     @property
     def _conn(self) -> Connection:
@@ -72,7 +70,14 @@ class RemoteTopic:
         of: list[int] | None = None,
         dedup_bytes: tuple[int, int] | None = None,
     ) -> tuple[int, int]:
-        args = self._args(partition=partition, kinds=batch.kinds, count=len(batch.rows), key=key or put_key())
+        args = {
+            "topic": self.name,
+            "config": self._wire_config,
+            "partition": partition,
+            "kinds": batch.kinds,
+            "count": len(batch.rows),
+            "key": key or put_key(),
+        }
         if of is not None:
             args["of"] = of
         if dedup_bytes is not None:

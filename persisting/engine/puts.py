@@ -19,13 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigError, QueueClosedError
+from ..tensors.dedup import PAYLOAD_PARTITION_PREFIX
 from ..wire.codec import EncodedBatch
 from .args import check_key
 from .config import Metrics, TopicConfig
 from .flushing import IDEMPOTENCY_WINDOW_SECONDS, Flusher
 from .index import SampleIndex
 from .partitions import Clears
-from .payloads import check_ways
+from .payloads import check_ways, ref_names
 from .schema import Schema
 from .tail import ArenaPayload, Chunk, Tail
 from .wal import WriteAheadLog
@@ -65,6 +66,8 @@ class Appender:
         self._durable_frames = 0  # frames appended up to the last durable put's (what a durable=False put waits for)
         # idempotency key -> (first, count, monotonic time remembered), oldest first
         self._recent: OrderedDict[str, tuple[int, int, float]] = OrderedDict()
+        # the last kinds found plain (no new field, no payload reference), and the schema they were checked against
+        self._known_kinds: tuple[dict[str, str], dict[str, str], int] | None = None
 
     def start(self, wal: WriteAheadLog) -> None:
         """Append to ``wal`` from now on (after the replay)."""
@@ -130,8 +133,8 @@ class Appender:
         if wal is None:
             raise QueueClosedError(f"topic {self._name!r} is not open")
         self._accepting()  # close() takes what is in the log when it starts, and nothing after
-        new_kinds = self._schema.new_kinds(batch.kinds)
-        new_kinds.update(check_ways(partition, batch.kinds, self._schema.kinds))
+        plain = self._plain_kinds(batch.kinds, partition)
+        new_kinds = {} if plain else self._new_kinds(batch.kinds, partition)
         n = len(batch.rows)
         tail = self._tail
         if n == 0:
@@ -139,9 +142,11 @@ class Appender:
         # From here to the commit nothing awaits: indexes, kinds and the frame land together, and the payload
         # rows this put references stay live (a clear cannot run in between, see payloads.py).
         payloads = self._clears.payloads
-        payloads.check(partition, batch.rows, batch.kinds)
+        if not plain:  # (plain kinds reference no payload row: nothing to check or count)
+            payloads.check(partition, batch.rows, batch.kinds)
         first = tail.assign(n)
-        payloads.add(partition, first, batch.rows, batch.kinds, None if patch is None else patch[0])
+        if not plain:
+            payloads.add(partition, first, batch.rows, batch.kinds, None if patch is None else patch[0])
         header: list[Any] = [partition, new_kinds, key]
         if arena is not None or patch is not None:
             header.append(None if arena is None else arena.ref)
@@ -156,9 +161,10 @@ class Appender:
         chunk = Chunk(first, partition, batch.rows, arena, patch=patch)
         tail.add(chunk)
         self._index.add(chunk)
-        t0 = time.perf_counter()
-        await wal.commit(None if durable else self._durable_frames)
-        self._metrics.commit_seconds += time.perf_counter() - t0
+        if wal.sync:  # (a log that is never synced, durability="process", has nothing to wait for)
+            t0 = time.perf_counter()
+            await wal.commit(None if durable else self._durable_frames)
+            self._metrics.commit_seconds += time.perf_counter() - t0
         if tail.acknowledge(first + n):
             self._index.acknowledged()
         self._metrics.puts += 1
@@ -168,6 +174,30 @@ class Appender:
         elif tail.visible_upto - tail.flushed_upto >= self._config.batch_size:
             self._flusher.want()
         return first, n
+
+    def _plain_kinds(self, kinds: dict[str, str], partition: str) -> bool:
+        """Whether ``kinds`` were checked already against this schema as it is now, and found to add no field,
+        to conflict with none and to reference no payload row: a producer puts the same kinds put after put, so
+        the checks below run once per schema (the schema only grows: its length tells whether it changed)."""
+        known = self._known_kinds
+        schema = self._schema.kinds
+        return (
+            known is not None
+            and known[1] is schema
+            and known[2] == len(schema)
+            and kinds == known[0]
+            and not partition.startswith(PAYLOAD_PARTITION_PREFIX)
+        )
+
+    def _new_kinds(self, kinds: dict[str, str], partition: str) -> dict[str, str]:
+        """The kinds a put adds to the schema (``SchemaConflictError``, ``DedupConflictError`` for a conflict);
+        kinds found plain (see ``_plain_kinds``) are remembered."""
+        new_kinds = self._schema.new_kinds(kinds)
+        new_kinds.update(check_ways(partition, kinds, self._schema.kinds))
+        if not new_kinds and not ref_names(kinds) and not partition.startswith(PAYLOAD_PARTITION_PREFIX):
+            schema = self._schema.kinds
+            self._known_kinds = (dict(kinds), schema, len(schema))
+        return new_kinds
 
     async def recall(self, key: str) -> tuple[int, int] | None:
         """The result of the put_batch stored under ``key`` (once acknowledged), or None if there was none."""

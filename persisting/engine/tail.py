@@ -187,7 +187,7 @@ class Tail:
         self._recent_sizes: list[tuple[int, int]] = []  # (rows, approximate bytes) of each
         self._recent_rows = 0
         self._recent_bytes = 0
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None  # made by the first waiter: a put nobody waits for makes none
 
     # -- marks --------------------------------------------------------------------------------------
 
@@ -212,12 +212,15 @@ class Tail:
 
     def wake(self) -> None:
         """Wake everything waiting in ``changed`` (a put became visible, or the topic closes)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     async def changed(self, timeout: float | None) -> None:
         """Wait until the next ``wake`` or ``timeout`` seconds."""
         changed = self._changed
+        if changed is None:
+            changed = self._changed = asyncio.Event()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), timeout)
 

@@ -257,10 +257,12 @@ class WriteAheadLog:
         frame = _MAGIC + struct.pack("<I", zlib.crc32(body)) + body
         self._preallocate(seg, len(frame))
         try:
-            view, at = memoryview(frame), seg.size
-            while view:
-                n = os.pwrite(seg.fd, view, at)
-                view, at = view[n:], at + n
+            n = os.pwrite(seg.fd, frame, seg.size)
+            if n < len(frame):  # a short write (rare): the rest, piece by piece
+                view, at = memoryview(frame)[n:], seg.size + n
+                while view:
+                    n = os.pwrite(seg.fd, view, at)
+                    view, at = view[n:], at + n
         except OSError as exc:
             try:
                 os.ftruncate(seg.fd, seg.size)

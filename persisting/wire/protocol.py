@@ -198,6 +198,38 @@ def encode_reply(reply: Reply) -> list[bytes]:
     return [_encode(env), *reply.buffers]
 
 
+def encoded(value: Any) -> msgspec.Raw:
+    """``value`` encoded now, to go into envelopes as it is (a topic's config, sent with every request)."""
+    return msgspec.Raw(_encode(value))
+
+
+def encode_ok(request_id: int, result: Any) -> bytes:
+    """The envelope of a reply with ``result`` and no buffers (``encode_reply`` of such a Reply, without it)."""
+    return _encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result})
+
+
+class FixedMap:
+    """A map encoded once but for one entry added per use (a hello's answer: everything but the arena's figures
+    is fixed for the broker's life), so each use encodes that entry alone."""
+
+    __slots__ = ("_header", "_items")
+
+    def __init__(self, fixed: dict[str, Any]) -> None:
+        n = len(fixed)
+        self._items = _encode(fixed)[len(_map_header(n)) :]
+        self._header = _map_header(n + 1)
+
+    def with_entry(self, key: str, value: Any) -> msgspec.Raw:
+        return msgspec.Raw(b"".join((self._header, self._items, _encode(key), _encode(value))))
+
+
+def _map_header(n: int) -> bytes:
+    """msgpack's header of a map of ``n`` entries (fixmap, map 16, map 32)."""
+    if n < 16:
+        return bytes((0x80 | n,))
+    return b"\xde" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdf" + n.to_bytes(4, "big")
+
+
 def decode_reply(frames: list[bytes]) -> Reply:
     if not frames:
         raise ProtocolError("empty reply")

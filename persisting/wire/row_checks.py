@@ -36,14 +36,7 @@ def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str
     """
     if not isinstance(rows, list) or len(rows) != count:
         raise InvalidRecordError(f"expected a list of {count} rows")
-    # The storage type per key, decided once per batch; only valid keys get one, so an invalid key (or a
-    # value of the wrong type) falls to _check_row, which finds the problem and words the error.
-    expected: dict[str, Any] = {}  # Any: mypy would narrow a value checked against a type to object
-    for key, kind in kinds.items():
-        if not isinstance(kind, str) or kind not in _STORAGE_TYPES or not isinstance(key, str):
-            raise InvalidRecordError(f"unknown kind {kind!r} for field {key!r}")
-        if key and not key.startswith(RESERVED_PREFIX):
-            expected[key] = _STORAGE_TYPES[kind]
+    shared = expected = _expected.of(kinds)
     if rows.count({}) == count:
         # Every row empty (a tensor batch with no other fields: each arena put of tensors only): valid whatever
         # the kinds, counted in C instead of a Python loop over the rows (256 rows: ~30 us of a put_tensors).
@@ -61,11 +54,41 @@ def check_rows(rows: Any, kinds: Mapping[str, str], count: int) -> list[dict[str
             else:
                 continue
         _check_row(n, row, kinds)
-        # The row is valid after all: a valid key that held None and has no kind now passes the fast path.
+        # The row is valid after all: a valid key that held None and has no kind now passes the fast path (in a
+        # copy: the kept types are the kinds' own).
+        if expected is shared:
+            expected = dict(shared)
         for key, value in row.items():
             if value is None:
                 expected.setdefault(key, _NoneOnly)
     return rows
+
+
+class _Expected:
+    """The storage type per key of ``kinds``; only valid keys get one, so an invalid key (or a value of the wrong
+    type) falls to _check_row, which finds the problem and words the error. A producer sends the same kinds put
+    after put: the last kinds' types are kept (checked once, not per batch)."""
+
+    __slots__ = ("_kinds", "_types")
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, str] = {}
+        self._types: dict[str, Any] = {}  # Any: mypy would narrow a value checked against a type to object
+
+    def of(self, kinds: Mapping[str, str]) -> dict[str, Any]:
+        if type(kinds) is dict and kinds == self._kinds:
+            return self._types
+        types: dict[str, Any] = {}
+        for key, kind in kinds.items():
+            if not isinstance(kind, str) or kind not in _STORAGE_TYPES or not isinstance(key, str):
+                raise InvalidRecordError(f"unknown kind {kind!r} for field {key!r}")
+            if key and not key.startswith(RESERVED_PREFIX):
+                types[key] = _STORAGE_TYPES[kind]
+        self._kinds, self._types = dict(kinds), types
+        return types
+
+
+_expected = _Expected()
 
 
 def _check_row(n: int, row: Any, kinds: Mapping[str, str]) -> None:
