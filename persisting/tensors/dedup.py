@@ -45,15 +45,19 @@ import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xxhash
 
 from ..errors import ConfigError
 from ..wire.codec import RESERVED_PREFIX
 from . import jagged, objects
 from .column import AnyColumn, Column
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 REF_SUFFIX = "@payload"
 REF_KIND = "int"  # a reference is the global index of its payload row (wire/codec.py kind of a Python int)
