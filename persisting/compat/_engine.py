@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from persisting import Queue, Sampler, engine
 from persisting.client import _loop
@@ -147,7 +147,7 @@ async def embedded(queue: Queue) -> bool:
     return _is_embedded(await queue._handle.engine())
 
 
-def _is_embedded(topic: object) -> bool:
+def _is_embedded(topic: object) -> TypeGuard[engine.Topic]:
     """Whether ``topic`` is the engine's own (``engine.Topic`` loads the topic's modules: a broker's client,
     whose topic is a ``RemoteTopic``, never asks)."""
     return not isinstance(topic, RemoteTopic) and isinstance(topic, engine.Topic)
