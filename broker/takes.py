@@ -1,5 +1,5 @@
 """The ``take`` request: samples handed to a task (``get_meta``), and with ``fields`` their data too
-(``get_batch``, one round trip).
+(``get_batch``, one round trip; with ``describe`` false and one sample, its rows without field descriptions).
 
 The broker's busiest request after a put, so it has its own path: ``Broker._dispatch`` sends it here before the
 general chain of operations, and its arguments are checked in one pass (``protocol.arg`` for the required ones; a
@@ -62,6 +62,7 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
     if request_key is not None and type(request_key) is not str:
         raise ProtocolError("take key must be a str or nil")
     note = riders.note_of(req)
+    skip_describe = args.get("describe", True) is False and "fields" in args
     indexes = await topic.take(
         partition, task, batch_size, limit, sampler, lease, fields=need, request_key=request_key, **kw
     )
@@ -69,7 +70,9 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
     # await lets other requests run): the answer holds the samples still there once it is read.
     for attempt in range(TAKE_READ_ATTEMPTS):
         indexes = topic.not_cleared(indexes)
-        described = await topic.describe(indexes, lenient=True)
+        # ``describe: false`` (the persist-queue layer's get of one record reads its rows only): no descriptions,
+        # which read each row once more; a batch of several is still described, its size is judged by them.
+        described = [] if skip_describe and len(indexes) <= 1 else await topic.describe(indexes, lenient=True)
         if "fields" not in args:
             return Reply(req.id, True, [indexes, described, *await _noted(req, topic, note, indexes)])
         # get_batch: the data of the samples just taken, in the same reply (one round trip).

@@ -76,6 +76,63 @@ def test_a_broker_client_loads_no_storage(tmp_path: Path) -> None:
         assert _loaded(BROKER_CLIENT, broker.address) == []
 
 
+PERSIST_QUEUE_WORKER = """
+import sys
+import persisting.compat.persistqueue as persistqueue
+
+address, folder = sys.argv[1], sys.argv[2]
+q = persistqueue.SQLiteAckQueue(folder + "/ack.db", broker=address, durability="process")
+for i in range(3):
+    q.put({"i": i, "text": "x" * i})
+got = [q.get(timeout=5.0) for _ in range(3)]
+for item in got:
+    q.ack(item)
+assert [g["i"] for g in got] == [0, 1, 2] and q.acked_count() == 3 and q.qsize() == 0, (got, q.acked_count())
+q.close()
+plain = persistqueue.SQLiteQueue(folder + "/plain.db", broker=address, durability="process")
+plain.put(1)
+assert plain.get(timeout=5.0) == 1
+plain.close()
+"""
+
+
+def test_a_persist_queue_worker_loads_no_numpy(tmp_path: Path) -> None:
+    """A persist-queue worker through a broker (put, get, ack) never touches an array: numpy stays unloaded (a
+    third of the worker's import time), and so do storage, torch and the engine's topic."""
+    code = PERSIST_QUEUE_WORKER + REPORT.format(heavy=(*HEAVY, "numpy"))
+    with running_broker(tmp_path / "broker", []) as broker:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, broker.address, str(tmp_path)],
+            cwd=ROOT,
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
+
+NUMPY_AT_FIRST_USE = """
+import sys
+from persisting.tensors.lazy_numpy import np
+from persisting.wire import codec
+
+assert codec.kind_of(1, "f") == "int" and codec.kind_of(b"x", "f") == "bytes"
+assert not isinstance(1, np.ndarray | np.generic) and "numpy" not in sys.modules
+import numpy
+
+assert np.ndarray is numpy.ndarray and np.float32 is numpy.float32
+assert codec.kind_of(numpy.zeros(2), "f") == "ndarray" and codec.kind_of(numpy.float32(1), "f") == "ndarray"
+"""
+
+
+def test_numpy_is_the_real_one_once_loaded() -> None:
+    """Before numpy is imported nothing is one of its arrays (and asking imports nothing); after, the lazy name
+    is numpy itself and arrays are told apart as before."""
+    assert _loaded(NUMPY_AT_FIRST_USE) == []
+
+
 def test_the_embedded_queue_loads_lance_at_its_first_open(tmp_path: Path) -> None:
     code = (
         "import sys\nfrom persisting import SyncQueue\n"

@@ -252,6 +252,7 @@ class RemoteTopic:
                 wait=left,
                 fields=fields,
                 ready_fields=None,
+                describe=False,  # the descriptions go unused here: a broker skips them for a take of one
                 zerocopy=False,
                 sampler=sampler,
                 sampler_kw={},

@@ -24,9 +24,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..tensors import batches
@@ -37,6 +35,11 @@ from ..wire import codec, columns
 from ..wire.codec import EncodedBatch
 from . import releases
 from .connection import Connection, connection
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ..tensors.lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 # attempts of a tensor put, a lease or a read of views whose arena keeps coming from a broker that then restarted
 RESTART_RETRIES = 4

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from persisting import Queue, Sampler, engine
 from persisting.client import _loop
@@ -127,7 +127,7 @@ async def take_records(
 
 async def put_records(queue: Queue, partition: str, records: list[dict[str, Any]], durable: bool = True) -> range:
     topic = await queue._handle.engine()
-    if durable or not isinstance(topic, engine.Topic):
+    if durable or not _is_embedded(topic):
         return await queue.put_batch(records, partition_id=partition)
     batch, blob = _encode(records, topic.kinds)
     first, n = await _loop.call(topic.append(batch, partition, blob, durable=False))
@@ -137,11 +137,17 @@ async def put_records(queue: Queue, partition: str, records: list[dict[str, Any]
 async def consumed(queue: Queue, partition: str, task: str) -> set[int] | None:
     """The global indexes ``task`` consumed in ``partition`` (not those it holds leased); None through a broker."""
     topic = await queue._handle.engine()
-    if not isinstance(topic, engine.Topic):
+    if not _is_embedded(topic):
         return None
     state = topic._takes._consumption.get((partition, task))
     return set() if state is None else set(state.done)
 
 
 async def embedded(queue: Queue) -> bool:
-    return isinstance(await queue._handle.engine(), engine.Topic)
+    return _is_embedded(await queue._handle.engine())
+
+
+def _is_embedded(topic: object) -> TypeGuard[engine.Topic]:
+    """Whether ``topic`` is the engine's own (``engine.Topic`` loads the topic's modules: a broker's client,
+    whose topic is a ``RemoteTopic``, never asks)."""
+    return not isinstance(topic, RemoteTopic) and isinstance(topic, engine.Topic)

@@ -69,10 +69,14 @@ import struct
 import uuid
 import weakref
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ProtocolError, StorageError
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 MAGIC = b"PSTARENA"
 VERSION = 1

@@ -14,9 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, ProtocolError
 from ..wire import codec
@@ -25,6 +23,11 @@ from . import jagged
 from .arena import FIELD_ALIGN_BYTES, Arena, align_up
 from .column import AnyColumn
 from .meta import BatchMeta, FieldMeta, ProductionStatus, SampleMeta, sample_metas
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 
 def other_rows(other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str, str]) -> codec.EncodedBatch:

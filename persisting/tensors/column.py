@@ -18,13 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
-
 from ..errors import ConfigError, InvalidRecordError
 from . import jagged
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .jagged import JaggedColumn
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 # torch dtype name -> the numpy dtype that holds the same bytes (bfloat16 has no numpy twin: int16 carries it).
 TORCH_DTYPES: dict[str, str] = {

@@ -20,8 +20,7 @@ is ~2^-128 per pair (far below the rate of undetected memory errors); a delibera
 crafts xxh3 collisions, and since the content index and the payload rows are per producer and partition, such
 a producer can only spoil its own samples, which it can do anyway by putting other bytes. Comparing the bytes
 of every repeat would read them a second time (``memcmp``, ~6 GB/s), more than doubling the cost;
-``PERSISTING_DEDUP_VERIFY=1`` turns it on (inside a put: across puts the first copy is no longer in this
-process's memory).
+``PERSISTING_DEDUP_VERIFY=1`` turns it on (within a put: later puts no longer hold the first copy here).
 
 Across puts: each producer ``Queue`` keeps a bounded index (``ContentIndex``: partition -> hash -> payload row),
 so a value put again into the same partition is referenced, not stored again. Two producer processes do not share
@@ -45,15 +44,19 @@ import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xxhash
 
 from ..errors import ConfigError
 from ..wire.codec import RESERVED_PREFIX
 from . import jagged, objects
 from .column import AnyColumn, Column
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 REF_SUFFIX = "@payload"
 REF_KIND = "int"  # a reference is the global index of its payload row (wire/codec.py kind of a Python int)

@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidRecordError, ProtocolError
 from .arena import FIELD_ALIGN_BYTES
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 KIND = "jagged"
 RAGGED = -1  # the ragged dimension in a described sample shape

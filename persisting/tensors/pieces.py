@@ -17,14 +17,17 @@ import gc
 import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .arena import DEFAULT_ARENA_BYTES, HEADER_BYTES, align_up
 from .column import AnyColumn, Column, Parts, storage_dtype, to_user
 from .meta import BatchMeta
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 SPOOL_ABOVE_BYTES = DEFAULT_ARENA_BYTES  # embedded mode (no arena): batches above this go through a spool file
 PIECE_BYTES = 64 * 1024 * 1024  # the most one write call or one get_data request of a big batch moves

@@ -35,8 +35,6 @@ from collections.abc import Coroutine, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..errors import ConfigError, InvalidRecordError, SchemaConflictError
 from ..wire import codec
 from . import column as tensors
@@ -44,7 +42,11 @@ from .arena import FIELD_ALIGN_BYTES, align_up
 from .meta import BatchMeta
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..client.remote_tensors import ArenaClient, ReservedExtent
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidRecordError
 from .column import is_torch
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 SEPARATOR = "."
 

@@ -31,15 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import msgspec
-import numpy as np
 
 from ..errors import CorruptionError, InvalidRecordError, ProtocolError, SchemaConflictError
 from ..tensors import column as tensors
 from ..tensors.objects import Pickled
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ..tensors.lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 RESERVED_PREFIX = "_persisting_"
 """Keys with this prefix belong to the engine (global index, partition); users cannot put them."""

@@ -10,13 +10,17 @@ to a client that does not ask has its fields in the rows buffer only, as before.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import zmq
 
 from ..errors import ProtocolError
 from ..tensors.column import Parts, storage_dtype
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ..tensors.lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 
 def frames(dense: Mapping[str, tuple[str, str, Any]]) -> tuple[list[list[Any]], list[Any]]:
