@@ -56,7 +56,7 @@ The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling p
     set_tags     {topic, config, partition, items: [[index, {key: value}], ...]}   -> None (merged, durable)
     (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery;
      and ready_fields: only samples whose every one of these fields is produced are taken; a take with fields,
-     get_batch, uses those)
+     get_batch, uses those; with fields, describe: false leaves the descriptions out of a take of one sample)
     (riders, where the broker's hello lists the "riders" feature: take's note {partition, field, values} appends a
      record per sample taken, the reply's last element then [first, count] or nil; mark_consumed's then_put
      {partition, kinds, count, key} + 1 buffer of rows appends them after the consumption, reply [first, count]
