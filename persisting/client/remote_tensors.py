@@ -73,7 +73,15 @@ class ArenaClient:
         self._address = address
         self._args = args
         self._arena_info: dict[str, Any] | None = None  # what the broker's hello said of its arena
-        self._spare: list[Any] | None = None  # [extent, offset, bytes, generation] leased ahead for the next put
+        # Extents leased ahead for the next puts, [extent, offset, bytes, generation] each: one per put in flight
+        # at most (a put asks for one ahead only while fewer are here or on their way than puts are running).
+        self._spares: list[list[Any]] = []
+        self._asked_ahead = 0  # put_tensors requests sent that ask for an extent ahead and are not answered yet
+        self._sealing = 0  # puts between their lease and their reply
+        # Held from a put's lease to the moment its request is sent: puts of this process reach the broker in the
+        # order they leased (one waiting for arena space is not overtaken), while the next put's copy runs during
+        # the last one's round trip.
+        self._send_order = asyncio.Lock()
 
     @property
     def _conn(self) -> Connection:
@@ -198,8 +206,52 @@ class ArenaClient:
         if key is None:
             key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
         result: list[Any] = []
-        for attempt in range(RESTART_RETRIES):
+        self._sealing += 1
+        try:
+            for attempt in range(RESTART_RETRIES):
+                ahead = need if lease_next is None else lease_next
+                try:
+                    result = await self._send_put(
+                        extent_for, attempt, fields, other, other_blob, n, partition, of, key, kv, dedup_bytes, ahead
+                    )
+                    break
+                except errors.UnknownExtentError:
+                    # The extent came from a broker that has restarted since (killed before it stored this batch,
+                    # or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
+                    if attempt == RESTART_RETRIES - 1:
+                        raise
+        finally:
+            self._sealing -= 1
+        first, count = result[0], result[1]
+        if len(result) > 2 and result[2]:
+            self._spares.append(list(result[2]))
+        kinds = dict(other.kinds)
+        kinds.update({str(f[0]): str(f[1]) for f in fields})
+        return int(first), int(count), kinds, list(result[3:])
+
+    async def _send_put(
+        self,
+        extent_for: Callable[[int], Awaitable[tuple[int, bytes]]],
+        attempt: int,
+        fields: list[list[Any]],
+        other: EncodedBatch,
+        other_blob: bytes,
+        n: int,
+        partition: str,
+        of: list[int] | None,
+        key: str,
+        kv: dict[str, Any] | None,
+        dedup_bytes: tuple[int, int] | None,
+        ahead: int,
+    ) -> list[Any]:
+        """One ``put_tensors`` request: its extent (leased, written) and its send in this process's put order,
+        then its reply, during which the next put leases and copies."""
+        await self._send_order.acquire()
+        ordered = True
+        try:
             extent, generation = await extent_for(attempt)
+            if ahead and len(self._spares) + self._asked_ahead >= self._sealing:
+                ahead = 0  # enough extents are here or on their way for the puts running now
             args = self._args(
                 partition=partition,
                 kinds=other.kinds,
@@ -210,7 +262,7 @@ class ArenaClient:
                 fields=fields,
                 peer=peer_id(),
                 # the reply brings the next put's extent: one round trip per put, not two
-                lease_next=need if lease_next is None else lease_next,
+                lease_next=ahead,
             )
             if of is not None:
                 args["of"] = of
@@ -218,30 +270,30 @@ class ArenaClient:
                 args["kv"] = kv
             if dedup_bytes is not None:
                 args["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
+            # Released before the await: Connection.request sends before it first suspends, and the next put
+            # (woken by the release) runs only once this one suspends, so it is sent after this one.
+            ordered = False
+            self._send_order.release()
+            self._asked_ahead += bool(ahead)
             try:
-                result = (await self._conn.request("put_tensors", args, [other_blob])).result
-                break
-            except errors.UnknownExtentError:
-                # The extent came from a broker that has restarted since (killed before it stored this batch,
-                # or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
-                if attempt == RESTART_RETRIES - 1:
-                    raise
-        first, count = result[0], result[1]
-        if len(result) > 2 and result[2]:
-            self._spare = list(result[2])
-        kinds = dict(other.kinds)
-        kinds.update({str(f[0]): str(f[1]) for f in fields})
-        return int(first), int(count), kinds, list(result[3:])
+                return list((await self._conn.request("put_tensors", args, [other_blob])).result)
+            finally:
+                self._asked_ahead -= bool(ahead)
+        finally:
+            if ordered:
+                self._send_order.release()
 
     async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
         """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset
         in the arena file, the arena it lies in: the one of the broker that leased it, never a later one)."""
         attempt = 0
         while True:
-            spare, self._spare = self._spare, None
-            if spare is not None and spare[2] < need:
-                await self._give_back(spare)
-                spare = None
+            spare = None
+            while self._spares and spare is None:
+                spare = self._spares.pop(0)
+                if spare[2] < need:  # leased for a smaller batch: the next ones are likely this size
+                    await self._give_back(spare)
+                    spare = None
             if spare is None:
                 released = releases.take(self._address)
                 lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "released": released}
@@ -315,8 +367,8 @@ class ArenaClient:
             await self._conn.request("release", args, timeout=5)
 
     async def aclose(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
+        spares, self._spares = self._spares, []
+        for spare in spares:
             await self._give_back(spare)
 
     async def data(
