@@ -73,11 +73,14 @@ class ArenaClient:
         self._address = address
         self._args = args
         self._arena_info: dict[str, Any] | None = None  # what the broker's hello said of its arena
-        # Extents leased ahead for the next puts, [extent, offset, bytes, generation] each: one per put in flight
-        # at most (a put asks for one ahead only while fewer are here or on their way than puts are running).
+        self._mapped: Arena | None = None  # this process's mapping of that arena, once made
+        # Extents leased ahead for the next puts, [extent, offset, bytes, generation] each: a put asks for one
+        # ahead only while fewer are here or on their way than the most puts this process has had running at once
+        # (so puts kept in flight each find one, and a process holds no more spares than that).
         self._spares: list[list[Any]] = []
         self._asked_ahead = 0  # put_tensors requests sent that ask for an extent ahead and are not answered yet
         self._sealing = 0  # puts between their lease and their reply
+        self._most_sealing = 0
         # Held from a put's lease to the moment its request is sent: puts of this process reach the broker in the
         # order they leased (one waiting for arena space is not overtaken), while the next put's copy runs during
         # the last one's round trip.
@@ -89,7 +92,7 @@ class ArenaClient:
 
     def hello(self, info: dict[str, Any]) -> None:
         """The arena the broker's hello described (empty: none)."""
-        self._arena_info = dict(info)
+        self._learn(info)
 
     async def _arena(self, generation: bytes | None = None) -> Arena | None:
         """This process's mapping of the broker's arena (made once; again after the broker restarted).
@@ -98,10 +101,13 @@ class ArenaClient:
         If that broker restarted before this process mapped its arena, the file at the arena's path is the next
         broker's, of the same size: ``UnknownExtentError`` then, never that file (the caller leases or asks
         again; test_arena_restarts)."""
+        mapped = self._mapped
+        if mapped is not None and not mapped.closed and (generation is None or generation == mapped.generation):
+            return mapped  # the arena of the broker's last hello, mapped already: no lookup per put
         info = self._arena_info
         if info is None or (generation is not None and info.get("generation") != generation):
             hello = await self._conn.request("hello", {})
-            info = self._arena_info = dict(hello.result.get("arena") or {})
+            info = self._learn(hello.result.get("arena"))
         for attempt in range(ATTACH_TRIES):
             if generation is not None and (not info or bytes(info["generation"]) != generation):
                 raise errors.UnknownExtentError(
@@ -111,7 +117,8 @@ class ArenaClient:
             if not info:
                 return None
             try:
-                return attach_cached(Path(info["path"]), bytes(info["generation"]))
+                self._mapped = attach_cached(Path(info["path"]), bytes(info["generation"]))
+                return self._mapped
             except errors.StorageError:
                 # The broker restarted between its hello and our mapping (the file is gone or of a newer
                 # generation): ask again. A broker that is down makes the hello raise BrokerUnavailableError.
@@ -119,8 +126,13 @@ class ArenaClient:
                     raise
                 await asyncio.sleep(ATTACH_RETRY_S * (attempt + 1))
                 hello = await self._conn.request("hello", {})
-                info = self._arena_info = dict(hello.result.get("arena") or {})
+                info = self._learn(hello.result.get("arena"))
         return None
+
+    def _learn(self, info: dict[str, Any] | None) -> dict[str, Any]:
+        """What a new hello said of the broker's arena (empty: none); the mapping is made again when needed."""
+        self._arena_info, self._mapped = dict(info or {}), None
+        return self._arena_info
 
     async def has_arena(self) -> bool:
         return await self._arena() is not None
@@ -129,8 +141,8 @@ class ArenaClient:
         """The size of the broker's arena, or None without one (from its hello: nothing is mapped for this)."""
         if self._arena_info is None:
             hello = await self._conn.request("hello", {})
-            self._arena_info = dict(hello.result.get("arena") or {})
-        size = self._arena_info.get("size_bytes")
+            self._learn(hello.result.get("arena"))
+        size = (self._arena_info or {}).get("size_bytes")
         return int(size) if size else None
 
     async def put_tensors(
@@ -205,14 +217,21 @@ class ArenaClient:
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
         if key is None:
             key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
+        put: dict[str, Any] = {"partition": partition, "kinds": other.kinds, "count": n, "key": key, "fields": fields}
+        if of is not None:
+            put["of"] = of
+        if kv is not None:
+            put["kv"] = kv
+        if dedup_bytes is not None:
+            put["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
         result: list[Any] = []
         self._sealing += 1
+        self._most_sealing = max(self._most_sealing, self._sealing)
         try:
             for attempt in range(RESTART_RETRIES):
-                ahead = need if lease_next is None else lease_next
                 try:
                     result = await self._send_put(
-                        extent_for, attempt, fields, other, other_blob, n, partition, of, key, kv, dedup_bytes, ahead
+                        extent_for, attempt, put, other_blob, need if lease_next is None else lease_next
                     )
                     break
                 except errors.UnknownExtentError:
@@ -233,15 +252,8 @@ class ArenaClient:
         self,
         extent_for: Callable[[int], Awaitable[tuple[int, bytes]]],
         attempt: int,
-        fields: list[list[Any]],
-        other: EncodedBatch,
-        other_blob: bytes,
-        n: int,
-        partition: str,
-        of: list[int] | None,
-        key: str,
-        kv: dict[str, Any] | None,
-        dedup_bytes: tuple[int, int] | None,
+        put: dict[str, Any],
+        blob: bytes,
         ahead: int,
     ) -> list[Any]:
         """One ``put_tensors`` request: its extent (leased, written) and its send in this process's put order,
@@ -250,33 +262,17 @@ class ArenaClient:
         ordered = True
         try:
             extent, generation = await extent_for(attempt)
-            if ahead and len(self._spares) + self._asked_ahead >= self._sealing:
-                ahead = 0  # enough extents are here or on their way for the puts running now
-            args = self._args(
-                partition=partition,
-                kinds=other.kinds,
-                count=n,
-                key=key,
-                extent=extent,
-                generation=generation,
-                fields=fields,
-                peer=peer_id(),
-                # the reply brings the next put's extent: one round trip per put, not two
-                lease_next=ahead,
-            )
-            if of is not None:
-                args["of"] = of
-            if kv is not None:
-                args["kv"] = kv
-            if dedup_bytes is not None:
-                args["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
+            if ahead and len(self._spares) + self._asked_ahead >= self._most_sealing:
+                ahead = 0  # enough extents are here or on their way for as many puts as ever ran at once
+            # lease_next: the reply brings the next put's extent, one round trip per put, not two
+            args = self._args(**put, extent=extent, generation=generation, peer=peer_id(), lease_next=ahead)
             # Released before the await: Connection.request sends before it first suspends, and the next put
             # (woken by the release) runs only once this one suspends, so it is sent after this one.
             ordered = False
             self._send_order.release()
             self._asked_ahead += bool(ahead)
             try:
-                return list((await self._conn.request("put_tensors", args, [other_blob])).result)
+                return list((await self._conn.request("put_tensors", args, [blob])).result)
             finally:
                 self._asked_ahead -= bool(ahead)
         finally:
@@ -303,7 +299,9 @@ class ArenaClient:
                 arena = await self._arena(bytes(generation))
             except errors.UnknownExtentError:
                 # Leased (maybe ahead) by a broker that has restarted since: the extent is gone, and its offset in
-                # the new broker's arena may hold a batch that broker acknowledged. Lease afresh.
+                # the new broker's arena may hold a batch that broker acknowledged. Lease afresh; the other spares
+                # from that broker went with it.
+                self._spares = [s for s in self._spares if bytes(s[3]) != bytes(generation)]
                 attempt += 1
                 if attempt == RESTART_RETRIES:
                     raise
