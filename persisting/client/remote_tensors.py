@@ -1,7 +1,8 @@
 """Broker mode, the tensor plane on the client side: ``ArenaClient``, composed into ``remote.RemoteTopic``.
 
-A put leases an extent of the broker's arena (or uses the one leased ahead in the previous put's reply), copies
-the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
+A put leases an extent of the broker's arena (or uses one leased ahead in an earlier put's reply), copies the
+batch into it (the only copy a tensor gets) and sends the layout. Puts may run at once (tasks, threads): each
+leases, copies and sends in turn, and awaits its reply while the next one copies. A get receives offsets into the arena and
 makes copy-on-write views of it (``Arena.private``: one mapping per get, so what the consumer writes stays its
 own), checked against the arena's size; the views' finalizers put the hold in this process's book of releases
 (``releases.py``), which the next request, a timer on the engine loop or ``aclose()`` sends to the broker.
@@ -65,8 +66,8 @@ def _abandon_soon(lease: ReservedExtent, address: str, loop: asyncio.AbstractEve
 
 
 class ArenaClient:
-    """This process's side of one topic's tensor plane: its mapping of the broker's arena, the extent leased
-    ahead for the next put, puts into extents, and views out of them. Composed into ``remote.RemoteTopic``, which
+    """This process's side of one topic's tensor plane: its mapping of the broker's arena, the extents leased
+    ahead for the next puts, puts into extents, and views out of them. Composed into ``remote.RemoteTopic``, which
     gives it the topic's request arguments (``args``)."""
 
     def __init__(self, address: str, args: Callable[..., dict[str, Any]]) -> None:
@@ -83,8 +84,8 @@ class ArenaClient:
         self._most_sealing = 0
         # Held from a put's lease to the moment its request is sent: puts of this process reach the broker in the
         # order they leased (one waiting for arena space is not overtaken), while the next put's copy runs during
-        # the last one's round trip.
-        self._send_order = asyncio.Lock()
+        # the last one's round trip. One per event loop (a lock waited on is bound to its loop).
+        self._send_order: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     @property
     def _conn(self) -> Connection:
@@ -258,7 +259,11 @@ class ArenaClient:
     ) -> list[Any]:
         """One ``put_tensors`` request: its extent (leased, written) and its send in this process's put order,
         then its reply, during which the next put leases and copies."""
-        await self._send_order.acquire()
+        loop = asyncio.get_running_loop()
+        if self._send_order is None or self._send_order[0] is not loop:
+            self._send_order = (loop, asyncio.Lock())
+        order = self._send_order[1]
+        await order.acquire()
         ordered = True
         try:
             extent, generation = await extent_for(attempt)
@@ -269,7 +274,7 @@ class ArenaClient:
             # Released before the await: Connection.request sends before it first suspends, and the next put
             # (woken by the release) runs only once this one suspends, so it is sent after this one.
             ordered = False
-            self._send_order.release()
+            order.release()
             self._asked_ahead += bool(ahead)
             try:
                 return list((await self._conn.request("put_tensors", args, [blob])).result)
@@ -277,7 +282,7 @@ class ArenaClient:
                 self._asked_ahead -= bool(ahead)
         finally:
             if ordered:
-                self._send_order.release()
+                order.release()
 
     async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
         """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset
