@@ -2,10 +2,11 @@
 
 A put leases an extent of the broker's arena (or uses one leased ahead in an earlier put's reply), copies the
 batch into it (the only copy a tensor gets) and sends the layout. Puts may run at once (tasks, threads): each
-leases, copies and sends in turn, and awaits its reply while the next one copies. A get receives offsets into the arena and
-makes copy-on-write views of it (``Arena.private``: one mapping per get, so what the consumer writes stays its
-own), checked against the arena's size; the views' finalizers put the hold in this process's book of releases
-(``releases.py``), which the next request, a timer on the engine loop or ``aclose()`` sends to the broker.
+leases, copies and sends in turn, and awaits its reply while the next one copies. A get receives offsets into
+the arena and makes copy-on-write views of it (``Arena.private``: one mapping per get, so what the consumer
+writes stays its own), checked against the arena's size; the views' finalizers put the hold in this process's
+book of releases (``releases.py``), which the next request, a timer on the engine loop or ``aclose()`` sends to
+the broker.
 
 A reservation (``Queue.reserve``, ``reservation.py``) leases its extent the same way (``reserve_extent``: by
 this process, so the broker's reaper frees it if the process dies), hands the producer writable arrays on it,
