@@ -27,6 +27,7 @@ from typing import Any
 import persisting
 
 from . import plots
+from .arena_batches import POOL
 from .arena_bench import run_arena_bench
 from .arena_report import render_arena
 from .broker_bench import run_broker_bench
@@ -133,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--beyond-arena-bytes", type=int, default=256 * 1024**2, help="arena of the beyond run (default 256 MiB)"
+    )
+    a.add_argument(
+        "--in-flight",
+        type=int,
+        default=2,
+        help=f"puts the in-flight stream row keeps running on one Queue (2-{POOL}; default 2); 1: no such row",
     )
     a.add_argument("--no-torch", action="store_true", help="skip the torch.multiprocessing.Queue reference")
     a.add_argument("--no-transferqueue", action="store_true", help="skip the TransferQueue rows (Ray)")
@@ -272,6 +279,8 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
     counts = (args.small_batches, args.large_batches, args.paced_batches, args.beyond_batches)
     if any(n < 0 for n in counts) or args.arena_bytes < 1 or args.beyond_arena_bytes < 1:
         raise SystemExit("batch counts must be at least 0, arena sizes at least 1")
+    if not 1 <= args.in_flight <= POOL:  # a source batch is stamped again only once its put has copied it
+        raise SystemExit(f"--in-flight must be 1 to {POOL} (the producer's pool of source batches)")
     with _work_dir(args.dir, "pab-") as base:
         result = run_arena_bench(
             base,
@@ -287,6 +296,7 @@ def _arena_main(args: argparse.Namespace, args_list: list[str], revision: str) -
             progress=not args.no_progress,
             consumer_reads=args.consumer_reads,
             plot=args.plot is not None,
+            in_flight=args.in_flight,
         )
     result.meta = _meta(
         args_list,

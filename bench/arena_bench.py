@@ -10,6 +10,9 @@ batch order (``arena_pair``).
 
 - ``persisting arena`` (``arena_persisting``): ``put`` a dict of numpy arrays, ``get_batch(..., wait=True)``
   returns read-only views on the broker's arena; one broker per case.
+- ``persisting arena, N puts in flight`` (``arena_persisting``, stream mode, ``--in-flight N``, default 2): the
+  same producer keeping N ``put``s running as tasks on its one ``Queue``, so that batch i+1's copy into the arena
+  runs during batch i's ``put_tensors`` round trip; the same consumer (it checks every batch's order).
 - ``persisting arena reserve`` (``arena_persisting``, stream mode): the producer ``reserve``s each batch in the
   arena, ``np.copyto``s its pool batch into the reserved arrays (the one write, where a GPU->host copy would go)
   and ``put``s the reservation (no copy); the same consumer.
@@ -145,6 +148,7 @@ def run_arena_bench(
     progress: bool = True,
     plot: bool = False,
     consumer_reads: bool = False,
+    in_flight: int = 2,
 ) -> ArenaBenchResult:
     t_start = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
@@ -160,12 +164,14 @@ def run_arena_bench(
         "transferqueue": (tq_missing() if tq_ref else "not measured: --no-transferqueue") or "measured",
         "seed": seed,
         "consumer_reads": consumer_reads,
+        "in_flight": in_flight,
     }
     plan: list[tuple[Shape, int]] = [(SMALL, small_batches), (LARGE, large_batches)]
     n_paths = 2 if torch_ref else 1
     tq_on = result.settings["transferqueue"] == "measured"
     n_paths += tq_on
-    total = sum(n * (n_paths + 1) + paced_batches * n_paths for _s, n in plan if n) + beyond_batches  # +1: reserve
+    extra = 1 + (in_flight > 1)  # reserve, and the in-flight stream
+    total = sum(n * (n_paths + extra) + paced_batches * n_paths for _s, n in plan if n) + beyond_batches
     with tqdm(total=total, unit="batch", file=sys.stderr, disable=not progress) as bar:
         for shape, n in plan:
             if not n:
@@ -194,6 +200,25 @@ def run_arena_bench(
                         reads=consumer_reads,
                     )
                 )
+                if not paced and in_flight > 1:
+                    bar.set_description(f"arena {shape.key} stream, {in_flight} in flight")
+                    rows.append(
+                        run_arena_case(
+                            ctx,
+                            base,
+                            shape,
+                            count,
+                            paced,
+                            arena_bytes,
+                            seed,
+                            False,
+                            result,
+                            bar.update,
+                            watch_flushes=plot,
+                            reads=consumer_reads,
+                            in_flight=in_flight,
+                        )
+                    )
                 if not paced:
                     bar.set_description(f"arena reserve {shape.key} stream")
                     rows.append(

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import faulthandler
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,12 @@ async def _arena_producer(spec: dict[str, Any]) -> None:
                 report_check(spec, "persisting arena reserve, the producer's reserved arrays", dict(r.data))
             await q.put(r)
 
+        async def timed(batch: dict[str, np.ndarray], i: int) -> None:
+            start_t[i] = time.monotonic()
+            await put(batch, "p", i)
+            put_t[i] = time.monotonic()
+
+        running: deque[asyncio.Task[None]] = deque()
         try:
             for i in range(WARMUP):
                 await put(pool[i % POOL], "warm", i)
@@ -78,12 +85,19 @@ async def _arena_producer(spec: dict[str, Any]) -> None:
                     while done.value < i:
                         await asyncio.sleep(0.001)
                     await asyncio.sleep(0.002)  # let the consumer settle into its poll
-                batch = pool[i % POOL]
+                while len(running) >= spec["in_flight"]:
+                    await running.popleft()
+                batch = pool[i % POOL]  # in no put still running: --in-flight <= POOL (checked)
                 stamp(batch, i)
-                start_t[i] = time.monotonic()
-                await put(batch, "p", i)
-                put_t[i] = time.monotonic()
+                if spec["in_flight"] == 1:
+                    await timed(batch, i)  # the serial stream: each put awaited before the next starts
+                else:  # puts run as tasks, started in batch order: the next one copies during the last's round trip
+                    running.append(asyncio.ensure_future(timed(batch, i)))
+            while running:
+                await running.popleft()
         finally:
+            for task in running:
+                task.cancel()
             await q.aclose()
     except BaseException as exc:
         report_failure(spec, "producer", exc)
@@ -172,18 +186,22 @@ def run_arena_case(
     reserve: bool = False,
     watch_flushes: bool = False,
     reads: bool = False,
+    in_flight: int = 1,
 ) -> Row:
     mode = "paced" if paced else "stream"
     key = f"arena-{'reserve-' if reserve else ''}{shape.key}-{mode}" + ("-beyond" if beyond else "")
+    key += f"-{in_flight}-in-flight" if in_flight > 1 else ""
     how = (
         f"reserve(spec, batch_size={shape.rows}, partition_id) -> np.copyto of the pool batch into the reserved "
         "arrays (the producer's one write) -> put(reservation) (no copy)"
         if reserve
         else "put(partition_id)"
+        + (f", {in_flight} puts in flight (tasks on one Queue, started in batch order)" if in_flight > 1 else "")
     )
+    path = "persisting arena reserve" if reserve else "persisting arena"
     row = Row.of(
         key,
-        "persisting arena reserve" if reserve else "persisting arena",
+        path + (f", {in_flight} puts in flight" if in_flight > 1 else ""),
         mode,
         shape,
         batches,
@@ -197,7 +215,7 @@ def run_arena_case(
     address = f"ipc://{sock / 'b.sock'}"
     log_path = base / "broker.log"
     spec = pair_spec(shape, batches, paced, seed, check, broker=address, topic="bench", put_timeout=put_timeout)
-    spec.update(reserve=reserve, check_label=f"{row.path} get_batch", reads=reads)
+    spec.update(reserve=reserve, check_label=f"{row.path} get_batch", reads=reads, in_flight=in_flight)
     t_stop = 0.0
     with broker_process(case / "storage", address, log_path, ["--arena-bytes", str(arena_bytes)], "WARNING"):
         with FlushWatch(address) if watch_flushes else contextlib.nullcontext() as flushes:

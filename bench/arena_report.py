@@ -63,16 +63,22 @@ def aims(result: ArenaBenchResult) -> list[list[str]]:
     small = f"{SMALL.batch_bytes / MiB:g} MiB"
     large = f"{LARGE.batch_bytes / MiB:g} MiB"
     torch_small = result.row(f"torch-{SMALL.key}-stream")
-    for path in ("arena", "arena-reserve"):
-        label = "persisting" + (" reserve" if path == "arena-reserve" else "")
-        s = result.row(f"{path}-{SMALL.key}-stream")
+    n = result.settings.get("in_flight", 1)
+    ways = [("arena", "", "persisting", "")]
+    if n > 1:  # the same stream with n puts running at once on the producer's Queue
+        ways.append(("arena", f"-{n}-in-flight", "persisting", f", {n} puts in flight"))
+    for path, tail, label, how in [*ways, ("arena-reserve", "", "persisting reserve", "")]:
+        s = result.row(f"{path}-{SMALL.key}-stream{tail}")
         if s is not None:
             if torch_small is not None:
-                out.append(_aim(f"{label} {small} stream / torch.multiprocessing.Queue", _ratio(s, torch_small), 2.0))
-            out.append(_aim(f"{label} {small} stream / memcpy", _ratio(s, result.row(f"memcpy-{SMALL.key}")), 0.4))
-        big = result.row(f"{path}-{LARGE.key}-stream")
+                vs_torch = _ratio(s, torch_small)
+                out.append(_aim(f"{label} {small} stream{how} / torch.multiprocessing.Queue", vs_torch, 2.0))
+            vs_mem = _ratio(s, result.row(f"memcpy-{SMALL.key}"))
+            out.append(_aim(f"{label} {small} stream{how} / memcpy", vs_mem, 0.4))
+        big = result.row(f"{path}-{LARGE.key}-stream{tail}")
         if big is not None:
-            out.append(_aim(f"{label} {large} stream / memcpy", _ratio(big, result.row(f"memcpy-{LARGE.key}")), 0.8))
+            vs_mem = _ratio(big, result.row(f"memcpy-{LARGE.key}"))
+            out.append(_aim(f"{label} {large} stream{how} / memcpy", vs_mem, 0.8))
     beyond = result.row(f"arena-{SMALL.key}-stream-beyond")
     if beyond is not None:
         disk = result.row(f"fdatasync-{SMALL.key}")

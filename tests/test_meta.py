@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -101,3 +104,32 @@ def test_errors_name_the_problem() -> None:
         meta.union(other)
     with pytest.raises(InvalidRecordError, match="not a BatchMeta"):
         BatchMeta.from_dict({"samples": [[1]]})
+
+
+@settings(max_examples=60)
+@given(
+    st.integers(0, 10_000),
+    st.integers(0, 40),
+    st.sampled_from(["a", "b"]),
+    st.lists(st.sampled_from(sorted(FIELDS)), unique=True),
+)
+def test_a_put_meta_built_lazily_is_the_meta_built_at_once(first: int, n: int, part: str, names: list[str]) -> None:
+    """``BatchMeta.of_run`` (what put returns) answers every question as the meta of its samples built at once,
+    before and after its samples are made, and pickles, compares and refuses writes alike."""
+    fields = {name: FIELDS[name] for name in names}
+    eager = BatchMeta(tuple(SampleMeta(i, part, dict(fields)) for i in range(first, first + n)))
+    lazy = BatchMeta.of_run(first, n, part, fields)
+    asked = ("size", "global_indexes", "partition_ids", "field_names", "is_ready", "custom_meta", "extra_info")
+    for built in (False, True):  # before the samples are made, and after
+        if built:
+            assert lazy.samples == eager.samples
+        assert {a: getattr(lazy, a) for a in asked} == {a: getattr(eager, a) for a in asked}
+        assert len(lazy) == len(eager) and lazy == eager and repr(lazy) == repr(eager)
+    fresh = BatchMeta.of_run(first, n, part, fields)
+    assert pickle.loads(pickle.dumps(fresh)) == eager
+    assert fresh.to_dict() == eager.to_dict()
+    assert [m.global_indexes for m in fresh.chunk(3)] == [m.global_indexes for m in eager.chunk(3)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fresh.extra_info = {}  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        hash(fresh)

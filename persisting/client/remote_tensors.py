@@ -1,10 +1,12 @@
 """Broker mode, the tensor plane on the client side: ``ArenaClient``, composed into ``remote.RemoteTopic``.
 
-A put leases an extent of the broker's arena (or uses the one leased ahead in the previous put's reply), copies
-the batch into it (the only copy a tensor gets) and sends the layout. A get receives offsets into the arena and
-makes copy-on-write views of it (``Arena.private``: one mapping per get, so what the consumer writes stays its
-own), checked against the arena's size; the views' finalizers put the hold in this process's book of releases
-(``releases.py``), which the next request, a timer on the engine loop or ``aclose()`` sends to the broker.
+A put leases an extent of the broker's arena (or uses one leased ahead in an earlier put's reply), copies the
+batch into it (the only copy a tensor gets) and sends the layout. Puts may run at once (tasks, threads): each
+leases, copies and sends in turn, and awaits its reply while the next one copies. A get receives offsets into
+the arena and makes copy-on-write views of it (``Arena.private``: one mapping per get, so what the consumer
+writes stays its own), checked against the arena's size; the views' finalizers put the hold in this process's
+book of releases (``releases.py``), which the next request, a timer on the engine loop or ``aclose()`` sends to
+the broker.
 
 A reservation (``Queue.reserve``, ``reservation.py``) leases its extent the same way (``reserve_extent``: by
 this process, so the broker's reaper frees it if the process dies), hands the producer writable arrays on it,
@@ -68,15 +70,26 @@ def _abandon_soon(lease: ReservedExtent, address: str, loop: asyncio.AbstractEve
 
 
 class ArenaClient:
-    """This process's side of one topic's tensor plane: its mapping of the broker's arena, the extent leased
-    ahead for the next put, puts into extents, and views out of them. Composed into ``remote.RemoteTopic``, which
+    """This process's side of one topic's tensor plane: its mapping of the broker's arena, the extents leased
+    ahead for the next puts, puts into extents, and views out of them. Composed into ``remote.RemoteTopic``, which
     gives it the topic's request arguments (``args``)."""
 
     def __init__(self, address: str, args: Callable[..., dict[str, Any]]) -> None:
         self._address = address
         self._args = args
         self._arena_info: dict[str, Any] | None = None  # what the broker's hello said of its arena
-        self._spare: list[Any] | None = None  # [extent, offset, bytes, generation] leased ahead for the next put
+        self._mapped: Arena | None = None  # this process's mapping of that arena, once made
+        # Extents leased ahead for the next puts, [extent, offset, bytes, generation] each: a put asks for one
+        # ahead only while fewer are here or on their way than the most puts this process has had running at once
+        # (so puts kept in flight each find one, and a process holds no more spares than that).
+        self._spares: list[list[Any]] = []
+        self._asked_ahead = 0  # put_tensors requests sent that ask for an extent ahead and are not answered yet
+        self._sealing = 0  # puts between their lease and their reply
+        self._most_sealing = 0
+        # Held from a put's lease to the moment its request is sent: puts of this process reach the broker in the
+        # order they leased (one waiting for arena space is not overtaken), while the next put's copy runs during
+        # the last one's round trip. One per event loop (a lock waited on is bound to its loop).
+        self._send_order: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     @property
     def _conn(self) -> Connection:
@@ -84,7 +97,7 @@ class ArenaClient:
 
     def hello(self, info: dict[str, Any]) -> None:
         """The arena the broker's hello described (empty: none)."""
-        self._arena_info = dict(info)
+        self._learn(info)
 
     async def _arena(self, generation: bytes | None = None) -> Arena | None:
         """This process's mapping of the broker's arena (made once; again after the broker restarted).
@@ -93,10 +106,13 @@ class ArenaClient:
         If that broker restarted before this process mapped its arena, the file at the arena's path is the next
         broker's, of the same size: ``UnknownExtentError`` then, never that file (the caller leases or asks
         again; test_arena_restarts)."""
+        mapped = self._mapped
+        if mapped is not None and not mapped.closed and (generation is None or generation == mapped.generation):
+            return mapped  # the arena of the broker's last hello, mapped already: no lookup per put
         info = self._arena_info
         if info is None or (generation is not None and info.get("generation") != generation):
             hello = await self._conn.request("hello", {})
-            info = self._arena_info = dict(hello.result.get("arena") or {})
+            info = self._learn(hello.result.get("arena"))
         for attempt in range(ATTACH_TRIES):
             if generation is not None and (not info or bytes(info["generation"]) != generation):
                 raise errors.UnknownExtentError(
@@ -106,7 +122,8 @@ class ArenaClient:
             if not info:
                 return None
             try:
-                return attach_cached(Path(info["path"]), bytes(info["generation"]))
+                self._mapped = attach_cached(Path(info["path"]), bytes(info["generation"]))
+                return self._mapped
             except errors.StorageError:
                 # The broker restarted between its hello and our mapping (the file is gone or of a newer
                 # generation): ask again. A broker that is down makes the hello raise BrokerUnavailableError.
@@ -114,8 +131,13 @@ class ArenaClient:
                     raise
                 await asyncio.sleep(ATTACH_RETRY_S * (attempt + 1))
                 hello = await self._conn.request("hello", {})
-                info = self._arena_info = dict(hello.result.get("arena") or {})
+                info = self._learn(hello.result.get("arena"))
         return None
+
+    def _learn(self, info: dict[str, Any] | None) -> dict[str, Any]:
+        """What a new hello said of the broker's arena (empty: none); the mapping is made again when needed."""
+        self._arena_info, self._mapped = dict(info or {}), None
+        return self._arena_info
 
     async def has_arena(self) -> bool:
         return await self._arena() is not None
@@ -124,8 +146,8 @@ class ArenaClient:
         """The size of the broker's arena, or None without one (from its hello: nothing is mapped for this)."""
         if self._arena_info is None:
             hello = await self._conn.request("hello", {})
-            self._arena_info = dict(hello.result.get("arena") or {})
-        size = self._arena_info.get("size_bytes")
+            self._learn(hello.result.get("arena"))
+        size = (self._arena_info or {}).get("size_bytes")
         return int(size) if size else None
 
     async def put_tensors(
@@ -200,51 +222,83 @@ class ArenaClient:
         the next attempt's extent, while the broker answers that it never leased it (it restarted)."""
         if key is None:
             key = uuid.uuid4().hex  # one key for every attempt: the broker stores the batch once, whatever happens
+        put: dict[str, Any] = {"partition": partition, "kinds": other.kinds, "count": n, "key": key, "fields": fields}
+        if of is not None:
+            put["of"] = of
+        if kv is not None:
+            put["kv"] = kv
+        if dedup_bytes is not None:
+            put["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
         result: list[Any] = []
-        for attempt in range(RESTART_RETRIES):
-            extent, generation = await extent_for(attempt)
-            args = self._args(
-                partition=partition,
-                kinds=other.kinds,
-                count=n,
-                key=key,
-                extent=extent,
-                generation=generation,
-                fields=fields,
-                peer=peer_id(),
-                # the reply brings the next put's extent: one round trip per put, not two
-                lease_next=need if lease_next is None else lease_next,
-            )
-            if of is not None:
-                args["of"] = of
-            if kv is not None:
-                args["kv"] = kv
-            if dedup_bytes is not None:
-                args["dedup"] = list(dedup_bytes)  # bytes of deduped fields put, stored: status and metrics
-            try:
-                result = (await self._conn.request("put_tensors", args, [other_blob])).result
-                break
-            except errors.UnknownExtentError:
-                # The extent came from a broker that has restarted since (killed before it stored this batch,
-                # or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
-                if attempt == RESTART_RETRIES - 1:
-                    raise
+        self._sealing += 1
+        self._most_sealing = max(self._most_sealing, self._sealing)
+        try:
+            for attempt in range(RESTART_RETRIES):
+                try:
+                    result = await self._send_put(
+                        extent_for, attempt, put, other_blob, need if lease_next is None else lease_next
+                    )
+                    break
+                except errors.UnknownExtentError:
+                    # The extent came from a broker that has restarted since (killed before it stored this batch,
+                    # or the lease was taken ahead): the new one never heard of it. Lease afresh, same key.
+                    if attempt == RESTART_RETRIES - 1:
+                        raise
+        finally:
+            self._sealing -= 1
         first, count = result[0], result[1]
         if len(result) > 2 and result[2]:
-            self._spare = list(result[2])
+            self._spares.append(list(result[2]))
         kinds = dict(other.kinds)
         kinds.update({str(f[0]): str(f[1]) for f in fields})
         return int(first), int(count), kinds, list(result[3:])
+
+    async def _send_put(
+        self,
+        extent_for: Callable[[int], Awaitable[tuple[int, bytes]]],
+        attempt: int,
+        put: dict[str, Any],
+        blob: bytes,
+        ahead: int,
+    ) -> list[Any]:
+        """One ``put_tensors`` request: its extent (leased, written) and its send in this process's put order,
+        then its reply, during which the next put leases and copies."""
+        loop = asyncio.get_running_loop()
+        if self._send_order is None or self._send_order[0] is not loop:
+            self._send_order = (loop, asyncio.Lock())
+        order = self._send_order[1]
+        await order.acquire()
+        ordered = True
+        try:
+            extent, generation = await extent_for(attempt)
+            if ahead and len(self._spares) + self._asked_ahead >= self._most_sealing:
+                ahead = 0  # enough extents are here or on their way for as many puts as ever ran at once
+            # lease_next: the reply brings the next put's extent, one round trip per put, not two
+            args = self._args(**put, extent=extent, generation=generation, peer=peer_id(), lease_next=ahead)
+            # Released before the await: Connection.request sends before it first suspends, and the next put
+            # (woken by the release) runs only once this one suspends, so it is sent after this one.
+            ordered = False
+            order.release()
+            self._asked_ahead += bool(ahead)
+            try:
+                return list((await self._conn.request("put_tensors", args, [blob])).result)
+            finally:
+                self._asked_ahead -= bool(ahead)
+        finally:
+            if ordered:
+                order.release()
 
     async def _lease(self, need: int, timeout: float) -> tuple[int, int, Arena]:
         """An extent of at least ``need`` bytes for this process (the one leased ahead if it fits): (id, offset
         in the arena file, the arena it lies in: the one of the broker that leased it, never a later one)."""
         attempt = 0
         while True:
-            spare, self._spare = self._spare, None
-            if spare is not None and spare[2] < need:
-                await self._give_back(spare)
-                spare = None
+            spare = None
+            while self._spares and spare is None:
+                spare = self._spares.pop(0)
+                if spare[2] < need:  # leased for a smaller batch: the next ones are likely this size
+                    await self._give_back(spare)
+                    spare = None
             if spare is None:
                 released = releases.take(self._address)
                 lease = {"nbytes": need, "timeout": timeout, "peer": peer_id(), "released": released}
@@ -254,7 +308,9 @@ class ArenaClient:
                 arena = await self._arena(bytes(generation))
             except errors.UnknownExtentError:
                 # Leased (maybe ahead) by a broker that has restarted since: the extent is gone, and its offset in
-                # the new broker's arena may hold a batch that broker acknowledged. Lease afresh.
+                # the new broker's arena may hold a batch that broker acknowledged. Lease afresh; the other spares
+                # from that broker went with it.
+                self._spares = [s for s in self._spares if bytes(s[3]) != bytes(generation)]
                 attempt += 1
                 if attempt == RESTART_RETRIES:
                     raise
@@ -318,8 +374,8 @@ class ArenaClient:
             await self._conn.request("release", args, timeout=5)
 
     async def aclose(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
+        spares, self._spares = self._spares, []
+        for spare in spares:
             await self._give_back(spare)
 
     async def data(

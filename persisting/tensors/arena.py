@@ -178,6 +178,11 @@ class Arena:
             raise StorageError(f"arena file {path}: {problem}")
         return cls(path, fd, mm, size_bytes, generation, owner=False)
 
+    @property
+    def closed(self) -> bool:
+        """Closed: a broker of a newer generation replaced it (``attach_cached``), or the broker stopped."""
+        return self._fd < 0
+
     def view(self, offset: int, nbytes: int, *, writable: bool = False) -> np.ndarray:
         """A uint8 view of ``[offset, offset + nbytes)`` in the shared mapping, checked against the mapping (offsets
         come from a peer). Writable only for producers (puts, reservations); consumers get ``private`` arrays."""

@@ -99,7 +99,7 @@ def batch_meta(
             tuple(replace(s, fields={**s.fields, **fields}) for s in patch.samples),
             {**patch.extra_info, "fields": None},
         )
-    return BatchMeta(tuple(sample_metas(range(first, first + n), partition, fields)))
+    return BatchMeta.of_run(first, n, partition, fields)  # its SampleMetas made when first asked for
 
 
 def meta_from(indexes: list[int], partition: str, runs: list[list[Any]], fields: list[str] | None) -> BatchMeta:
