@@ -184,24 +184,10 @@ def run_arena_bench(
                     continue
                 first = not paced  # zero-copy evidence once per shape and path, from the stream run
                 bar.set_description(f"arena {shape.key} {'paced' if paced else 'stream'}")
-                rows.append(
-                    run_arena_case(
-                        ctx,
-                        base,
-                        shape,
-                        count,
-                        paced,
-                        arena_bytes,
-                        seed,
-                        first,
-                        result,
-                        bar.update,
-                        watch_flushes=plot,
-                        reads=consumer_reads,
-                    )
-                )
-                if not paced and in_flight > 1:
-                    bar.set_description(f"arena {shape.key} stream, {in_flight} in flight")
+                # the stream once with puts one after another, then (stream only) with in_flight running at once
+                for flight in (1, in_flight) if not paced and in_flight > 1 else (1,):
+                    if flight > 1:
+                        bar.set_description(f"arena {shape.key} stream, {flight} in flight")
                     rows.append(
                         run_arena_case(
                             ctx,
@@ -211,12 +197,12 @@ def run_arena_bench(
                             paced,
                             arena_bytes,
                             seed,
-                            False,
+                            first and flight == 1,
                             result,
                             bar.update,
                             watch_flushes=plot,
                             reads=consumer_reads,
-                            in_flight=in_flight,
+                            in_flight=flight,
                         )
                     )
                 if not paced:

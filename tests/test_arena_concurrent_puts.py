@@ -17,7 +17,7 @@ import pytest
 from persisting import Queue, SyncQueue
 from persisting.client.connection import connection
 
-from .broker_fixture import BrokerProcess, make_broker
+from .broker_fixture import BrokerProcess, running_broker
 
 # Small, so that an extent lost per put (leased ahead, then forgotten) would exhaust what one process may pin
 # (half the arena) well before the puts end: the puts would then fail with Full.
@@ -29,14 +29,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path)
-    b.extra_args = ["--arena-bytes", str(ARENA_BYTES)]
-    try:
-        b.start()
+    with running_broker(tmp_path, ["--arena-bytes", str(ARENA_BYTES)]) as b:  # stopped cleanly (exit 0) after
         yield b
-        assert b.stop() == 0
-    finally:
-        b.ensure_dead()
 
 
 def _batch(i: int, rows: int) -> dict[str, Any]:
