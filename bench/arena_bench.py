@@ -184,10 +184,13 @@ def run_arena_bench(
                     continue
                 first = not paced  # zero-copy evidence once per shape and path, from the stream run
                 bar.set_description(f"arena {shape.key} {'paced' if paced else 'stream'}")
-                # the stream once with puts one after another, then (stream only) with in_flight running at once
-                for flight in (1, in_flight) if not paced and in_flight > 1 else (1,):
-                    if flight > 1:
-                        bar.set_description(f"arena {shape.key} stream, {flight} in flight")
+                # the stream with puts one after another, with in_flight running at once, and written in place
+                # (reserve); a paced run only the first way
+                variants = [(1, False), *([(in_flight, False)] if in_flight > 1 else []), (1, True)]
+                for flight, reserve in variants if not paced else [(1, False)]:
+                    if flight > 1 or reserve:
+                        what = f"{flight} in flight" if flight > 1 else "reserve"
+                        bar.set_description(f"arena {shape.key} stream, {what}")
                     rows.append(
                         run_arena_case(
                             ctx,
@@ -200,28 +203,10 @@ def run_arena_bench(
                             first and flight == 1,
                             result,
                             bar.update,
+                            reserve=reserve,
                             watch_flushes=plot,
                             reads=consumer_reads,
                             in_flight=flight,
-                        )
-                    )
-                if not paced:
-                    bar.set_description(f"arena reserve {shape.key} stream")
-                    rows.append(
-                        run_arena_case(
-                            ctx,
-                            base,
-                            shape,
-                            count,
-                            paced,
-                            arena_bytes,
-                            seed,
-                            first,
-                            result,
-                            bar.update,
-                            reserve=True,
-                            watch_flushes=plot,
-                            reads=consumer_reads,
                         )
                     )
                 if torch_ref:
