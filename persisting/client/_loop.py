@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import os
 import selectors
 import sys
 import threading
-from collections.abc import Coroutine, Generator, Iterator
+from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
 
 from ..engine import caller_thread
@@ -93,10 +92,8 @@ def engine_loop() -> asyncio.AbstractEventLoop:
 
 
 def on_engine_loop() -> bool:
-    try:
-        return asyncio.get_running_loop() is _loop
-    except RuntimeError:
-        return False
+    loop = _loop
+    return loop is not None and asyncio._get_running_loop() is loop
 
 
 async def call(coro: Coroutine[Any, Any, T]) -> T:
@@ -156,20 +153,30 @@ def _give_baton_back(loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon_threadsafe(_nothing)
 
 
-@contextlib.contextmanager
-def baton_lent() -> Iterator[None]:
+class _Lent:
+    """``with baton_lent():`` a class, not a generator context manager: every blocking broker request enters it."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def __enter__(self) -> None:
+        _give_baton_back(self._loop)
+
+    def __exit__(self, *exc: object) -> None:
+        _baton.acquire()
+        _step.scheduled = len(self._loop._scheduled)  # type: ignore[attr-defined]
+
+
+def baton_lent() -> _Lent:
     """Inside a blocking caller's inline step (``engine.inline.blocking_allowed()``): give the baton up while this
     thread waits on something that is not the engine's (a broker's reply), and take it back after. Like an
     ``await``, it lets the loop and other callers run engine and client code meanwhile."""
     loop = _loop
     if loop is None:  # pragma: no cover - an inline step runs only once the loop exists
         raise RuntimeError("baton_lent() outside a blocking caller's step")
-    _give_baton_back(loop)
-    try:
-        yield
-    finally:
-        _baton.acquire()
-        _step.scheduled = len(loop._scheduled)  # type: ignore[attr-defined]
+    return _Lent(loop)
 
 
 def _asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
