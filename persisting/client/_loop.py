@@ -35,6 +35,8 @@ _baton = threading.Lock()
 # Set by the loop's thread when select returned and it waits for the baton: callers then hop instead of taking
 # the baton again, so a caller calling in a tight loop cannot starve the loop's own work (flushes, timers).
 _loop_wants_baton = threading.Event()
+# The loop's (firstiter, finalizer) hooks, which an inline step installs as the loop's thread has them.
+_loop_hooks: tuple[Any, Any] = (None, None)
 # Per blocking caller: the loop's count of timers when this thread last took the baton (see _woken).
 _step = threading.local()
 
@@ -65,7 +67,7 @@ class _BatonSelector(selectors.DefaultSelector):
 
 
 def engine_loop() -> asyncio.AbstractEventLoop:
-    global _loop, _thread
+    global _loop, _thread, _loop_hooks
     started = _loop
     if started is not None:  # every call asks: no lock once it runs
         return started
@@ -87,6 +89,7 @@ def engine_loop() -> asyncio.AbstractEventLoop:
             _thread = threading.Thread(target=serve, name="persisting-engine", daemon=True)
             _thread.start()
             ready.wait()
+            _loop_hooks = _asyncgen_hooks(loop)  # made once: each access makes two bound methods
             _loop = loop
         return _loop
 
@@ -127,7 +130,7 @@ def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
     try:
         # As on the loop's thread: the running loop, and async generators first iterated here belong to it.
         asyncio._set_running_loop(loop)
-        sys.set_asyncgen_hooks(*_asyncgen_hooks(loop))
+        sys.set_asyncgen_hooks(*_loop_hooks)
         try:
             with caller_thread():
                 pending = coro.send(None)
