@@ -51,8 +51,8 @@ def measure(chunk: int, chunks: int, base: Path) -> dict[str, list[float]]:
         ids = iter(range(1, 1 << 62))
 
         def bare_put(_record: dict[str, Any]) -> None:
-            args = {"topic": "client-steps-bare", "config": config, "partition": "default", "kinds": batch.kinds}
-            args.update(count=1, key=put_key())
+            args: dict[str, Any] = {"topic": "client-steps-bare", "config": config, "partition": "default"}
+            args.update(kinds=batch.kinds, count=1, key=put_key())
             bare.send_multipart(protocol.encode_request(protocol.Request(next(ids), "put_batch", args, [blob])))
             if not protocol.decode_reply(bare.recv_multipart()).ok:
                 raise RuntimeError("the bare socket's put got an error reply")
