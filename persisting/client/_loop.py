@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import os
 import selectors
 import sys
 import threading
-from collections.abc import Coroutine, Generator, Iterator
+from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
 
 from ..engine import caller_thread
@@ -36,6 +35,8 @@ _baton = threading.Lock()
 # Set by the loop's thread when select returned and it waits for the baton: callers then hop instead of taking
 # the baton again, so a caller calling in a tight loop cannot starve the loop's own work (flushes, timers).
 _loop_wants_baton = threading.Event()
+# The loop's (firstiter, finalizer) hooks, which an inline step installs as the loop's thread has them.
+_loop_hooks: tuple[Any, Any] = (None, None)
 # Per blocking caller: the loop's count of timers when this thread last took the baton (see _woken).
 _step = threading.local()
 
@@ -66,7 +67,7 @@ class _BatonSelector(selectors.DefaultSelector):
 
 
 def engine_loop() -> asyncio.AbstractEventLoop:
-    global _loop, _thread
+    global _loop, _thread, _loop_hooks
     started = _loop
     if started is not None:  # every call asks: no lock once it runs
         return started
@@ -88,15 +89,14 @@ def engine_loop() -> asyncio.AbstractEventLoop:
             _thread = threading.Thread(target=serve, name="persisting-engine", daemon=True)
             _thread.start()
             ready.wait()
+            _loop_hooks = _asyncgen_hooks(loop)  # made once: each access makes two bound methods
             _loop = loop
         return _loop
 
 
 def on_engine_loop() -> bool:
-    try:
-        return asyncio.get_running_loop() is _loop
-    except RuntimeError:
-        return False
+    loop = _loop
+    return loop is not None and asyncio._get_running_loop() is loop
 
 
 async def call(coro: Coroutine[Any, Any, T]) -> T:
@@ -130,7 +130,7 @@ def _run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
     try:
         # As on the loop's thread: the running loop, and async generators first iterated here belong to it.
         asyncio._set_running_loop(loop)
-        sys.set_asyncgen_hooks(*_asyncgen_hooks(loop))
+        sys.set_asyncgen_hooks(*_loop_hooks)
         try:
             with caller_thread():
                 pending = coro.send(None)
@@ -156,20 +156,30 @@ def _give_baton_back(loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon_threadsafe(_nothing)
 
 
-@contextlib.contextmanager
-def baton_lent() -> Iterator[None]:
+class _Lent:
+    """``with baton_lent():`` a class, not a generator context manager: every blocking broker request enters it."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def __enter__(self) -> None:
+        _give_baton_back(self._loop)
+
+    def __exit__(self, *exc: object) -> None:
+        _baton.acquire()
+        _step.scheduled = len(self._loop._scheduled)  # type: ignore[attr-defined]
+
+
+def baton_lent() -> _Lent:
     """Inside a blocking caller's inline step (``engine.inline.blocking_allowed()``): give the baton up while this
     thread waits on something that is not the engine's (a broker's reply), and take it back after. Like an
     ``await``, it lets the loop and other callers run engine and client code meanwhile."""
     loop = _loop
     if loop is None:  # pragma: no cover - an inline step runs only once the loop exists
         raise RuntimeError("baton_lent() outside a blocking caller's step")
-    _give_baton_back(loop)
-    try:
-        yield
-    finally:
-        _baton.acquire()
-        _step.scheduled = len(loop._scheduled)  # type: ignore[attr-defined]
+    return _Lent(loop)
 
 
 def _asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:

@@ -24,7 +24,7 @@ from . import _loop, keyed
 from .data_api import DataAPI, on_topic
 from .handle import TopicHandle
 from .remote import RemoteTopic, put_key
-from .tensor_puts import TensorPuts, check_patch
+from .tensor_puts import TensorPuts, check_patch, one_partition
 
 OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
 
@@ -154,6 +154,11 @@ class Queue(DataAPI):
         """
         key = await self._put_key(idempotency_key)
         try:
+            if type(data) is dict and partition_id is None and batch_meta is None and extra is None:
+                # The common case, one plain record: straight to its append, without _put's dispatch on what
+                # data is (a coroutine layer and ABC isinstance checks); what _put would do, errors included.
+                await self._append([data], "default", key)
+                return None
             return await self._put(data, partition_id, batch_meta, timeout, extra, key)
         except BrokerUnavailableError as exc:
             exc.idempotency_key = key
@@ -180,7 +185,7 @@ class Queue(DataAPI):
                 raise ConfigError(
                     f"batch_meta must be the BatchMeta of the samples, got {type(batch_meta).__qualname__}"
                 )
-            partition = partition_id if partition_id is not None else _one_partition(batch_meta)
+            partition = partition_id if partition_id is not None else one_partition(batch_meta)
             check_patch(batch_meta, partition)
             return await self._tensors.put_tensors(data, partition, timeout, batch_meta, key)
         if partition_id is not None or tensors.is_tensor_dict(data):
@@ -190,7 +195,7 @@ class Queue(DataAPI):
             raise InvalidRecordError(
                 f"put() takes a dict record, got {type(record).__qualname__}; use put_batch() for a list of records"
             )
-        await self._put_batch([record], "default", key)
+        await self._append([record], "default", key)
         return None
 
     async def _put_key(self, given: str | None) -> str | None:
@@ -259,6 +264,10 @@ class Queue(DataAPI):
             raise InvalidRecordError(f"put_batch() takes a list of dict records, got {type(records).__qualname__}")
         if not isinstance(partition_id, str) or not partition_id:
             raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition_id!r}")
+        return await self._append(records, partition_id, key)
+
+    async def _append(self, records: Sequence[Mapping[str, Any]], partition_id: str, key: str | None) -> range:
+        """Encode records (checked to be a list of them) and append them to ``partition_id``."""
         topic = await self._handle.engine()
         if len(records) > OFFLOAD_RECORDS:
             batch, blob = await asyncio.to_thread(_encode, records, topic.kinds)
@@ -394,13 +403,6 @@ class Queue(DataAPI):
     async def kv_names(self, global_indexes: Sequence[int], partition_id: str = "default") -> list[str | None]:
         """The key each sample carries (None: none, or it was cleared)."""
         return await keyed.names(self._handle, global_indexes, partition_id)
-
-
-def _one_partition(meta: BatchMeta) -> str:
-    parts = meta.partition_ids
-    if len(parts) > 1:
-        raise ConfigError(f"batch_meta holds samples of several partitions {parts}; put to each one separately")
-    return parts[0] if parts else "default"
 
 
 def _encode(records: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> tuple[codec.EncodedBatch, bytes]:

@@ -23,8 +23,9 @@ def _blocking(name: str) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: SyncQueue, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(_unwrap(a) for a in args)
-        kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+        args = tuple(map(_unwrap, args))
+        if kwargs:
+            kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
         return _loop.run(getattr(self._queue, name)(*args, **kwargs))
 
     call.__doc__ = f"Blocking form of ``await Queue.{name}(...)``. " + (method.__doc__ or "")
@@ -178,7 +179,7 @@ class SyncReservation:
 
 
 def _unwrap(value: Any) -> Any:
-    return value.reservation if isinstance(value, SyncReservation) else value
+    return value.reservation if type(value) is SyncReservation else value
 
 
 async def _anext(agen: AsyncGenerator[list[dict[str, Any]], None]) -> list[dict[str, Any]]:

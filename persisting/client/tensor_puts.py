@@ -303,3 +303,11 @@ def _storable(name: str, value: Any) -> bool:
     except InvalidRecordError:
         return False
     return True
+
+
+def one_partition(meta: BatchMeta) -> str:
+    """The one partition of ``meta``'s samples (a put with ``batch_meta`` and no ``partition_id`` goes there)."""
+    parts = meta.partition_ids
+    if len(parts) > 1:
+        raise ConfigError(f"batch_meta holds samples of several partitions {parts}; put to each one separately")
+    return parts[0] if parts else "default"

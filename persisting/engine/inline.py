@@ -12,9 +12,7 @@ loop's baton and has made that loop this thread's running loop for the duration.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 _state = threading.local()
 
@@ -24,12 +22,19 @@ def blocking_allowed() -> bool:
     return getattr(_state, "inline", False)
 
 
-@contextlib.contextmanager
-def caller_thread() -> Iterator[None]:
+class _CallerThread:
+    """``with caller_thread():`` a class, not a generator context manager: every blocking call enters it."""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self) -> None:
+        self._before = getattr(_state, "inline", False)
+        _state.inline = True
+
+    def __exit__(self, *exc: object) -> None:
+        _state.inline = self._before
+
+
+def caller_thread() -> _CallerThread:
     """Mark this thread as running engine code inline for a blocking caller (see the module doc)."""
-    before = getattr(_state, "inline", False)
-    _state.inline = True
-    try:
-        yield
-    finally:
-        _state.inline = before
+    return _CallerThread()

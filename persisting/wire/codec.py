@@ -30,8 +30,7 @@ the write-ahead log and storage backends hold; ``decode_rows`` needs the topic's
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 import msgspec
@@ -233,9 +232,9 @@ def encode_value(value: Any, kind: str, field: str) -> Any:
 _SCALAR_TYPES: dict[str, type] = {"bool": bool, "float": float, "str": str}
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedBatch:
-    """Records reduced to rows, with the kind each field had in this batch."""
+class EncodedBatch(NamedTuple):
+    """Records reduced to rows, with the kind each field had in this batch (a tuple: made on every put, and a
+    frozen dataclass costs more to make than the rest of a one-record batch's encoding)."""
 
     rows: list[dict[str, Any]]
     kinds: dict[str, str]
@@ -250,7 +249,7 @@ def encode_batch(records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str,
     kinds: dict[str, str] = {}
     where: dict[str, int] = {}
     for n, record in enumerate(records):
-        if not isinstance(record, Mapping):
+        if type(record) is not dict and not isinstance(record, Mapping):  # the ABC check only for what is no dict
             raise InvalidRecordError(
                 f"record {n} is a {type(record).__qualname__}; records must be dicts with str keys"
             )
