@@ -10,8 +10,13 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
     max_message_bytes   --max-message-bytes  PERSISTING_MAX_MESSAGE_BYTES  268435456
     log_level           --log-level          PERSISTING_LOG_LEVEL          INFO
     socket_mode         --socket-mode        PERSISTING_SOCKET_MODE        0600 (0660: the group may connect)
-    arena_bytes         --arena-bytes        PERSISTING_ARENA_BYTES        268435456 (the shared-memory arena,
-                                                                           reserved at start; 0: no arena)
+    arena_bytes         --arena-bytes        PERSISTING_ARENA_BYTES        268435456 (the first shared-memory
+                                                                           segment, reserved at start; 0: no
+                                                                           shared memory)
+    shm_budget          --shm-budget         PERSISTING_SHM_BUDGET         min(30% of RAM, half of /dev/shm's free
+                                                                           space), at least arena_bytes: the most
+                                                                           shared memory the segments may take
+                                                                           (bytes, or 512M, 8G, 1T)
     metrics             --metrics            PERSISTING_METRICS            off (Prometheus metrics at PORT,
                                                                            HOST:PORT or unix:PATH; a bare port
                                                                            binds 127.0.0.1)
@@ -23,8 +28,8 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
                                                                            of the log and locks
     storage_options     (TOML table only)    PERSISTING_STORAGE_OPTIONS    Lance's object-store options (JSON)
 
-The arena file (/dev/shm/persisting-<hash of storage path>.arena) gets socket_mode too: a client that may
-connect may map it.
+The shared-memory files (/dev/shm/persisting-<hash of storage path>.arena and .arena.<n>) get socket_mode too: a
+client that may connect may map them.
 
 The broker serves on uvloop (a dependency of persisting where it builds; ``PERSISTING_BROKER_LOOP=asyncio``
 picks asyncio's own loop; ``hello`` answers which one runs).
@@ -64,6 +69,7 @@ SETTINGS = (
     "log_level",
     "socket_mode",
     "arena_bytes",
+    "shm_budget",
     "metrics",
     "local_path",
 )
@@ -106,9 +112,18 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         if flag is not None:
             out[key] = flag
     out["max_message_bytes"] = int(out["max_message_bytes"])
-    out["arena_bytes"] = int(out["arena_bytes"])
+    out["arena_bytes"] = parse_bytes("arena_bytes", out["arena_bytes"])
     if out["arena_bytes"] < 0:
         raise SystemExit("persisting-broker: arena_bytes must be >= 0 (0 runs without an arena)")
+    if out.get("shm_budget") not in (None, ""):
+        out["shm_budget"] = parse_bytes("shm_budget", out["shm_budget"])
+        if out["shm_budget"] < out["arena_bytes"]:
+            raise SystemExit(
+                f"persisting-broker: shm_budget ({out['shm_budget']} bytes) must be at least arena_bytes "
+                f"({out['arena_bytes']}): the budget counts the first segment too"
+            )
+    else:
+        out["shm_budget"] = None  # derived from the machine at start (broker/segments.py default_budget)
     try:
         out["socket_mode"] = int(str(out["socket_mode"]), 8)
     except ValueError:
@@ -118,6 +133,23 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     if out["socket_mode"] & ~0o666:
         raise SystemExit("persisting-broker: socket_mode may only hold read/write bits (e.g. 0600 or 0660)")
     return out
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(name: str, value: Any) -> int:
+    """A byte count from a setting: an int, or a number with K, M, G or T (powers of 1024; "8G", "1.5GiB")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = text[-1:] if text[-1:] in _UNITS and text[-1:] else ""
+    try:
+        return int(float(text[: len(text) - len(unit)]) * _UNITS[unit])
+    except ValueError:
+        raise SystemExit(
+            f"persisting-broker: {name} must be a byte count such as 268435456, 512M or 8G, got {value!r}"
+        ) from None
 
 
 def notify_systemd(message: str) -> None:
@@ -171,6 +203,7 @@ async def serve(conf: dict[str, Any]) -> None:
             max_message_bytes=conf["max_message_bytes"],
             socket_mode=conf["socket_mode"],
             arena_bytes=conf["arena_bytes"],
+            shm_budget=conf["shm_budget"],
             metrics=bool(conf["metrics"]),
             location=location,
         )
@@ -265,7 +298,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-level", dest="log_level")
     parser.add_argument("--socket-mode", dest="socket_mode", help="octal mode of the ipc socket file (default 0600)")
     parser.add_argument("--local-path", dest="local_path", help="local folder for the log with an object-store path")
-    parser.add_argument("--arena-bytes", dest="arena_bytes", type=int, help="shared-memory arena size (0: none)")
+    parser.add_argument(
+        "--arena-bytes",
+        dest="arena_bytes",
+        help="size of the first shared-memory segment, reserved at start (default 256M; 0: no shared memory)",
+    )
+    parser.add_argument(
+        "--shm-budget",
+        dest="shm_budget",
+        help="the most shared memory the broker's segments may take, e.g. 8G (default: min(30%% of RAM, half of "
+        "/dev/shm's free space)); batches up to it go through shared memory",
+    )
     parser.add_argument(
         "--metrics", dest="metrics", help="serve Prometheus metrics at PORT, HOST:PORT or unix:PATH (default: off)"
     )

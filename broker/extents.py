@@ -1,6 +1,11 @@
-"""The broker's book of arena extents: who leased what, what is sealed, who holds views, what can be reused.
+"""The broker's book of extents in its shared memory: who leased what, what is sealed, who holds views, what can
+be reused.
 
-States and transitions are drawn in ``persisting/arena.py``. Everything here runs on the broker's loop.
+States and transitions are drawn in ``persisting/tensors/arena.py``. Everything here runs on the broker's loop.
+Offsets are space offsets (segment index << 40 | offset in the segment), so one sorted free list covers every
+segment and never coalesces across two. A lease takes, in this order: free space (segment 0 first), the space of
+flushed extents nobody holds (oldest first), a new segment (``segments.py``, within the budget, giving back idle
+segments first when the budget is short), and otherwise waits for a flush to free space, then ``Full``.
 
 Peers are processes on this node, named by ``(pid, start time)``: the pid the kernel gives for the connection
 (``peers.py``, never what a client says) and its start time from ``/proc`` (a pid alone can be reused by a new
@@ -10,7 +15,7 @@ never pins arena space.
 
 A process that lives and does not let go (a bug, or a client written to do harm) is bounded instead: what one
 process pins (the extents it leased and has not sealed, and the extents its holds keep, each counted once) may
-not pass ``max_pinned_bytes`` (half the arena by default), except that a process pinning nothing may always take
+not pass ``max_pinned_bytes`` (half the budget by default), except that a process pinning nothing may always take
 one lease or one hold of any size (one batch larger than the bound still goes through). Past the bound its
 leases wait for its own space to go (then ``Full``, naming the bound) and its get_data is answered with copies;
 everyone else's puts go on.
@@ -22,11 +27,14 @@ import asyncio
 import bisect
 import contextlib
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from persisting.errors import ConfigError, Full, ProtocolError, UnknownExtentError
-from persisting.tensors.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, Peer, align_up, peer_alive
+from persisting.tensors.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, SEGMENT_SHIFT, Peer, align_up, peer_alive
+
+from .segments import SegmentBook
 
 
 @dataclass(slots=True)
@@ -43,7 +51,8 @@ class Extent:
 
 
 class Extents:
-    """First-fit allocation over the arena's data area, with coalescing frees."""
+    """First-fit allocation over the segments' data areas, with coalescing frees. ``book``: the segments beyond
+    the first (none without one: the first segment of ``size_bytes`` is all there is)."""
 
     def __init__(
         self,
@@ -51,11 +60,15 @@ class Extents:
         on_pressure: Callable[[], None] | None = None,
         on_evict: Callable[[str, int], None] | None = None,
         max_pinned_bytes: int | None = None,
+        book: SegmentBook | None = None,
     ) -> None:
         self.size_bytes = size_bytes
-        self.max_pinned_bytes = max_pinned_bytes or size_bytes - HEADER_BYTES
+        self._book = book
+        # the most one extent may be: a segment of its own within the budget, or all of segment 0
+        self.largest_bytes = size_bytes - HEADER_BYTES if book is None else book.largest_batch_bytes()
+        self.max_pinned_bytes = max_pinned_bytes or self.largest_bytes
         self._on_pressure = on_pressure  # called when a lease has to wait: flushing sooner frees extents
-        self._on_evict = on_evict  # (topic, extent id): that flushed batch is no longer in the arena
+        self._on_evict = on_evict  # (topic, extent id): that flushed batch is no longer in shared memory
         self._free: list[tuple[int, int]] = [(HEADER_BYTES, size_bytes - HEADER_BYTES)]  # sorted (offset, nbytes)
         self.extents: dict[int, Extent] = {}
         self._ids = itertools.count(1)
@@ -101,11 +114,11 @@ class Extents:
         if nbytes <= 0:
             raise ProtocolError(f"lease size must be > 0, got {nbytes}")
         size = align_up(nbytes, EXTENT_ALIGN_BYTES)
-        if size > self.size_bytes - HEADER_BYTES:
+        if size > self.largest_bytes:
             raise ConfigError(
-                f"a batch of {nbytes} bytes is larger than the arena's data area "
-                f"({self.size_bytes - HEADER_BYTES} bytes); split the batch or start the broker with a larger "
-                "--arena-bytes (zerocopy_mode='auto' sends such a batch over the socket instead)"
+                f"a batch of {nbytes} bytes is larger than the arena's budget (at most {self.largest_bytes} bytes "
+                "in one piece); split the batch or start the broker with a larger --shm-budget "
+                "(zerocopy_mode='auto' sends such a batch through a spool file instead)"
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -114,6 +127,8 @@ class Extents:
             off = self._take(size) if allowed else None
             if off is None and allowed and self._evict_for(size):
                 off = self._take(size)
+            if off is None and allowed:
+                off = await self._grow(size)
             if off is not None:
                 return self._new(off, size, owner)
             left = deadline - loop.time()
@@ -125,8 +140,9 @@ class Extents:
                 )
             if left <= 0:
                 raise Full(
-                    f"the arena has no free {size} bytes ({self.free_bytes} free in pieces, "
-                    f"{self.size_bytes} in all) within {timeout:g} s: consumers hold views or Lance is behind"
+                    f"the arena has no free {size} bytes within {timeout:g} s ({self.free_bytes} free in pieces, "
+                    f"{self.total_bytes()} in all of a budget of {self.budget_bytes()}): consumers hold views or "
+                    "Lance is behind"
                 )
             self.reap()
             if self._on_pressure is not None:
@@ -137,7 +153,7 @@ class Extents:
     def try_lease(self, nbytes: int, owner: Peer) -> Extent | None:
         """An extent now if one is free (never evicts, never waits), else None."""
         size = align_up(nbytes, EXTENT_ALIGN_BYTES)
-        fits = size <= self.size_bytes - HEADER_BYTES and self._may_pin(owner, size)
+        fits = size <= self.largest_bytes and self._may_pin(owner, size)
         off = self._take(size) if fits else None
         return None if off is None else self._new(off, size, owner)
 
@@ -145,7 +161,65 @@ class Extents:
         ext = Extent(next(self._ids), off, size, owner)
         self.extents[ext.id] = ext
         self._pin(owner, ext.id, size)
+        if self._book is not None:
+            self._book.touch(off)
         return ext
+
+    # -- segments -----------------------------------------------------------------------------------
+
+    def total_bytes(self) -> int:
+        return self.size_bytes if self._book is None else self._book.used_bytes
+
+    def budget_bytes(self) -> int:
+        return self.size_bytes if self._book is None else self._book.budget_bytes
+
+    async def _grow(self, size: int) -> int | None:
+        """A new segment for a lease of ``size`` bytes, giving back idle segments if the budget is short."""
+        book = self._book
+        if book is None:
+            return None
+        if book.room() < size + HEADER_BYTES:
+            for index in self._idle_segments():
+                self._give_back(index)
+                if book.room() >= size + HEADER_BYTES:
+                    break
+        made = await book.grow(size)
+        if made is None:
+            return None
+        self.free_bytes += made[1]
+        self._give(*made)
+        return self._take(size)
+
+    def _idle_segments(self) -> list[int]:
+        """Segments beyond the first that nobody needs now (every extent in them flushed and not held), least
+        recently used first."""
+        if self._book is None:
+            return []
+        busy = {e.offset >> SEGMENT_SHIFT for e in self.extents.values() if not e.persisted or e.holds}
+        return [i for i in self._book.indexes() if i not in busy]
+
+    def _give_back(self, index: int) -> None:
+        """Evict what segment ``index`` holds and unlink it."""
+        if self._book is None:
+            return
+        for ext in [e for e in self.extents.values() if e.offset >> SEGMENT_SHIFT == index]:
+            self._evict(ext)
+        base, nbytes = self._book.data_range(index)
+        i = bisect.bisect_left(self._free, (base, 0))
+        if i == len(self._free) or self._free[i] != (base, nbytes):
+            raise RuntimeError(f"segment {index} is not wholly free: {self._free[i : i + 1]} against {base, nbytes}")
+        del self._free[i]
+        self.free_bytes -= nbytes
+        self._book.give_back(index)
+
+    def give_back_idle(self) -> int:
+        """Give back the segments idle past their grace period, beyond the pool (``segments.py``); returns how many."""
+        if self._book is None:
+            return 0
+        gone = self._book.to_give_back(self._idle_segments(), time.monotonic())
+        for index in gone:
+            self._give_back(index)
+        return len(gone)
 
     # -- what each process pins ---------------------------------------------------------------------
 
@@ -173,7 +247,7 @@ class Extents:
         self._wake()  # a lease of this process waiting on its bound may go now
 
     def _may_pin(self, peer: Peer, nbytes: int) -> bool:
-        if self.max_pinned_bytes >= self.size_bytes - HEADER_BYTES:
+        if self.max_pinned_bytes >= self.largest_bytes:
             return True  # no bound (PERSISTING_MAX_PINNED_SHARE=1): only space limits a lease
         have = self._pinned.get(peer, 0)
         return have == 0 or have + nbytes <= self.max_pinned_bytes
@@ -224,21 +298,32 @@ class Extents:
         self._freed = asyncio.Event()
 
     def _evict_for(self, size: int) -> bool:
-        """Free persisted extents nobody holds, oldest first, until ``size`` bytes fit; False if they never do."""
+        """Free persisted extents nobody holds, oldest first, until ``size`` bytes fit; False if they never do.
+        Only in segments large enough for ``size``: evicting small batches of segment 0 for a batch that only a
+        segment of its own holds would lose their residency for nothing."""
+        big_enough = {0} if self.size_bytes - HEADER_BYTES >= size else set()
+        if self._book is not None:
+            big_enough.update(i for i in self._book.indexes() if self._book.data_range(i)[1] >= size)
         for ext in sorted(self.extents.values(), key=lambda e: e.id):
-            if ext.persisted and not ext.holds:
-                self._drop(ext)
-                if self._on_evict is not None:
-                    self._on_evict(ext.topic, ext.id)
+            if ext.persisted and not ext.holds and ext.offset >> SEGMENT_SHIFT in big_enough:
+                self._evict(ext)
                 if any(n >= size for _, n in self._free):
                     return True
         return False
 
+    def _evict(self, ext: Extent) -> None:
+        self._drop(ext)
+        if self._on_evict is not None:
+            self._on_evict(ext.topic, ext.id)
+
     def hold(self, extent_ids: list[int], holder: Peer) -> int:
         hold_id = next(self._hold_ids)
         for eid in extent_ids:
-            self.extents[eid].holds[hold_id] = holder
-            self._pin(holder, eid, self.extents[eid].nbytes)
+            ext = self.extents[eid]
+            ext.holds[hold_id] = holder
+            self._pin(holder, eid, ext.nbytes)
+            if self._book is not None:
+                self._book.touch(ext.offset)
         self._holds[hold_id] = (holder, list(extent_ids))
         return hold_id
 
@@ -301,7 +386,8 @@ class Extents:
                 elif e.persisted:
                     cached_bytes += e.nbytes
         return {
-            "size_bytes": self.size_bytes,
+            "size_bytes": self.total_bytes(),
+            "first_segment_bytes": self.size_bytes,
             "free_bytes": self.free_bytes,
             "leased_extents": leased,
             "leased_bytes": leased_bytes,
@@ -313,4 +399,5 @@ class Extents:
             "holds": len(self._holds),
             "max_pinned_bytes_per_process": self.max_pinned_bytes,
             "most_pinned_by_one_process": max(self._pinned.values(), default=0),
+            **(self._book.stats() if self._book is not None else {"budget_bytes": self.size_bytes, "segments": 1}),
         }

@@ -6,10 +6,13 @@ bytes) and makes the samples visible. A consumer's ``get_data`` gets offsets int
 keeps those extents from reuse until it releases them (or dies). The background flush writes the payload to
 Lance; an extent is reused once its rows are flushed and nobody holds it.
 
-Broker restarts: the arena file outlives a killed broker (it is in /dev/shm). At start-up, a file left behind
-is attached read-only, every topic is opened (its log replay copies the payloads that frames point to from that
-file, and flushes them to Lance), then the file is unlinked and a fresh arena is created. So an acknowledged
-tensor batch survives kill -9 of any process; only a machine restart before its flush loses its payload
+The arena is segments within a budget (``persisting/tensors/arena.py``, ``segments.py``): segment 0 is made at
+start, the others when leases need them; every size below the budget goes through them the same way.
+
+Broker restarts: the segment files outlive a killed broker (they are in /dev/shm). At start-up, the files left
+behind are attached read-only, every topic is opened (its log replay copies the payloads that frames point to
+from those files, and flushes them to Lance), then the files are unlinked and a fresh arena is created. So an
+acknowledged tensor batch survives kill -9 of any process; only a machine restart before its flush loses its payload
 (logged; the rows keep their indexes with those fields None). ``flush()`` makes it durable on disk. Extent ids
 start again at 1 in a restarted broker, so requests that name extents carry the arena generation they were
 leased from: a put naming an older arena's extent gets ``UnknownExtentError`` (the client leases afresh), an
@@ -47,6 +50,7 @@ from . import givebacks, keys, peers, riders, spooling, takes
 from .extents import Extents, Peer
 from .givebacks import int_list
 from .retries import RetriedPuts
+from .segments import SegmentBook, default_budget
 
 log = logging.getLogger("persisting.broker")
 
@@ -56,26 +60,34 @@ SAMPLE_OPS = frozenset(
 )
 OPS = frozenset({"lease", "put_tensors", "release"}) | SAMPLE_OPS | spooling.OPS
 REAP_INTERVAL_SECONDS = 1.0
-# A topic flushes at once when this share of the arena waits to reach Lance (arena batches are written behind,
-# see persisting/flushing.py): the rest of the arena is the producers' room while that flush runs.
+# A topic flushes at once when this share of segment 0, or of the budget, waits to reach Lance (arena batches are
+# written behind, see persisting/engine/flushing.py): the rest is the producers' room while that flush runs.
+# Segment 0's share keeps small batches streaming through warm memory; big ones use segments of their own.
 FLUSH_AT_ARENA_SHARE = float(os.environ.get("PERSISTING_FLUSH_AT_ARENA_SHARE", "0.75"))
 MAX_LEASE_WAIT_SECONDS = 60.0
-# The most of the arena one process may pin with leases it has not put and views it holds (extents.py).
+# The most of the budget one process may pin with leases it has not put and views it holds (extents.py).
 MAX_PINNED_SHARE = float(os.environ.get("PERSISTING_MAX_PINNED_SHARE", "0.5"))
 
 
 class TensorPlane:
     def __init__(
-        self, storage_path: Path, size_bytes: int, mode: int = 0o600, topics: Callable[[], Iterable[Topic]] = tuple
+        self,
+        storage_path: Path,
+        size_bytes: int,
+        mode: int = 0o600,
+        topics: Callable[[], Iterable[Topic]] = tuple,
+        budget_bytes: int | None = None,
     ) -> None:
         self.storage_path = storage_path
         self._open_topics = topics
         self.remote_for: Callable[[str], ObjectStoreTopic | None] = lambda name: None  # set by the Broker
         self.size_bytes = size_bytes
+        self.budget_bytes = default_budget(size_bytes) if budget_bytes is None else max(budget_bytes, size_bytes)
         self.mode = mode
         self.path = arena_mod.default_path(storage_path)
         self.arena: Arena | None = None
         self.extents: Extents | None = None
+        self.book: SegmentBook | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._previous: Arena | None = None
         self._retried = RetriedPuts()  # retried tensor puts give back the extents they brought (retries.py)
@@ -85,14 +97,16 @@ class TensorPlane:
     async def start(self, backend_options: dict[str, Any]) -> None:
         if self.path.exists():
             await self._recover(backend_options)  # even when the new run has no arena
+        for left in arena_mod.leftover_segments(self.path):  # of a broker killed after its log let them go
+            left.unlink(missing_ok=True)
         if not self.size_bytes:
             return
         self.arena = Arena.create(self.path, self.size_bytes, self.mode)
-        data_bytes = self.arena.size_bytes - arena_mod.HEADER_BYTES
-        most = max(int(data_bytes * MAX_PINNED_SHARE), arena_mod.EXTENT_ALIGN_BYTES)
-        self.extents = Extents(self.arena.size_bytes, self._flush_sealed, self._evicted, most)
+        self.book = SegmentBook(self.arena, self.budget_bytes)
+        most = max(int(self.book.largest_batch_bytes() * MAX_PINNED_SHARE), arena_mod.EXTENT_ALIGN_BYTES)
+        self.extents = Extents(self.arena.size_bytes, self._flush_sealed, self._evicted, most, self.book)
         self._reaper = asyncio.ensure_future(self._reap_loop())
-        log.info("arena %s: %d bytes", self.path, self.arena.size_bytes)
+        log.info("arena %s: %d bytes, budget %d bytes", self.path, self.arena.size_bytes, self.book.budget_bytes)
 
     async def _recover(self, backend_options: dict[str, Any]) -> None:
         try:
@@ -114,6 +128,8 @@ class TensorPlane:
         previous, self._previous = self._previous, None
         previous.close()
         self.path.unlink(missing_ok=True)
+        for left in arena_mod.leftover_segments(self.path):
+            left.unlink(missing_ok=True)
 
     def _flush_sealed(self) -> None:
         if self.extents is None:
@@ -146,6 +162,7 @@ class TensorPlane:
                 gone = self.extents.reap()
                 if gone:
                     log.info("released %d lease(s)/hold(s) of processes that exited", gone)
+                self.extents.give_back_idle()
 
     async def close(self) -> None:
         """After every topic is closed (flushed): drop the arena file."""
@@ -154,14 +171,26 @@ class TensorPlane:
             with contextlib.suppress(BaseException):
                 await self._reaper
             self._reaper = None
+        if self.book is not None:
+            self.book.close()
+            self.book = None
         if self.arena is not None:
             self.arena.close()
             self.arena = None
 
+    def largest_batch_bytes(self) -> int:
+        """The most tensor bytes one batch may have to go through shared memory (0: no arena)."""
+        return 0 if self.extents is None else self.extents.largest_bytes
+
     def hello(self) -> dict[str, Any]:
-        if self.arena is None:
+        if self.arena is None or self.extents is None:
             return {}
-        return {"path": str(self.path), "size_bytes": self.arena.size_bytes, "generation": self.arena.generation}
+        return {
+            "path": str(self.path),
+            "size_bytes": self.arena.size_bytes,
+            "generation": self.arena.generation,
+            "largest_batch_bytes": self.extents.largest_bytes,
+        }
 
     def stats(self) -> dict[str, Any]:
         return {} if self.extents is None else {"path": str(self.path), **self.extents.stats()}
@@ -313,7 +342,7 @@ class TensorPlane:
             extents.seal(ext, topic.name, first + n - 1)
             if first + n <= topic.flushed_upto:  # flushed while it was logged (on_flushed saw it unsealed)
                 extents.persisted(topic.name, topic.flushed_upto)
-            if extents.unpersisted_bytes() > self.size_bytes * FLUSH_AT_ARENA_SHARE:
+            if extents.unpersisted_bytes() > self._flush_at(ext.offset):
                 topic.flush_soon()  # before producers have to wait for space
         nxt = req.args.get("lease_next")
         out: list[Any] = [first, n]
@@ -327,9 +356,19 @@ class TensorPlane:
             out += [None] * (3 - len(out)) + keyed
         return out
 
-    async def get(self, req: Request, topic: Topic, peer: Peer | None, taken: list[int] | None = None) -> Reply:
+    def _flush_at(self, offset: int) -> float:
+        """Unflushed bytes past which a put starts a flush: a share of segment 0 for a batch there, else of the
+        budget (a big batch's own segment: memory pressure, not its size, sends it to disk)."""
+        if offset >> arena_mod.SEGMENT_SHIFT == 0:
+            return self.size_bytes * FLUSH_AT_ARENA_SHARE
+        return self.budget_bytes * FLUSH_AT_ARENA_SHARE
+
+    async def get(
+        self, req: Request, topic: Topic, peer: Peer | None, taken: list[int] | None = None, views_only: bool = False
+    ) -> Reply:
         """A ``get_data`` reply; also a take's with ``fields`` (takes.py) and keys.py's kv_get (``taken``: the
-        samples just taken, or the keys' samples)."""
+        samples just taken, or the keys' samples). ``views_only`` (or the request's ``views_only``): views of
+        shared memory or ``{"later": True}``, never copies (a batch too large for one reply)."""
         arena, extents = self.arena, self.extents
         indexes = int_list(req.args.get("indexes"), "indexes") if taken is None else taken
         fields = req.args.get("fields")
@@ -363,6 +402,10 @@ class TensorPlane:
                     "kinds": {f: topic.kinds[f] for f in plain if f in topic.kinds},
                 }
                 return Reply(req.id, True, result, buffers=[codec.pack(others)])
+        if views_only or req.args.get(
+            "views_only"
+        ):  # a batch too large for one reply of copies: the client reads it otherwise
+            return Reply(req.id, True, {"later": True})
         if req.args.get("columns"):  # the dense fields as raw frames, one per field (wire/columns.py)
             dense, rows, kinds = await topic.sample_columns(indexes, fields)
             entries, frames = columns.frames(dense)

@@ -56,6 +56,7 @@ class Broker:
         backend_options: dict[str, Any] | None = None,
         socket_mode: int = 0o600,
         arena_bytes: int = 0,
+        shm_budget: int | None = None,
         metrics: bool = False,
         location: Location | None = None,
     ) -> None:
@@ -67,7 +68,9 @@ class Broker:
         self.socket_mode = socket_mode
         # The arena is readable and writable by whoever may use the socket (producers write into it).
         # The plane serves samples (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
-        self.plane = TensorPlane(storage_path, arena_bytes, socket_mode, lambda: self._topics.open.values())
+        self.plane = TensorPlane(
+            storage_path, arena_bytes, socket_mode, lambda: self._topics.open.values(), budget_bytes=shm_budget
+        )
         self.plane.remote_for = self._remote_for
         self.flush_clock = status.FlushClock()
         hooks = (self._on_flushed, self.flush_clock.opened, self._remote_for)

@@ -76,10 +76,12 @@ async def take(plane: TensorPlane, req: Request, topic: Topic, peer: Peer | None
         if "fields" not in args:
             return Reply(req.id, True, [indexes, described, *await _noted(req, topic, note, indexes)])
         # get_batch: the data of the samples just taken, in the same reply (one round trip).
-        if spooling.too_big(indexes, described, args["fields"], plane.size_bytes):
-            return Reply(req.id, True, [indexes, described, {"later": True}, *await _noted(req, topic, note, indexes)])
+        too_big = spooling.too_big(indexes, described, args["fields"], plane.size_bytes)
         try:
-            data = await plane.get(req, topic, peer, indexes)
+            # too big for one reply of copies: views if the samples lie in shared memory, else read in pieces
+            data = await plane.get(req, topic, peer, indexes, views_only=too_big)
+            if isinstance(data.result, dict) and data.result.get("later"):
+                return Reply(req.id, True, [indexes, described, data.result, *await _noted(req, topic, note, indexes)])
         except ConfigError:
             if topic.not_cleared(indexes) == indexes or attempt == TAKE_READ_ATTEMPTS - 1:
                 raise  # not a clear that came meanwhile

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from persisting.tensors.arena import default_path
+from persisting.tensors.arena import default_path, leftover_segments
 
 
 @dataclass
@@ -27,6 +27,11 @@ class BrokerProcess:
         """Start and wait for the ready line; returns seconds to ready."""
         t0 = time.monotonic()
         log = None if self.log_path is None else self.log_path.open("ab")
+        extra = list(self.extra_args)
+        if "--arena-bytes" in extra and "--shm-budget" not in extra:
+            # A test that sizes the arena tests what a full one does (backpressure, Full, the spool path): its
+            # budget is the arena, as the tests were written. tests/test_segments.py tests the growth beyond it.
+            extra += ["--shm-budget", extra[extra.index("--arena-bytes") + 1]]
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -36,7 +41,7 @@ class BrokerProcess:
                 str(self.storage),
                 "--socket",
                 self.address,
-                *self.extra_args,
+                *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if log is None else log,
@@ -72,6 +77,8 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.communicate(timeout=30)
         default_path(self.storage).unlink(missing_ok=True)
+        for left in leftover_segments(default_path(self.storage)):
+            left.unlink(missing_ok=True)
         sock = Path(self.address[len("ipc://") :])
         sock.unlink(missing_ok=True)
         with contextlib.suppress(OSError):

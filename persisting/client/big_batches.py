@@ -28,9 +28,20 @@ if TYPE_CHECKING:
 
 
 async def limit(topic: Topic | RemoteTopic) -> int:
-    """Bytes above which a batch is put through a spool file and read back in pieces."""
+    """Bytes above which a batch is read back in pieces (or from its spool file), unless its samples lie in the
+    broker's shared memory (then views): what one reply may copy."""
     size = await topic.arena.arena_bytes() if isinstance(topic, RemoteTopic) else None
     return pieces.spool_above(size)
+
+
+async def put_limit(topic: Topic | RemoteTopic) -> int:
+    """Bytes above which a batch is put through a spool file: the most the broker's shared memory takes in one
+    piece (its budget), or, embedded, ``pieces.SPOOL_ABOVE_BYTES``."""
+    if isinstance(topic, RemoteTopic):
+        largest = await topic.arena.largest_batch_bytes()
+        if largest:
+            return largest
+    return await limit(topic)
 
 
 async def put(
@@ -43,10 +54,25 @@ async def put(
     key: str | None,
     run: Callable[[Any], Awaitable[Any]],
 ) -> BatchMeta | None:
-    """Store a batch larger than ``limit`` through a spool file; None if it is not one (the caller goes on).
+    """Store a batch larger than ``put_limit`` through a spool file; None if it is not one (the caller goes on).
     ``run``: where an engine coroutine runs (``data_api.on_topic``)."""
-    if not pieces.spoolable(columns) or sum(c.nbytes for c in columns.values()) <= await limit(topic):
+    if not pieces.spoolable(columns) or sum(c.nbytes for c in columns.values()) <= await put_limit(topic):
         return None
+    return await spool(topic, columns, other, n, partition, patch, key, run)
+
+
+async def spool(
+    topic: Topic | RemoteTopic,
+    columns: Mapping[str, AnyColumn],
+    other: dict[str, list[Any]],
+    n: int,
+    partition: str,
+    patch: BatchMeta | None,
+    key: str | None,
+    run: Callable[[Any], Awaitable[Any]],
+) -> BatchMeta:
+    """Store a batch through a spool file, whatever its size (``put``; or a put that found the shared-memory
+    budget full: memory pressure spills it to disk)."""
     plain = batches.other_rows(other, n, topic.kinds)
     blob = codec.pack(plain.rows)
     fields, _size = pieces.layout(columns)
@@ -79,11 +105,17 @@ async def get(
     topic: Topic | RemoteTopic,
     fetch: Callable[[BatchMeta], Awaitable[Any]],
     device: Any = None,
+    mode: str = "auto",
 ) -> batches.Batch | None:
-    """The data of a ``meta`` larger than ``limit``, asked for in pieces and gathered into one result per field;
-    None if it is not that large (the caller reads it in one request)."""
+    """The data of a ``meta`` larger than ``limit``: as views where its samples lie in the broker's shared memory,
+    else read from its spool files or asked for in pieces and gathered into one result per field; None if it is
+    not that large (the caller reads it in one request)."""
     if meta.size <= 1:
         return None
+    if isinstance(topic, RemoteTopic) and mode != "off" and sum(pieces.sample_bytes(meta, fields)) > await limit(topic):
+        viewed = await topic.views(meta.global_indexes, fields, device)
+        if viewed is not None:
+            return viewed
     direct = await _from_spool(meta, fields, topic, fetch, device)
     if direct is not None:
         return direct

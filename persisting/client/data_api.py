@@ -236,7 +236,12 @@ class DataAPI:
         fields = fields if payloads else await dedup_reads.named(topic, fields, self._handle.dedup) or fields
         if (
             big := await big_batches.get(
-                batch_meta, fields, topic, lambda m: self._get_data(m, None, device, copy=False), device
+                batch_meta,
+                fields,
+                topic,
+                lambda m: self._get_data(m, None, device, copy=False),
+                device,
+                self._handle.zerocopy_mode,
             )
         ) is not None:
             return big  # larger than the arena: read in pieces into one result per field (tensors/pieces.py)

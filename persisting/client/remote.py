@@ -335,6 +335,23 @@ class RemoteTopic:
                 if attempt == RESTART_RETRIES:
                     raise
 
+    async def views(self, indexes: list[int], fields: list[str], device: Any) -> batches.Batch | None:
+        """The data of samples as views of the broker's shared memory, if they all lie there (a batch too large for
+        one reply of copies), else None: the caller reads them from spool files or in pieces."""
+        args = self._args(
+            indexes=indexes, fields=fields, zerocopy=True, views_only=True, peer=peer_id(),
+            released=releases.take(self.address),
+        )  # fmt: skip
+        for _attempt in range(RESTART_RETRIES):
+            reply = await self._conn.request("get_data", args)
+            if isinstance(reply.result, dict) and reply.result.get("later"):
+                return None
+            try:
+                return (await self._tensors.data(reply.result, reply.buffers, fields, "auto", device))[0]
+            except errors.UnknownExtentError:
+                continue  # views into the arena of a broker that restarted since: ask again
+        return None
+
     async def take_batch(
         self,
         partition: str,

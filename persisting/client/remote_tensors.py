@@ -150,6 +150,13 @@ class ArenaClient:
         size = (self._arena_info or {}).get("size_bytes")
         return int(size) if size else None
 
+    async def largest_batch_bytes(self) -> int | None:
+        """The most tensor bytes one batch may have to go through the broker's shared memory (its budget, in one
+        piece), or None without an arena."""
+        await self.arena_bytes()
+        size = (self._arena_info or {}).get("largest_batch_bytes")
+        return int(size) if size else None
+
     async def put_tensors(
         self,
         columns: Mapping[str, AnyColumn],
@@ -317,6 +324,8 @@ class ArenaClient:
                 continue
             if arena is None:
                 raise errors.ConfigError("the broker runs without an arena")
+            # Segments the broker has given back since: their memory goes once this process unmaps them too.
+            arena.prune()
             return int(extent), int(base), arena
 
     async def _write(

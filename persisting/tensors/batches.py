@@ -20,7 +20,7 @@ from ..errors import ConfigError, ProtocolError
 from ..wire import codec
 from . import column as tensors
 from . import jagged
-from .arena import FIELD_ALIGN_BYTES, Arena, align_up
+from .arena import FIELD_ALIGN_BYTES, SEGMENT_SHIFT, Arena, align_up
 from .column import AnyColumn
 from .meta import BatchMeta, FieldMeta, ProductionStatus, SampleMeta, sample_metas
 
@@ -276,16 +276,24 @@ def from_runs(
         if not (isinstance(entry, list) and len(entry) == 7 and all(type(x) is int and x >= 0 for x in entry[4:])):
             raise ProtocolError("each arena run entry is [name, kind, dtype, shape, offset, count, bytes per sample]")
     per_field: dict[str, list[tuple[list[Any], np.ndarray]]] = {name: [] for name in fields}
-    if entries:
-        # One mapping over every extent of this call: one mmap per get_data, not one per field or extent.
-        lo = min(e[4] for e in entries)
-        window = arena.private(lo, max(e[4] + e[5] * e[6] for e in entries) - lo)
+    spans: dict[int, list[int]] = {}  # segment index -> [lowest offset, end] of this call's extents there
+    for entry in entries:
+        span = spans.setdefault(entry[4] >> SEGMENT_SHIFT, [entry[4], entry[4]])
+        span[0], span[1] = min(span[0], entry[4]), max(span[1], entry[4] + entry[5] * entry[6])
+    # One mapping over every extent of this call in one segment: one mmap per get_data and segment, not one per
+    # field or extent.
+    windows = {index: arena.private(lo, hi - lo) for index, (lo, hi) in spans.items()}
+    for window in windows.values():
         hold.track(window)
-        for name, kind, dtype_name, shape, offset, count, per in entries:
-            part = window[offset - lo : offset - lo + count * per]
-            arr = part.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
-            per_field[name].append(([kind, dtype_name], arr))
+    for name, kind, dtype_name, shape, offset, count, per in entries:  # in the runs' order: samples keep theirs
+        index = offset >> SEGMENT_SHIFT
+        at = offset - spans[index][0]
+        part = windows[index][at : at + count * per]
+        arr = part.view(tensors.storage_dtype(kind, dtype_name)).reshape((count, *shape))
+        per_field[name].append(([kind, dtype_name], arr))
+    if entries:
         del window, part, arr
+    windows.clear()
     for name, parts in per_field.items():
         if not parts:
             continue
