@@ -56,7 +56,10 @@ def _docs_copy(tmp_path: Path) -> Path:
 
 def _build(checkout: Path) -> subprocess.CompletedProcess[str]:
     """``.ci/docs-build`` with no arguments in the copy, as ``./dev test`` runs it in the checkout."""
-    env = {**os.environ, "MKDOCS": str(Path(sys.executable).parent / "mkdocs")}
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    if not mkdocs.exists():
+        pytest.skip("mkdocs is not installed beside this Python (the docs extra, which ./dev test installs)")
+    env = {**os.environ, "MKDOCS": str(mkdocs)}
     return subprocess.run(
         [str(_SCRIPT)], cwd=checkout, env=env, capture_output=True, text=True, timeout=300, check=False
     )
