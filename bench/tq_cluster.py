@@ -34,7 +34,10 @@ def tq_missing() -> str | None:
         import tensordict  # noqa: F401
         import transfer_queue
     except ImportError as exc:
-        return f"not measured: {exc.name} is not installed (pip install 'persisting[transferqueue]')"
+        return (
+            f"not measured: {exc.name} is not installed (the transferqueue extra: pip install '.[transferqueue]' "
+            "in a checkout)"
+        )
     version = getattr(transfer_queue, "__version__", "?")
     if version != TQ_VERSION:
         return f"not measured: TransferQueue {version} is installed; this bench drives {TQ_VERSION}'s API"

@@ -21,12 +21,14 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
                                                                            HOST:PORT or unix:PATH; a bare port
                                                                            binds 127.0.0.1)
 
-``status`` prints a running broker's topics, partitions, tasks (backlog, leases), flush lag, arena and clients;
-``status --json`` prints the same as one JSON object (keys: broker/status.py). It exits 1 when no broker answers.
     local_path          --local-path         PERSISTING_LOCAL_PATH         with an object-store storage_path
                                                                            (s3://, gs://, az://): the local folder
                                                                            of the log and locks
     storage_options     (TOML table only)    PERSISTING_STORAGE_OPTIONS    Lance's object-store options (JSON)
+
+``status`` prints a running broker's topics, partitions, tasks (backlog, leases), flush lag, arena and clients;
+``status --json`` prints the same as one JSON object (its keys: broker/status.py). It exits 1 when no broker
+answers. ``--help`` says all of this in a user's words (``make_parser``).
 
 The shared-memory files (/dev/shm/persisting-<hash of storage path>.arena and .arena.<n>) get socket_mode too: a
 client that may connect may map them.
@@ -124,6 +126,10 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             )
     else:
         out["shm_budget"] = None  # derived from the machine at start (broker/segments.py default_budget)
+    if str(out["log_level"]).upper() not in LOG_LEVELS:
+        raise SystemExit(
+            f"persisting-broker: log_level must be one of {', '.join(LOG_LEVELS)}, got {out['log_level']!r}"
+        )
     try:
         out["socket_mode"] = int(str(out["socket_mode"]), 8)
     except ValueError:
@@ -288,32 +294,117 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
     asyncio.run(main)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="persisting-broker", description=__doc__.split("\n")[0])
-    parser.add_argument("command", nargs="?", default="serve", choices=["serve", "status", "stats"])
-    parser.add_argument("--storage-path", dest="storage_path")
-    parser.add_argument("--socket", dest="socket", help="ZeroMQ address, e.g. ipc:///run/persisting/broker.sock")
-    parser.add_argument("--config", help="TOML file with the settings above")
-    parser.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
-    parser.add_argument("--log-level", dest="log_level")
-    parser.add_argument("--socket-mode", dest="socket_mode", help="octal mode of the ipc socket file (default 0600)")
-    parser.add_argument("--local-path", dest="local_path", help="local folder for the log with an object-store path")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_MIB = 1024 * 1024
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The command line; every option's help is for the person running the broker (tests/test_broker_help.py)."""
+    parser = argparse.ArgumentParser(
+        prog="persisting-broker",
+        description=(
+            "Run the persisting broker in the foreground (serve, the default), or ask a running one for its state "
+            "(status). One broker per node owns the storage and the shared-memory arena; processes reach it "
+            "with Queue(..., broker=ADDRESS) or PERSISTING_BROKER=ADDRESS."
+        ),
+        epilog=(
+            "Each setting can also come from the environment (PERSISTING_STORAGE_PATH, PERSISTING_SOCKET, "
+            "PERSISTING_MAX_MESSAGE_BYTES, PERSISTING_LOG_LEVEL, PERSISTING_SOCKET_MODE, PERSISTING_LOCAL_PATH, "
+            "PERSISTING_ARENA_BYTES, PERSISTING_SHM_BUDGET, PERSISTING_METRICS) or from the --config file; a flag "
+            "beats the environment, "
+            "which beats the file. SIGTERM or SIGINT stops the broker cleanly: it flushes every topic and exits 0."
+        ),
+    )
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="serve",
+        choices=["serve", "status", "stats"],
+        help="serve (the default): run the broker until it is stopped; status (stats is the same): print a "
+        "running broker's topics, partitions, tasks, arena and clients, and exit 1 if no broker answers",
+    )
+    parser.add_argument(
+        "--storage-path",
+        dest="storage_path",
+        metavar="PATH",
+        help="folder that holds the topics' data, the write-ahead log and the lock (default ./data); an "
+        "s3://, gs:// or az:// URI keeps the data in that bucket and the log in a local folder (--local-path)",
+    )
+    parser.add_argument(
+        "--socket",
+        dest="socket",
+        metavar="ADDRESS",
+        help="ZeroMQ address to serve on, or of the broker to ask for status, e.g. "
+        "ipc:///run/persisting/broker.sock (default ipc://$XDG_RUNTIME_DIR/persisting/broker.sock, or "
+        "<tmp>/persisting-<uid>/broker.sock without XDG_RUNTIME_DIR)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help='TOML file of these settings by name (storage_path = "/var/lib/persisting", arena_bytes = ..., and '
+        "a [storage_options] table for the bucket's credentials); default: $PERSISTING_CONFIG, else none",
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        dest="max_message_bytes",
+        type=int,
+        metavar="BYTES",
+        help="largest request the broker accepts; a bigger one is dropped and its connection closed "
+        f"(default {protocol.DEFAULT_MAX_MESSAGE_BYTES}, {protocol.DEFAULT_MAX_MESSAGE_BYTES // _MIB} MiB)",
+    )
+    parser.add_argument(
+        "--log-level",
+        dest="log_level",
+        metavar="LEVEL",
+        help=f"how much the broker writes to stderr: {', '.join(LOG_LEVELS)} (default INFO)",
+    )
+    parser.add_argument(
+        "--socket-mode",
+        dest="socket_mode",
+        metavar="MODE",
+        help="octal permissions of the ipc socket file and the arena file: 0600 (default) lets only the "
+        "broker's user connect, 0660 its group too",
+    )
+    parser.add_argument(
+        "--local-path",
+        dest="local_path",
+        metavar="PATH",
+        help="with an object-store --storage-path: the local folder for the write-ahead log and the locks "
+        "(default: one folder per URI under $XDG_STATE_HOME/persisting, or ~/.local/state/persisting)",
+    )
     parser.add_argument(
         "--arena-bytes",
         dest="arena_bytes",
-        help="size of the first shared-memory segment, reserved at start (default 256M; 0: no shared memory)",
+        metavar="BYTES",
+        help="size of the first shared-memory segment, reserved at start: small batches stream through it "
+        f"(default {DEFAULT_ARENA_BYTES}, {DEFAULT_ARENA_BYTES // _MIB} MiB; 512M or 1G also work; 0: no "
+        "shared memory, tensor batches then travel as copies)",
     )
     parser.add_argument(
         "--shm-budget",
         dest="shm_budget",
-        help="the most shared memory the broker's segments may take, e.g. 8G (default: min(30%% of RAM, half of "
-        "/dev/shm's free space)); batches up to it go through shared memory",
+        metavar="BYTES",
+        help="the most shared memory the broker may use, the first segment included: more segments are made "
+        "when batches need them and given back when idle, and a batch of any size up to it goes through shared "
+        "memory (e.g. 8G; default: the smaller of 30 percent of RAM and half of /dev/shm's free space)",
     )
     parser.add_argument(
-        "--metrics", dest="metrics", help="serve Prometheus metrics at PORT, HOST:PORT or unix:PATH (default: off)"
+        "--metrics",
+        dest="metrics",
+        metavar="WHERE",
+        help="serve Prometheus metrics at PORT (on 127.0.0.1), HOST:PORT or unix:PATH (default: off)",
     )
-    parser.add_argument("--json", action="store_true", help="status: print one JSON object (keys: broker/status.py)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="with status: print the state as one JSON object, for scripts (broker, topics with their "
+        "partitions and tasks, arena, connections, clients, bad_frames)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = make_parser().parse_args(argv)
     conf = settings(args)
     logging.basicConfig(
         level=str(conf["log_level"]).upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"

@@ -164,6 +164,39 @@ def test_keys_of_samples_cleared_by_index_are_gone(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_a_partition_cleared_whole_leaves_kv_list_one_whose_keys_were_cleared_stays(tmp_path: Path) -> None:
+    """TransferQueue's rule: ``clear_partition`` drops the partition from ``kv_list``; ``kv_clear`` of every key
+    leaves it listed, empty. A kill -9 of the broker brings neither back (the map rebuilt from the log sees the
+    cleared rows, not purged yet); a key put again lists the partition again."""
+    with running_broker(tmp_path, ["--arena-bytes", str(16 << 20)]) as b:
+
+        async def before() -> None:
+            q = _queue("arena", tmp_path, b)
+            await q.kv_put(["a", "b"], {"x": np.zeros((2, 2))}, "gone", tags=[{"v": 1}, {"v": 2}])
+            await q.kv_put(["c"], {"x": np.zeros((1, 2))}, "emptied", tags=[{"v": 3}])
+            await q.kv_put(["d"], {"x": np.zeros((1, 2))}, "kept")
+            await q.kv_put(["e"], {"x": np.zeros((1, 2))}, "late")
+            await q.kv_clear(["c"], "emptied")
+            await q.clear(None, partition_id="gone")
+            assert await q.kv_list() == {"emptied": {}, "kept": {"d": {}}, "late": {"e": {}}}
+            assert await q.kv_list("gone") == {}
+            await q.aclose()
+
+        asyncio.run(before())
+        b.kill()  # SIGKILL: no purge at a clean close; the restarted broker rebuilds the map from the log
+        b.start()
+
+        async def after() -> None:
+            q = _queue("arena", tmp_path, b)
+            await q.clear(None, partition_id="late")  # before anything reads the map: it is built without "late"
+            assert await q.kv_list() == {"kept": {"d": {}}}
+            await q.kv_put(["a"], None, "gone", tags=[{"w": 1}])
+            assert await q.kv_list("gone") == {"gone": {"a": {"w": 1}}}
+            await q.aclose()
+
+        asyncio.run(after())
+
+
 def test_a_keyed_put_sent_again_with_its_key_answers_as_the_first(where: str, tmp_path: Path) -> None:
     """A keyed put re-sent with the idempotency key of one that was stored (a retry after a broker restart, as
     BrokerUnavailableError's key allows) stores nothing twice and answers with the keys' samples and tags."""

@@ -19,14 +19,18 @@ async def _semantics(q: Queue) -> None:
     await kv.kv_put("a", {"v": 10}, "p")  # an update: w and the tag stay
     got = await kv.kv_batch_get(["a", "b"], "p")
     assert got == [{"v": 10, "w": "x"}, {"v": 2}]
-    assert await kv.kv_list("p") == {"b": "t2", "c": "t3", "a": "t1"}  # three keys, not four
+    assert await kv.kv_list("p") == [("a", "t1"), ("b", "t2"), ("c", "t3")]  # three keys, not four; a keeps its place
     await kv.kv_clear(["b"], "p")
     assert await kv.kv_batch_get(["a", "c"], "p") == [{"v": 10, "w": "x"}, {"v": 3}]  # others unchanged
+    assert await kv.kv_batch_get(["b", "c", "zz"], "p") == [{"v": 3}]  # cleared and never-put keys: no entry
     with pytest.raises(KeyError, match=r"\['b', 'zz'\]"):
-        await kv.kv_batch_get(["b", "c", "zz"], "p")
-    assert await kv.kv_batch_get(["b", "c"], "p", missing="skip") == [None, {"v": 3}]
+        await kv.kv_batch_get(["b", "c", "zz"], "p", missing="raise")
+    assert await kv.kv_batch_get(["b", "c"], "p", missing="none") == [None, {"v": 3}]
+    assert await kv.kv_batch_get(["b", "c"], "p", missing="skip") == [None, {"v": 3}]  # "none"'s earlier name
+    with pytest.raises(ConfigError, match="missing must be one of"):
+        await kv.kv_batch_get(["c"], "p", missing="ignore")
     assert await kv.kv_batch_get(["a"], "p", fields=["w"]) == [{"w": "x"}]
-    assert await kv.kv_list("other") == {}  # partitions are apart
+    assert await kv.kv_list("other") == []  # partitions are apart
     await kv.kv_put("b", {"arr": np.arange(3)}, "p", tag="again")  # a cleared key can come back, fresh
     (b,) = await kv.kv_batch_get(["b"], "p")
     assert b is not None and list(b["arr"]) == [0, 1, 2] and "v" not in b
@@ -40,7 +44,7 @@ def test_kv_embedded_and_after_a_reopen(store: Path) -> None:
             await _semantics(q)
         async with Queue("kv", store) as q:
             kv = KVInterface(q)
-            assert await kv.kv_list("p") == {"c": "t3", "a": "t1", "b": "again"}
+            assert await kv.kv_list("p") == [("a", "t1"), ("c", "t3"), ("b", "again")]  # b: cleared, put again
             assert (await kv.kv_batch_get(["a"], "p"))[0] == {"v": 10, "w": "x"}
 
     asyncio.run(go())
@@ -76,7 +80,7 @@ def test_kv_survives_kill_9_of_the_broker(broker: BrokerProcess) -> None:
     async def after() -> None:
         async with Queue("kvk", broker=broker.address) as q:
             kv = KVInterface(q)
-            assert await kv.kv_list("p") == {"c": "t3", "a": "t1", "b": "again"}
+            assert await kv.kv_list("p") == [("a", "t1"), ("c", "t3"), ("b", "again")]
             a, c = await kv.kv_batch_get(["a", "c"], "p")
             assert a == {"v": 10, "w": "x"} and c == {"v": 3, "w": "late"}
             (b,) = await kv.kv_batch_get(["b"], "p")

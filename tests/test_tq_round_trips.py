@@ -142,3 +142,19 @@ def test_a_stale_key_map_acts_on_what_the_keys_name_now(tq: Any) -> None:
     meta = tq.kv_put(key="k1", partition_id="p", tag={"w": 3})  # k1 was cleared: created again, empty tag
     assert meta.tags == [{"w": 3}]
     assert tq.kv_list("p")["p"] == {"k0": {"v": 1, "w": 2}, "k1": {"w": 3}}
+
+
+def test_a_cleared_partition_is_gone_from_kv_list(tq: Any) -> None:
+    """TransferQueue drops a partition from ``kv_list()`` once ``clear_partition`` cleared it (its controller
+    forgets the partition); ``kv_clear`` of every key leaves the partition listed, empty, in both."""
+    tq.kv_batch_put(keys=["k0", "k1"], partition_id="gone", fields=_fields("a", 2), tags=[{"v": 0}, {"v": 1}])
+    tq.kv_batch_put(keys=["k2"], partition_id="emptied", fields=_fields("a", 1))
+    tq.kv_batch_put(keys=["k3"], partition_id="kept", fields=_fields("a", 1), tags=[{"v": 3}])
+    tq.kv_clear(keys=["k2"], partition_id="emptied")
+    tq.get_client().clear_partition("gone")
+    assert tq.kv_list() == {"emptied": {}, "kept": {"k3": {"v": 3}}}
+    assert tq.kv_list("gone") == {}
+    with pytest.raises(ValueError, match="not found"):
+        tq.kv_batch_get(keys=["k0"], partition_id="gone")
+    tq.kv_put(key="k0", partition_id="gone", tag={"again": 1})  # a key put again: the partition is back, anew
+    assert tq.kv_list("gone") == {"gone": {"k0": {"again": 1}}}

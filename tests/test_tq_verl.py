@@ -147,6 +147,7 @@ def test_kv_semantics_verl_relies_on(ours: dict) -> None:
     assert s["recreated"]["ok"]["tags"] == [{}]  # cleared then created again: empty tag
     assert "train" in s["kv_list_all"]["ok"] and "val" in s["kv_list_after"]["ok"]
     assert s["kv_list_unknown"] == {"ok": {}}
+    assert s["cleared_partition_listed"] == {"emptied": {}}  # clear_partition: gone; every key cleared: listed
     dense = s["dense_comes_back_jagged"]["td"]
     assert dense["mm"]["nts"][1]["pixel"]["dense"] == [[0.0, 0.0]]  # tensors inside objects
     assert dense["ids"]["offsets"] == [0, 4, 8] and dense["score"] == {"dense": [0.5, 1.5], "dtype": "torch.float32"}

@@ -114,6 +114,12 @@ def semantics(tq: Any) -> Any:
     }
     r["retrieve_keys"] = client.kv_retrieve_keys(global_indexes=meta.global_indexes, partition_id="val")
     r["client_get_data"] = canon(client.get_data(meta.select_fields(["score", "ids"])))
+    # clear_partition drops the partition from kv_list; kv_clear of its every key leaves it listed, empty
+    tq.kv_batch_put(keys=["c0"], partition_id="cleared", fields=one)
+    tq.kv_batch_put(keys=["e0"], partition_id="emptied", fields=one)
+    tq.kv_clear(keys=["e0"], partition_id="emptied")
+    client.clear_partition("cleared")
+    r["cleared_partition_listed"] = {p: v for p, v in tq.kv_list().items() if p in ("cleared", "emptied")}
     return r
 
 

@@ -10,6 +10,10 @@ Each process keeps a map ``(partition, key) -> global index`` and brings it up t
 reading the records appended since it last looked (so writes from other processes are seen). The map is built
 by reading the topic once: KV topics are for keyed state (thousands of keys), not for bulk data.
 
+The shapes are Persisting 0.3.0's, which its users' code indexes: ``kv_list`` gives ``(key, tag)`` pairs in
+insertion order (``listed[0][0]`` is the first key), and ``kv_batch_get`` leaves out the keys that are not there
+(``[]`` when none is); ``missing="none"`` keeps a ``None`` in their place, ``missing="raise"`` raises.
+
 Reserved fields of a KV record: ``kv.key`` (str), ``kv.tag`` (any plain value) and ``kv.deleted`` (bool).
 """
 
@@ -26,15 +30,24 @@ TAG_FIELD = "kv.tag"
 DELETED_FIELD = "kv.deleted"
 _RESERVED = (KEY_FIELD, TAG_FIELD, DELETED_FIELD)
 READ_PAGE = 10_000  # records read per request while catching up
+# kv_batch_get's answers for a key that is not there: Persisting's (leave it out), a None in its place, KeyError.
+# "skip" is "none"'s name before Persisting's shape became the default (kept so that code using it still runs).
+MISSING = ("omit", "none", "raise", "skip")
 
 
 class KVInterface:
+    """Key-value access on top of a ``Queue`` (the seed's ``KVInterface``, with Persisting 0.3.0's shapes):
+    ``kv_list`` gives ``(key, tag)`` pairs in insertion order, ``kv_batch_get`` gives no entry for a key that is
+    not there. Every write is a put, so keys, values, tags and clears last as long as the topic does."""
+
     def __init__(self, queue: Queue) -> None:
         if not isinstance(queue, Queue):
             raise ConfigError(f"KVInterface wraps a persisting.Queue, got {type(queue).__qualname__}")
         self.queue = queue
         self._seen = 0  # records below this global index are in the map
-        self._latest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}  # -> (index, record)
+        # (partition, key) -> (where the key was inserted, its latest record). An update keeps the key's place
+        # (kv_list's insertion order, as a dict's); a key put again after a clear goes to the end.
+        self._latest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
 
     async def _catch_up(self) -> None:
         while True:
@@ -44,9 +57,13 @@ class KVInterface:
             for n, record in enumerate(rows):
                 key = record.get(KEY_FIELD)
                 if isinstance(key, str):
-                    partition = record.get("kv.partition", "default")
-                    # Only the order matters ("latest"): with no cleared rows this is the record's global index.
-                    self._latest[(str(partition), key)] = (self._seen + n, record)
+                    at = (str(record.get("kv.partition", "default")), key)
+                    previous = self._latest.get(at)
+                    # Only the order matters: with no cleared rows this is the record's global index.
+                    inserted = self._seen + n
+                    if previous is not None and not previous[1].get(DELETED_FIELD):
+                        inserted = previous[0]
+                    self._latest[at] = (inserted, record)
             self._seen = end
 
     @staticmethod
@@ -96,13 +113,16 @@ class KVInterface:
         keys: Sequence[str],
         partition_id: str = "default",
         fields: Sequence[str] | None = None,
-        missing: str = "raise",
+        missing: str = "omit",
     ) -> list[dict[str, Any] | None]:
-        """The current value of each key, in order (only ``fields`` if given). A key never put, or cleared, raises
-        KeyError naming it; ``missing="skip"`` gives None for it instead."""
+        """The current value of each key that is there, in the order of ``keys`` (only ``fields`` if given).
+
+        A key never put, or cleared, has no entry (``[]`` when no key is there), as in Persisting 0.3.0; then the
+        result no longer lines up with ``keys``. ``missing="none"`` puts None in its place instead (``"skip"``,
+        its earlier name, too), ``missing="raise"`` raises KeyError naming the missing keys."""
         self._check(keys, partition_id)
-        if missing not in ("raise", "skip"):
-            raise ConfigError(f"missing must be 'raise' or 'skip', got {missing!r}")
+        if missing not in MISSING:
+            raise ConfigError(f"missing must be one of {list(MISSING)}, got {missing!r}")
         await self._catch_up()
         out: list[dict[str, Any] | None] = []
         absent = []
@@ -110,7 +130,8 @@ class KVInterface:
             found = self._latest.get((partition_id, key))
             if found is None or found[1].get(DELETED_FIELD):
                 absent.append(key)
-                out.append(None)
+                if missing != "omit":
+                    out.append(None)
                 continue
             value = {k: v for k, v in found[1].items() if k not in _RESERVED and k != "kv.partition"}
             if fields is not None:
@@ -120,14 +141,17 @@ class KVInterface:
             raise KeyError(f"no such keys in partition {partition_id!r}: {absent[:10]}")
         return out
 
-    async def kv_list(self, partition_id: str = "default") -> dict[str, Any]:
-        """key -> tag of every current key of the partition."""
+    async def kv_list(self, partition_id: str = "default") -> list[tuple[str, Any]]:
+        """``(key, tag)`` of every current key of the partition, in insertion order (Persisting 0.3.0's shape:
+        ``listed[0][0]`` is the first key put). An update keeps a key's place; a key cleared and put again comes
+        last. ``dict(listed)`` gives key -> tag."""
+        self._check([], partition_id)
         await self._catch_up()
-        return {
-            key: record.get(TAG_FIELD)
-            for (partition, key), (_index, record) in sorted(self._latest.items(), key=lambda kv: kv[1][0])
+        return [
+            (key, record.get(TAG_FIELD))
+            for (partition, key), (_inserted, record) in sorted(self._latest.items(), key=lambda kv: kv[1][0])
             if partition == partition_id and not record.get(DELETED_FIELD)
-        }
+        ]
 
     async def kv_clear(self, keys: Sequence[str], partition_id: str = "default") -> None:
         """Remove keys (a tombstone each); other keys keep their values and indexes."""

@@ -16,6 +16,10 @@ Contract (``Topic.keys``, a ``KeyIndex``; every method on the engine's loop):
   of a put that was never acknowledged; its retry (same idempotency key) stores the data once and the tags.
 - ``clear``: the samples are cleared (logged durably before it returns), then the keys are forgotten; the same
   key put again makes a new sample (with no tags), as TransferQueue does.
+- ``listing``: a partition is listed from its first key on. Once ``clear`` took its every key it stays listed
+  (empty) until a restart; once the whole partition was cleared (``Topic.clear`` with no indexes: TransferQueue's
+  ``clear_partition``) it is gone at once, as TransferQueue drops a cleared partition (``partition_cleared``). The
+  map built at a restart lists only partitions with a live key, so neither comes back.
 """
 
 from __future__ import annotations
@@ -80,8 +84,10 @@ class KeyIndex:
         cleared = self._clears.cleared
         keys: dict[str, dict[str, int]] = {}
         for index, part, name in sorted(found):
+            if index in cleared:  # a partition whose keys were all cleared is not listed (see listing)
+                continue
             named = keys.setdefault(part, {})
-            if index not in cleared and name not in named:  # the oldest live sample wins (one, see put)
+            if name not in named:  # the oldest live sample wins (one, see put)
                 named[name] = index
                 self._names[index] = name
         return keys
@@ -120,13 +126,30 @@ class KeyIndex:
 
     async def listing(self, partition: str | None) -> dict[str, dict[str, dict[str, Any]]]:
         """``{partition: {key: tags}}`` of every key (of ``partition`` only if given), keys in creation order; a
-        partition that had keys stays listed (empty) once they are cleared, until a restart."""
+        partition that had keys stays listed (empty) once they are cleared, until a restart, unless the whole
+        partition was cleared (``partition_cleared``)."""
         keys = await self._ready()
         tags, cleared = self._clears.tags, self._clears.cleared
         chosen = keys if partition is None else {p: v for p, v in keys.items() if p == partition}
         return {
             p: {k: dict(tags.get(i) or {}) for k, i in named.items() if i not in cleared} for p, named in chosen.items()
         }
+
+    def partition_cleared(self, partition: str) -> None:
+        """Every sample of ``partition`` was cleared (``Topic.clear`` with no indexes): it leaves the listing, as
+        TransferQueue's ``clear_partition`` drops the partition, unless a key made since names a live sample."""
+        if self._keys is None:
+            return  # the map, built on first use, lists no partition without a live key
+        named = self._keys.get(partition)
+        if named is None:
+            return
+        cleared = self._clears.cleared
+        for k, i in list(named.items()):
+            if i in cleared:
+                del named[k]
+                self._names.pop(i, None)
+        if not named:
+            del self._keys[partition]
 
     # -- writes -------------------------------------------------------------------------------------
 

@@ -27,11 +27,21 @@ sampler works in embedded mode only, because nothing from the wire is unpickled.
 ``RankAwareSampler``: every rank of one data-parallel group asking for the same (partition, task, dp_rank,
 batch_index) gets the identical batch; different dp_rank values get disjoint samples. The engine remembers the
 answer per key (``cache_key``), so the first rank's request samples and the others read it back.
+
+Direct calls. The engine always passes ``positions``; a call without them is a direct call (code written for
+Persisting 0.3.0's or TransferQueue 0.1.11's samplers, ``sampler.sample(ready_indexes, batch_size, ...)``), and
+the built-in samplers then behave as TransferQueue 0.1.11's do: ``RankAwareSampler`` and ``GRPOGroupNSampler``
+hand the same batch again for the same ``(partition_id, task_name, dp_rank, batch_index)`` (the sampler object
+remembers it, whatever ``ready_indexes`` is on the repeated call), give a whole batch or nothing, and GRPO groups
+runs of n consecutive ready indexes. Through ``get_meta`` GRPO groups by position in the partition instead (see
+``GRPOGroupNSampler``), and the engine, not the sampler, remembers the ranks' answers (durably, and forgetting
+them on a clear).
 """
 
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +67,33 @@ def accepts_ready_indexes(method: Any) -> Any:
         return method(self, *args, **kw)
 
     return sample
+
+
+class _DirectAnswers:
+    """What a sampler answered to direct calls, by ``(partition_id, task_name, dp_rank, batch_index)``: the same
+    key gets the same batch again, whatever is ready by then, so every rank of one data-parallel group calling the
+    sampler itself gets the same samples (TransferQueue 0.1.11's samplers keep these in ``_states``). The latest
+    ``RANK_CACHE_SIZE`` answers are kept: a trainer looping over batch indexes must not grow it without end."""
+
+    def __init__(self) -> None:
+        self._answers: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
+
+    @staticmethod
+    def key(kw: dict[str, Any], rank: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (kw.get("partition_id"), kw.get("task_name"), *rank)
+
+    def get(self, key: tuple[Any, ...]) -> tuple[list[int], list[int]] | None:
+        found = self._answers.get(key)
+        return None if found is None else (list(found), list(found))  # copies: a caller's edit stays its own
+
+    def put(self, key: tuple[Any, ...], picked: list[int]) -> None:
+        self._answers[key] = list(picked)
+        while len(self._answers) > RANK_CACHE_SIZE:
+            self._answers.popitem(last=False)
+
+    def clear(self, partition_id: str) -> None:
+        for key in [k for k in self._answers if k[0] == partition_id]:
+            del self._answers[key]
 
 
 @runtime_checkable
@@ -88,11 +125,41 @@ class SequentialSampler:
 
 
 class RankAwareSampler(SequentialSampler):
-    """Sequential, and the same batch for every rank asking with the same ``dp_rank`` and ``batch_index``."""
+    """Sequential, and the same batch for every rank asking with the same ``dp_rank`` and ``batch_index``.
+
+    Through ``get_meta(..., dp_rank=, batch_index=)`` the engine remembers each answer. Called directly,
+    ``sample(ready_indexes, batch_size, dp_rank=, batch_index=, task_name=, partition_id=)`` (``dp_rank`` and
+    ``batch_index`` ints >= 0) as Persisting 0.3.0's and TransferQueue 0.1.11's users call it: the first call for a
+    ``(partition_id, task_name, dp_rank, batch_index)`` takes the first ``batch_size`` of ``ready_indexes``, or
+    nothing (``[], []``, not remembered) when fewer are ready, and this sampler object hands that batch again to
+    every later call with the same four, whatever ``ready_indexes`` is then. ``clear_cache(partition_id)`` forgets
+    a partition's answers.
+    """
 
     name = "rank_aware"
 
-    def cache_key(self, **kw: Any) -> tuple[Any, ...] | None:
+    def __init__(self) -> None:
+        self._direct = _DirectAnswers()
+
+    @accepts_ready_indexes
+    def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int]]:
+        if "positions" in kw:  # the engine: it remembers the ranks' answers itself (durably; dropped on a clear)
+            return super().sample(ready, batch_size, **kw)
+        key = self._direct.key(kw, self.cache_key(**kw))
+        found = self._direct.get(key)
+        if found is not None:
+            return found
+        picked = list(ready[:batch_size])
+        if len(picked) < batch_size:
+            return [], []  # a whole batch or none, and nothing remembered: a later call may find it ready
+        self._direct.put(key, picked)
+        return picked, list(picked)
+
+    def clear_cache(self, partition_id: str) -> None:
+        """Forget the answers of direct calls for ``partition_id`` (TransferQueue's ``BaseSampler.clear_cache``)."""
+        self._direct.clear(partition_id)
+
+    def cache_key(self, **kw: Any) -> tuple[Any, ...]:
         dp_rank, batch_index = kw.get("dp_rank"), kw.get("batch_index")
         for label, value in (("dp_rank", dp_rank), ("batch_index", batch_index)):
             if type(value) is not int or value < 0:
@@ -103,9 +170,17 @@ class RankAwareSampler(SequentialSampler):
 class GRPOGroupNSampler:
     """Whole groups of ``n_samples_per_prompt`` (the n responses of one prompt, put together), never split.
 
-    A group is ``n`` consecutive samples of the partition: positions ``[k*n, (k+1)*n)``; put each prompt's
-    responses in one put, in puts whose sizes are multiples of n. A group is handed out once all its samples
-    are ready; ``batch_size`` must be a multiple of n.
+    Through ``get_meta``, a group is ``n`` consecutive samples of the partition: positions ``[k*n, (k+1)*n)``;
+    put each prompt's responses in one put, in puts whose sizes are multiples of n. A group is handed out once all
+    its samples are ready; ``batch_size`` must be a multiple of n. Grouping by position is right whatever global
+    index the partition starts at (its first sample need not be a multiple of n), and never takes the last
+    responses of one prompt and the first of the next as a group when the others of those groups are not ready.
+
+    Called directly, ``sample(ready_indexes, batch_size)`` has no positions and groups as Persisting 0.3.0's and
+    TransferQueue 0.1.11's users expect: runs of n consecutive indexes of the sorted ``ready_indexes``
+    (n=2, ``[0, 1, 3, 4, 6, 7]``, batch 4: ``[0, 1, 3, 4]``), a whole batch or nothing (``[], []``); with
+    ``dp_rank=`` (and ``batch_index=``, ``task_name=``, ``partition_id=``) the answer is remembered and given again,
+    as ``RankAwareSampler`` does. ``clear_cache(partition_id)`` forgets a partition's answers.
     """
 
     name = "grpo"
@@ -114,6 +189,7 @@ class GRPOGroupNSampler:
         if type(n_samples_per_prompt) is not int or n_samples_per_prompt < 1:
             raise ConfigError(f"n_samples_per_prompt must be an int >= 1, got {n_samples_per_prompt!r}")
         self.n = n_samples_per_prompt
+        self._direct = _DirectAnswers()
 
     def window(self, batch_size: int) -> int:
         """Ready samples (from the front) the sampler needs to see: the batch, plus slack for groups at the front
@@ -127,8 +203,9 @@ class GRPOGroupNSampler:
                 f"batch_size {batch_size} is not a multiple of n_samples_per_prompt={self.n}: a batch holds whole "
                 "groups only"
             )
-        # the engine passes each ready sample's position; a direct call (TransferQueue's way) groups by index
-        positions: Sequence[int] = kw.get("positions", ready)
+        positions: Sequence[int] | None = kw.get("positions")
+        if positions is None:  # a direct call: no positions, group as TransferQueue does
+            return self._direct_sample(ready, batch_size, kw)
         picked: list[int] = []
         k = 0
         while k < len(ready) and len(picked) < batch_size:
@@ -139,6 +216,31 @@ class GRPOGroupNSampler:
             else:
                 k += 1  # a group that is not whole yet (or was split by a put of the wrong size): skip it
         return picked, picked
+
+    def _direct_sample(self, ready: Sequence[int], batch_size: int, kw: dict[str, Any]) -> tuple[list[int], list[int]]:
+        key = None if kw.get("dp_rank") is None else self._direct.key(kw, (kw["dp_rank"], kw.get("batch_index")))
+        found = None if key is None else self._direct.get(key)
+        if found is not None:
+            return found
+        ordered = sorted(ready)
+        n, k = self.n, 0
+        picked: list[int] = []
+        while k + n <= len(ordered) and len(picked) < batch_size:
+            run = ordered[k : k + n]
+            if run == list(range(run[0], run[0] + n)):  # n consecutive indexes: one group
+                picked.extend(run)
+                k += n
+            else:
+                k += 1
+        if len(picked) < batch_size:
+            return [], []
+        if key is not None:
+            self._direct.put(key, picked)
+        return picked, list(picked)
+
+    def clear_cache(self, partition_id: str) -> None:
+        """Forget the answers of direct calls for ``partition_id`` (TransferQueue's ``BaseSampler.clear_cache``)."""
+        self._direct.clear(partition_id)
 
     def to_wire(self) -> dict[str, Any]:
         return {"name": self.name, "n": self.n}
@@ -182,7 +284,8 @@ class LengthBalancedSampler:
     @accepts_ready_indexes
     def sample(self, ready: Sequence[int], batch_size: int, **kw: Any) -> tuple[list[int], list[int], Shares]:
         n = self.groups.n
-        picked, _ = self.groups.sample(ready, batch_size * self.dp_size, **kw)
+        # grouped by position (a direct call: by index), never by the groups sampler's own direct-call rules
+        picked, _ = self.groups.sample(ready, batch_size * self.dp_size, positions=kw.get("positions", ready))
         if len(picked) < batch_size * self.dp_size:
             return [], [], {}  # a step is dealt out whole or not at all
         lengths: dict[int, int] = kw.get("lengths") or {}

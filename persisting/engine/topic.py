@@ -301,6 +301,8 @@ class Topic:
         if targets:
             self._takes.release(partition, targets)
             self._flusher.want()  # the flush loop schedules the purge
+        if indexes is None:  # the whole partition: gone from kv_list too (TransferQueue's clear_partition)
+            self.keys.partition_cleared(partition)
         return len(targets)
 
     async def set_tags(self, partition: str, items: Sequence[tuple[int, dict[str, Any]]]) -> None:

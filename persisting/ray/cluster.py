@@ -43,7 +43,9 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise ConfigError("persisting.ray needs Ray: pip install 'persisting[ray]'") from exc
+        raise ConfigError(
+            "persisting.ray needs Ray: the ray extra (in a checkout of persisting: pip install '.[ray]')"
+        ) from exc
     if not ray.is_initialized():
         raise ConfigError("persisting.ray: connect to the Ray cluster first (ray.init(address=...))")
     return ray

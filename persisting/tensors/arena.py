@@ -67,10 +67,10 @@ __all__ = [
     "attach_cached",
     "default_path",
     "leftover_segments",
-    "segment_path",
-    "split",
     "peer_alive",
     "peer_id",
+    "segment_path",
+    "split",
 ]
 
 SHM_DIR = Path("/dev/shm")

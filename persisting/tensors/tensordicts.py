@@ -82,8 +82,8 @@ def to_tensordict(data: Mapping[str, Any], n: int) -> Any:
         from tensordict import TensorDict
     except ImportError as exc:
         raise ConfigError(
-            "as_tensordict=True needs the tensordict package: pip install 'persisting[tensordict]' "
-            "(after the CPU or CUDA torch you use)"
+            "as_tensordict=True needs the tensordict package: the tensordict extra (in a checkout of persisting: "
+            "pip install '.[tensordict]', after the CPU or CUDA torch you use)"
         ) from exc
     flat: dict[str, Any] = {}
     for name, value in data.items():

@@ -1,5 +1,5 @@
-"""A real S3-compatible server for tests and benchmarks: moto's server (``pip install persisting[s3]``) as a
-subprocess on 127.0.0.1, and buckets made with plain HTTP requests (moto takes unsigned ones)."""
+"""A real S3-compatible server for tests and benchmarks: moto's server (the s3 extra: ``pip install '.[s3]'`` in
+a checkout) as a subprocess on 127.0.0.1, and buckets made with plain HTTP requests (moto takes unsigned ones)."""
 
 from __future__ import annotations
 
