@@ -77,14 +77,17 @@ class TensorPlane:
         mode: int = 0o600,
         topics: Callable[[], Iterable[Topic]] = tuple,
         budget_bytes: int | None = None,
+        shm_dir: Path = arena_mod.SHM_DIR,
     ) -> None:
         self.storage_path = storage_path
         self._open_topics = topics
         self.remote_for: Callable[[str], ObjectStoreTopic | None] = lambda name: None  # set by the Broker
         self.size_bytes = size_bytes
-        self.budget_bytes = default_budget(size_bytes) if budget_bytes is None else max(budget_bytes, size_bytes)
+        self.budget_bytes = (
+            default_budget(size_bytes, shm_dir) if budget_bytes is None else max(budget_bytes, size_bytes)
+        )
         self.mode = mode
-        self.path = arena_mod.default_path(storage_path)
+        self.path = arena_mod.default_path(storage_path, shm_dir)
         self.arena: Arena | None = None
         self.extents: Extents | None = None
         self.book: SegmentBook | None = None

@@ -10,7 +10,7 @@ reused rather than made again:
     segment in use ──last extent freed or flushed, no hold──▶ idle ──SEGMENT_GRACE_SECONDS──▶ given back
                                                                │                              (unlinked)
                                                                └─ the most recently used idle segments, up to
-                                                                  the pool (a quarter of the budget), are kept
+                                                                  the pool (half the budget), are kept
 
 A lease that needs a segment the budget has no room for gives back idle segments first (``extents.py``).
 The default budget: the smaller of 30% of the machine's memory (Ray's default for its object store) and half
@@ -32,7 +32,11 @@ log = logging.getLogger("persisting.broker")
 
 MIN_SEGMENT_BYTES = 64 * 1024 * 1024
 SEGMENT_ALIGN_BYTES = 2 * 1024 * 1024
-SEGMENT_GRACE_SECONDS = float(os.environ.get("PERSISTING_SEGMENT_GRACE_S", "10"))
+# An idle segment waits this long before it goes back: a stream of big batches, one in flight while the last
+# one flushes, keeps reusing its segments (warm: no page is faulted in again) instead of making new ones.
+SEGMENT_GRACE_SECONDS = float(os.environ.get("PERSISTING_SEGMENT_GRACE_S", "30"))
+# The pool: idle segments kept past the grace period, the most recently used first, up to this share of the budget.
+POOL_SHARE = float(os.environ.get("PERSISTING_SHM_POOL_SHARE", "0.5"))
 BUDGET_RAM_SHARE = 0.3
 BUDGET_SHM_FREE_SHARE = 0.5
 
@@ -54,7 +58,7 @@ class SegmentBook:
     def __init__(self, arena: Arena, budget_bytes: int, pool_bytes: int | None = None) -> None:
         self.arena = arena
         self.budget_bytes = max(budget_bytes, arena.size_bytes)
-        self.pool_bytes = self.budget_bytes // 4 if pool_bytes is None else pool_bytes
+        self.pool_bytes = int(self.budget_bytes * POOL_SHARE) if pool_bytes is None else pool_bytes
         self.used_bytes = arena.size_bytes  # segment 0, and segments being made
         self._ids = itertools.count(1)
         self._sizes: dict[int, int] = {}  # segment index (> 0) -> file bytes

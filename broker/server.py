@@ -57,6 +57,7 @@ class Broker:
         socket_mode: int = 0o600,
         arena_bytes: int = 0,
         shm_budget: int | None = None,
+        shm_dir: Path | None = None,
         metrics: bool = False,
         location: Location | None = None,
     ) -> None:
@@ -69,7 +70,12 @@ class Broker:
         # The arena is readable and writable by whoever may use the socket (producers write into it).
         # The plane serves samples (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
         self.plane = TensorPlane(
-            storage_path, arena_bytes, socket_mode, lambda: self._topics.open.values(), budget_bytes=shm_budget
+            storage_path,
+            arena_bytes,
+            socket_mode,
+            lambda: self._topics.open.values(),
+            budget_bytes=shm_budget,
+            **({} if shm_dir is None else {"shm_dir": shm_dir}),
         )
         self.plane.remote_for = self._remote_for
         self.flush_clock = status.FlushClock()

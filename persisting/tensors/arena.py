@@ -79,10 +79,10 @@ SEGMENT_SHIFT = 40  # 1 TiB of offsets per segment: no segment is larger
 _LOCAL_MASK = (1 << SEGMENT_SHIFT) - 1
 
 
-def default_path(storage_path: Path) -> Path:
+def default_path(storage_path: Path, shm_dir: Path = SHM_DIR) -> Path:
     """The arena of a storage path: stable, so a restarted broker finds the files a killed one left."""
     digest = hashlib.sha256(str(storage_path.absolute()).encode()).hexdigest()[:16]
-    return SHM_DIR / f"persisting-{digest}.arena"
+    return shm_dir / f"persisting-{digest}.arena"
 
 
 def segment_path(path: Path, index: int) -> Path:
