@@ -14,8 +14,10 @@ Keys (times are seconds; ``*_at`` are Unix times)::
                    "partitions": {partition: {"samples", "cleared",
                                   "tasks": {task: {"consumed", "leased", "backlog": samples not yet handed
                                                    to the task (samples - consumed - leased)}}}}}]
-    arena        {} without an arena, else {"path", "size_bytes", "free_bytes", "used_bytes", "leased_bytes",
-                  "unpersisted_bytes", "sealed_extents", "leased_extents", "holds"}
+    arena        {} without an arena, else {"path", "size_bytes" (every segment), "first_segment_bytes",
+                  "budget_bytes", "segments", "segments_bytes", "pool_bytes", "segments_made", "segments_given_back",
+                  "free_bytes", "used_bytes", "leased_bytes", "unpersisted_bytes", "sealed_extents",
+                  "leased_extents", "holds"}
     connections  {"connected", "accepted", "disconnects"}: ZeroMQ connections now / since start
     clients      [{"pid", "identity", "first_hello", "last_hello"}]: client processes that said hello and run
     bad_frames   {"malformed", "version", "bad_request"}: bad input since start (see complaints.py)
@@ -155,7 +157,11 @@ def render(state: dict[str, Any]) -> str:
     arena = state["arena"]
     if arena:
         lines.append(
-            f"arena {arena['path']}: {arena['size_bytes']} bytes, {arena['used_bytes']} used, "
+            f"shared memory: {arena.get('segments', 1)} segment(s) of {arena['size_bytes']} bytes within a budget "
+            f"of {arena.get('budget_bytes', arena['size_bytes'])} (first segment {arena['path']})"
+        )
+        lines.append(
+            f"arena: {arena['used_bytes']} used, "
             f"{arena['free_bytes']} free, {arena['leased_bytes']} leased; {arena['sealed_extents']} sealed "
             f"extent(s) ({arena['unpersisted_bytes']} bytes not yet in Lance), {arena['holds']} consumer hold(s), "
             f"{arena['leased_extents']} open lease(s)"

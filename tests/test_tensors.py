@@ -152,6 +152,9 @@ def test_bad_batches_get_clear_errors(store: Path) -> None:
                 await q.put({"a": np.zeros(2), "b": [1, 2, 3]}, partition_id="p")
             with pytest.raises(InvalidRecordError, match="dict of arrays"):
                 await q.put([np.zeros(2)], partition_id="p")
+            # one sample Lance cannot store (an Arrow list's length is an int32): refused at put, never a stuck flush
+            with pytest.raises(InvalidRecordError, match="one sample holds 2147483648 elements"):
+                await q.put({"a": np.empty((1, 2**31), np.uint8)}, partition_id="p")  # (np.empty: never touched)
             with pytest.raises(ConfigError, match="sampler must have sample"):
                 await q.get_meta(None, 1, "t", "p", sampler=object())
             with pytest.raises(ConfigError, match="needs broker mode"):

@@ -129,6 +129,9 @@ def _torch_to_host(t: Any) -> tuple[str, np.ndarray]:
     return name, arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
+MAX_SAMPLE_ELEMENTS = 2**31 - 1
+
+
 def split(data: Any) -> tuple[dict[str, AnyColumn], dict[str, list[Any]], int]:
     """Host columns, per-sample non-tensor values, and the batch size of ``data``."""
     if not (isinstance(data, Mapping) or is_tensor_dict(data)):
@@ -169,6 +172,13 @@ def split(data: Any) -> tuple[dict[str, AnyColumn], dict[str, list[Any]], int]:
             )
         if isinstance(col, Column) and col.array.ndim == 0:
             raise InvalidRecordError(f"field {name!r} is 0-d: it has no batch dimension (reshape it to (1,))")
+        if isinstance(col, Column) and col.count and col.array.size // col.count > MAX_SAMPLE_ELEMENTS:
+            # Refused here, not at the flush: Lance stores a sample as one Arrow list, whose length is an int32.
+            raise InvalidRecordError(
+                f"field {name!r}: one sample holds {col.array.size // col.count} elements, more than the "
+                f"{MAX_SAMPLE_ELEMENTS} one stored sample may (Arrow's list length); split it into more samples "
+                "(e.g. reshape (1, n) to (k, n // k))"
+            )
         columns[name] = col
         if n is None:
             n, first = col.count, name
