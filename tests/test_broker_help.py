@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.__main__ import SETTINGS, make_parser, settings
+from broker.__main__ import make_parser
+from broker.settings import SETTINGS, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

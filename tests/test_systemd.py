@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.__main__ import SETTINGS
+from broker.settings import SETTINGS
 from persisting.tensors.arena import default_path
 
 ROOT = Path(__file__).resolve().parent.parent

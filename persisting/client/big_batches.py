@@ -38,7 +38,7 @@ async def put_limit(topic: Topic | RemoteTopic) -> int:
     """Bytes above which a batch is put through a spool file: the most the broker's shared memory takes in one
     piece (its budget), or, embedded, ``pieces.SPOOL_ABOVE_BYTES``."""
     if isinstance(topic, RemoteTopic):
-        largest = await topic.arena.largest_batch_bytes()
+        largest = await topic.arena.arena_bytes("largest_batch_bytes")
         if largest:
             return largest
     return await limit(topic)
@@ -113,8 +113,8 @@ async def get(
     if meta.size <= 1:
         return None
     if isinstance(topic, RemoteTopic) and mode != "off" and sum(pieces.sample_bytes(meta, fields)) > await limit(topic):
-        viewed = await topic.views(meta.global_indexes, fields, device)
-        if viewed is not None:
+        viewed, _zero, _copied = await topic.get_data(meta.global_indexes, fields, mode, device, views_only=True)
+        if len(viewed):  # else: not (all) in shared memory
             return viewed
     direct = await _from_spool(meta, fields, topic, fetch, device)
     if direct is not None:

@@ -314,9 +314,10 @@ class RemoteTopic:
         await self._conn.request("reset_consumption", self._args(partition=partition, task=task))
 
     async def get_data(
-        self, indexes: list[int], fields: list[str], mode: str, device: Any, copy: bool = True
+        self, indexes: list[int], fields: list[str], mode: str, device: Any, copy: bool = True, views_only: bool = False
     ) -> tuple[batches.Batch, int, int]:
-        """(data, bytes handed over as views, bytes copied); ``copy=False``: a piece (see ``batches.from_columns``)."""
+        """(data, bytes handed over as views, bytes copied); ``copy=False``: a piece (see ``batches.from_columns``).
+        ``views_only``: a batch too large for one reply of copies; an empty batch if it is not in shared memory."""
         attempt = 0
         while True:
             args = self._args(
@@ -326,31 +327,17 @@ class RemoteTopic:
                 columns=True,  # dense fields read from Lance come as raw frames (wire/columns.py)
                 peer=peer_id(),
                 released=releases.take(self.address),
+                **({"views_only": True} if views_only else {}),
             )
             reply = await self._conn.request("get_data", args)
+            if isinstance(reply.result, dict) and reply.result.get("later"):
+                return batches.Batch(), 0, 0
             try:
                 return await self._tensors.data(reply.result, reply.buffers, fields, mode, device, copy)
             except errors.UnknownExtentError:
                 attempt += 1  # views into the arena of a broker that restarted since (ArenaClient._arena): again
                 if attempt == RESTART_RETRIES:
                     raise
-
-    async def views(self, indexes: list[int], fields: list[str], device: Any) -> batches.Batch | None:
-        """The data of samples as views of the broker's shared memory, if they all lie there (a batch too large for
-        one reply of copies), else None: the caller reads them from spool files or in pieces."""
-        args = self._args(
-            indexes=indexes, fields=fields, zerocopy=True, views_only=True, peer=peer_id(),
-            released=releases.take(self.address),
-        )  # fmt: skip
-        for _attempt in range(RESTART_RETRIES):
-            reply = await self._conn.request("get_data", args)
-            if isinstance(reply.result, dict) and reply.result.get("later"):
-                return None
-            try:
-                return (await self._tensors.data(reply.result, reply.buffers, fields, "auto", device))[0]
-            except errors.UnknownExtentError:
-                continue  # views into the arena of a broker that restarted since: ask again
-        return None
 
     async def take_batch(
         self,

@@ -142,19 +142,13 @@ class ArenaClient:
     async def has_arena(self) -> bool:
         return await self._arena() is not None
 
-    async def arena_bytes(self) -> int | None:
-        """The size of the broker's arena, or None without one (from its hello: nothing is mapped for this)."""
+    async def arena_bytes(self, key: str = "size_bytes") -> int | None:
+        """The size of the broker's arena (``largest_batch_bytes``: the most tensor bytes one batch may have to go
+        through its shared memory, the budget in one piece), or None without one (from its hello)."""
         if self._arena_info is None:
             hello = await self._conn.request("hello", {})
             self._learn(hello.result.get("arena"))
-        size = (self._arena_info or {}).get("size_bytes")
-        return int(size) if size else None
-
-    async def largest_batch_bytes(self) -> int | None:
-        """The most tensor bytes one batch may have to go through the broker's shared memory (its budget, in one
-        piece), or None without an arena."""
-        await self.arena_bytes()
-        size = (self._arena_info or {}).get("largest_batch_bytes")
+        size = (self._arena_info or {}).get(key)
         return int(size) if size else None
 
     async def put_tensors(
