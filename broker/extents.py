@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from persisting.errors import ConfigError, Full, ProtocolError, UnknownExtentError
+from persisting.errors import ConfigError, Full, MemoryFull, ProtocolError, UnknownExtentError
 from persisting.tensors.arena import EXTENT_ALIGN_BYTES, HEADER_BYTES, SEGMENT_SHIFT, Peer, align_up, peer_alive
 
 from .segments import SegmentBook
@@ -139,7 +139,7 @@ class Extents:
                     "release views (del them, or Batch.release()) or put what it reserved"
                 )
             if left <= 0:
-                raise Full(
+                raise MemoryFull(
                     f"the arena has no free {size} bytes within {timeout:g} s ({self.free_bytes} free in pieces, "
                     f"{self.total_bytes()} in all of a budget of {self.budget_bytes()}): consumers hold views or "
                     "Lance is behind"

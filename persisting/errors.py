@@ -18,6 +18,8 @@ One root, so ``except persisting.PersistingError`` catches all of them::
     ├── RemoteError                      the broker refused a request; ``type`` names its error class
     ├── Empty (queue.Empty)              nothing to return within the timeout
     └── Full (queue.Full)                no room within the timeout
+        └── MemoryFull                   the broker's shared-memory budget had no room (a dense batch's put
+                                         spills to a spool file instead; zerocopy_mode="force" raises it)
 
 Errors from libraries (Lance, pyarrow, the OS) are translated at the boundary with ``raise ... from exc``
 so the original stays visible in the traceback.
@@ -134,6 +136,11 @@ class Full(PersistingError, _stdlib_queue.Full):
     """No room became available within the timeout."""
 
 
+class MemoryFull(Full):
+    """The broker's shared memory (its budget) had no room for a batch within the wait; a put of dense tensors
+    spills it to a spool file on disk instead (docs/concepts/batch-sizes.md)."""
+
+
 __all__ = [
     "BrokerUnavailableError",
     "ConfigError",
@@ -142,6 +149,7 @@ __all__ = [
     "Empty",
     "Full",
     "InvalidRecordError",
+    "MemoryFull",
     "PayloadClearedError",
     "PersistingError",
     "ProtocolError",

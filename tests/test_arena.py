@@ -21,6 +21,7 @@ import torch
 
 from persisting import ConfigError, Full, InvalidRecordError, ProtocolError, Queue
 from persisting.client import connection as connection_mod
+from persisting.client import tensor_puts
 from persisting.client.connection import connection
 from persisting.tensors.arena import Arena, default_path, peer_id
 
@@ -183,7 +184,9 @@ def test_full_arena_is_backpressure_then_room_after_release(
     broker.start()
 
     async def go() -> None:
-        async with Queue("bp", broker=broker.address) as q:
+        # "force": shared memory or nothing, so a full budget is backpressure, then Full (in "auto" a dense batch
+        # spills to a spool file instead: test_a_full_budget_spills_a_put_to_disk)
+        async with Queue("bp", broker=broker.address, zerocopy_mode="force") as q:
             await q.put({"x": chunk}, partition_id="p")
             await q.put({"x": chunk}, partition_id="p")
             # one get per put: each is a single view (several puts in one get would be concatenated, a copy)
@@ -201,6 +204,33 @@ def test_full_arena_is_backpressure_then_room_after_release(
             meta = await asyncio.wait_for(blocked, 20)
             assert meta.global_indexes[0] == 6
             assert len(q) == 9
+
+    asyncio.run(go())
+
+
+def test_a_full_budget_spills_a_put_to_disk(unstarted: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory pressure, not size, sends bytes to disk: a put that finds the budget full for SPILL_AFTER_SECONDS
+    goes through a spool file (acknowledged once synced there), and reads back the same."""
+    monkeypatch.setenv("PERSISTING_MAX_PINNED_SHARE", "1")  # one process pins it all here (test_trust.py: the bound)
+    monkeypatch.setattr(tensor_puts, "SPILL_AFTER_SECONDS", 0.3)
+    unstarted.start()
+    chunk = np.arange(3 * 1024 * 1024 // 8, dtype=np.int64).reshape(3, -1)  # 3 MiB; the budget is the 8 MiB arena
+
+    async def go() -> None:
+        async with Queue("spill", broker=unstarted.address) as q:
+            await q.put({"x": chunk}, partition_id="p")
+            await q.put({"x": chunk}, partition_id="p")
+            held = [await q.get_data(await q.get_meta(["x"], 3, "t", "p")) for _ in range(2)]  # views pin both
+            t0 = time.monotonic()
+            meta = await q.put({"x": chunk + 1}, partition_id="p", timeout=10)
+            assert 0.3 <= time.monotonic() - t0 < 9  # it waited for room, then spilled instead of waiting on
+            moved = (await q.stats())["zerocopy"]
+            assert moved["put_spooled_bytes"] == chunk.nbytes and moved["put_zero_copy_bytes"] == 2 * chunk.nbytes
+            np.testing.assert_array_equal((await q.get_data(meta))["x"], chunk + 1)
+            for batch in held:
+                batch.release()
+            meta = await q.put({"x": chunk + 2}, partition_id="p", timeout=10)  # room again: shared memory
+            assert (await q.stats())["zerocopy"]["put_zero_copy_bytes"] == 3 * chunk.nbytes
 
     asyncio.run(go())
 

@@ -10,12 +10,14 @@ fills in place) are made here and sealed by ``put_reserved``; those not put are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigError, DedupConflictError, InvalidRecordError, PayloadClearedError
-from ..tensors import batches, dedup, objects, reservation, tensordicts
+from ..errors import ConfigError, DedupConflictError, InvalidRecordError, MemoryFull, PayloadClearedError
+from ..tensors import batches, dedup, objects, pieces, reservation, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 LEASE_TIMEOUT_S = 30.0  # how long a tensor put waits for arena space by default before Full
+# Memory pressure: a put of dense tensors that finds the broker's shared-memory budget full for this long (or for
+# its whole timeout, if shorter) spills to a spool file on disk instead of waiting on (docs/concepts/batch-sizes.md).
+SPILL_AFTER_SECONDS = float(os.environ.get("PERSISTING_SPILL_AFTER_S", "1.0"))
 
 
 class TensorPuts:
@@ -170,12 +175,23 @@ class TensorPuts:
         of = None if patch is None else patch.global_indexes
         if remote is not None:
             plain = batches.other_rows(other, n, remote.kinds)
+            wait = LEASE_TIMEOUT_S if timeout is None else timeout
+            spill = self._handle.zerocopy_mode != "force" and pieces.spoolable(columns)
             try:
-                wait = LEASE_TIMEOUT_S if timeout is None else timeout
                 blob = codec.pack(plain.rows)
-                sealed = await remote.arena.put_tensors(
-                    columns, plain, blob, n, partition, wait, of, key, dedup_bytes=dedup_bytes, lease_ahead=lease_ahead
-                )
+                for attempt_wait in (min(wait, SPILL_AFTER_SECONDS), wait - SPILL_AFTER_SECONDS) if spill else (wait,):
+                    try:
+                        sealed = await remote.arena.put_tensors(
+                            columns, plain, blob, n, partition, attempt_wait, of, key,
+                            dedup_bytes=dedup_bytes, lease_ahead=lease_ahead,
+                        )  # fmt: skip
+                        break
+                    except MemoryFull:
+                        if not spill or attempt_wait <= 0:
+                            raise
+                        with contextlib.suppress(ConfigError):  # a topic in an object store has no spool folder
+                            return await self._spill(topic, columns, other, n, partition, patch, key, payload)
+                        spill = False  # then wait on for the rest of the timeout
                 first, n = remote.stored(*sealed[:3])
                 self._handle.moved("put_zero_copy_bytes", payload)
                 return batches.batch_meta(first, n, partition, columns, other, patch)
@@ -183,6 +199,22 @@ class TensorPuts:
                 if not self._copy_instead(exc):
                     raise
         return await self._put_copied(topic, columns, other, n, partition, patch, key, dedup_bytes)
+
+    async def _spill(
+        self,
+        topic: Topic | RemoteTopic,
+        columns: Mapping[str, tensors.AnyColumn],
+        other: dict[str, list[Any]],
+        n: int,
+        partition: str,
+        patch: BatchMeta | None,
+        key: str | None,
+        payload: int,
+    ) -> BatchMeta:
+        """A put that found shared memory full: to a spool file (written and synced, as a batch above the budget)."""
+        meta = await big_batches.spool(topic, columns, other, n, partition, patch, key, lambda c: on_topic(topic, c))
+        self._handle.moved("put_spooled_bytes", payload)
+        return meta
 
     async def _through_arena(self, topic: Topic | RemoteTopic) -> RemoteTopic | None:
         """The broker topic if a tensor batch goes through its arena (put and reserve decide alike), else None;
