@@ -1,8 +1,10 @@
-"""What every benchmark measures with: nearest-rank percentiles, the progress callback (``Tick``) and peak RSS."""
+"""What every benchmark measures with: nearest-rank percentiles, the progress callback (``Tick``), peak RSS and a
+process's RSS polled on a thread (``RssPoll``)."""
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -24,9 +26,14 @@ def vm_hwm_bytes(pid: int | str) -> int:
 
 def vm_rss_bytes(pid: int | str) -> int:
     """Resident set size of a process now (0 once it is gone)."""
+    return status_bytes(pid, "VmRSS")
+
+
+def status_bytes(pid: int | str, field: str) -> int:
+    """A kB figure of /proc/<pid>/status (``VmRSS``, ``RssShmem``, ``RssAnon``...) in bytes; 0 once it is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -36,3 +43,38 @@ def vm_rss_bytes(pid: int | str) -> int:
 def reset_peak(pid: int | str = "self") -> None:
     """Start the peak RSS again from the current RSS (Linux: ``5`` into /proc/<pid>/clear_refs)."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+class RssPoll:
+    """A process's VmRSS (and its shared-memory part, RssShmem) read every ``interval`` s on a thread between
+    ``start`` and ``stop``: the first VmRSS seen and the largest of each; ``take()`` hands the peaks since the last
+    ``take`` and starts them again from the current figures."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        self.pid, self.interval = pid, interval
+        self.first = self.peak = self.peak_shmem = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def take(self) -> tuple[int, int]:
+        """(peak VmRSS, peak RssShmem) since the last take, or the start."""
+        out = (self.peak, self.peak_shmem)
+        self.peak, self.peak_shmem = vm_rss_bytes(self.pid), status_bytes(self.pid, "RssShmem")
+        return out
+
+    def _poll(self) -> None:
+        while True:
+            rss = vm_rss_bytes(self.pid)
+            self.first = self.first or rss
+            self.peak = max(self.peak, rss)
+            self.peak_shmem = max(self.peak_shmem, status_bytes(self.pid, "RssShmem"))
+            if self._done.wait(self.interval):
+                return
