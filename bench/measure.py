@@ -46,13 +46,14 @@ def reset_peak(pid: int | str = "self") -> None:
 
 
 class RssPoll:
-    """A process's VmRSS (and its shared-memory part, RssShmem) read every ``interval`` s on a thread between
-    ``start`` and ``stop``: the first VmRSS seen and the largest of each; ``take()`` hands the peaks since the last
-    ``take`` and starts them again from the current figures."""
+    """A process's VmRSS read every ``interval`` s on a thread between ``start`` and ``stop``: the first seen and
+    the largest, and the largest of its shared-memory part (RssShmem) and of the rest (VmRSS - RssShmem, in one
+    reading); ``take()`` hands the peaks since the last ``take`` and starts them again from the current figures."""
 
     def __init__(self, pid: int, interval: float = 0.02) -> None:
         self.pid, self.interval = pid, interval
-        self.first = self.peak = self.peak_shmem = 0
+        self.first = 0
+        self.peak = self.peak_shmem = self.peak_private = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -64,17 +65,22 @@ class RssPoll:
         if self._thread.is_alive():
             self._thread.join()
 
-    def take(self) -> tuple[int, int]:
-        """(peak VmRSS, peak RssShmem) since the last take, or the start."""
-        out = (self.peak, self.peak_shmem)
-        self.peak, self.peak_shmem = vm_rss_bytes(self.pid), status_bytes(self.pid, "RssShmem")
+    def take(self) -> tuple[int, int, int]:
+        """(peak VmRSS, peak RssShmem, peak VmRSS - RssShmem) since the last take, or the start."""
+        out = (self.peak, self.peak_shmem, self.peak_private)
+        self.peak = self.peak_shmem = self.peak_private = 0
+        self._read()
         return out
+
+    def _read(self) -> None:
+        rss, shmem = vm_rss_bytes(self.pid), status_bytes(self.pid, "RssShmem")
+        self.first = self.first or rss
+        self.peak = max(self.peak, rss)
+        self.peak_shmem = max(self.peak_shmem, shmem)
+        self.peak_private = max(self.peak_private, rss - shmem)
 
     def _poll(self) -> None:
         while True:
-            rss = vm_rss_bytes(self.pid)
-            self.first = self.first or rss
-            self.peak = max(self.peak, rss)
-            self.peak_shmem = max(self.peak_shmem, status_bytes(self.pid, "RssShmem"))
+            self._read()
             if self._done.wait(self.interval):
                 return

@@ -22,7 +22,8 @@ Decisions (docs/benchmarks/sizes.md says the same for readers):
   ``time.monotonic()`` on both sides (one clock on Linux). GB/s = bytes / that time. The consumer holds the result
   until then (and until its peak RSS is read), then drops it. Between hand-overs the producer's persisting queue
   ``flush()``es (untimed), so that each one starts on a quiet broker.
-- **Repetitions.** Per size: one warm-up hand-over per system, reported as *first* (the cold case), then
+- **Repetitions.** First of all one untimed 1 MiB hand-over per system (each process's first get and put import
+  what they use). Per size: one warm-up hand-over per system, reported as *first* (the cold case), then
   ``--reps`` measured ones; medians, and the ratios persisting/torch.mp and persisting/memcpy of the medians of
   the same run. The systems alternate within each repetition.
 - **The stream.** ``--stream-batches`` batches of ``--stream-bytes`` back to back: the producer puts as fast as
@@ -91,9 +92,9 @@ class Case:
     batches: int = 1
     first_s: float | None = None
     runs_s: list[float] = field(default_factory=list)
+    put_s: list[float] = field(default_factory=list)  # the put alone: its start -> it returned
     held: int = 0  # the consumer's peak RSS above its RSS before the hand-over, the most of the measured ones
-    broker_rss: int = 0  # persisting: the broker's peak VmRSS meanwhile
-    broker_shmem: int = 0  # ... and its peak RssShmem
+    broker: tuple[int, int, int] = (0, 0, 0)  # persisting: the broker's peak VmRSS, RssShmem, VmRSS - RssShmem
 
     @property
     def gbps(self) -> float | None:
@@ -118,14 +119,15 @@ class SizesResult:
         return [{**asdict(c), "gbps": c.gbps} for c in self.cases]
 
 
-def handover(pair: Pair, system: str, topic: str, partition: str, stamp: int) -> tuple[float, int]:
-    """One batch producer -> consumer: (seconds from the put's start to every page touched, bytes held)."""
+def handover(pair: Pair, system: str, topic: str, partition: str, stamp: int) -> tuple[float, float, int]:
+    """One batch producer -> consumer: (seconds from the put's start to every page touched, to the put's return,
+    bytes the consumer held)."""
     pair.send("consumer", "get", system, topic, partition, stamp)
     pair.recv("consumer")  # ready: in its get
-    _, t0, _returned = pair.ask("producer", "put", system, topic, partition, stamp)
+    _, t0, returned = pair.ask("producer", "put", system, topic, partition, stamp)
     _, t1, held = pair.recv("consumer")
     pair.ask("producer", "settle", system, topic)
-    return t1 - t0, held
+    return t1 - t0, returned - t0, held
 
 
 def free_bytes() -> tuple[int, int]:
@@ -150,32 +152,52 @@ def room_for(nbytes: int, copies: int) -> str | None:
 def measure_size(pair: Pair, nbytes: int, reps: int, poll: RssPoll, say: Any) -> list[Case]:
     """Every system at one size: a warm-up hand-over each (``first``), then ``reps`` rounds of them all."""
     topic = f"size-{nbytes}"
-    for role in ("producer", "consumer"):
-        pair.ask(role, "open", topic)
-    pair.ask("producer", "source", nbytes)
+    start(pair, topic, nbytes)
     cases = {s: Case(s, nbytes) for s in (*SYSTEMS, "memcpy")}
     poll.take()
     for rep in range(-1, reps):
         for system in SYSTEMS:
-            seconds, held = handover(pair, system, topic, f"r{rep + 1}", (rep + 2) % 256)
+            seconds, put_s, held = handover(pair, system, topic, f"r{rep + 1}", (rep + 2) % 256)
             case = cases[system]
             if rep < 0:
                 case.first_s = seconds  # its held bytes count the first get's imports and mappings: not kept
             else:
                 case.runs_s.append(seconds)
+                case.put_s.append(put_s)
                 case.held = max(case.held, held)
             say(f"{label(nbytes)} {system} {'first' if rep < 0 else f'rep {rep + 1}'}: {seconds * 1e3:,.1f} ms")
         if rep >= 0:
             cases["memcpy"].runs_s.append(pair.ask("producer", "memcpy")[1])
-    cases["persisting"].broker_rss, cases["persisting"].broker_shmem = poll.take()
-    pair.ask("producer", "free")
+    cases["persisting"].broker = poll.take()
+    done(pair, topic)
     return list(cases.values())
 
 
-def measure_stream(pair: Pair, nbytes: int, batches: int, reps: int, poll: RssPoll, say: Any) -> list[Case]:
+def start(pair: Pair, topic: str, nbytes: int) -> None:
+    """Both processes open ``topic``; the producer builds its source of ``nbytes`` (untimed)."""
     for role in ("producer", "consumer"):
-        pair.ask(role, "open", "stream")
+        pair.ask(role, "open", topic)
     pair.ask("producer", "source", nbytes)
+
+
+def done(pair: Pair, topic: str) -> None:
+    """The producer drops its source; both close ``topic`` (its spare extent, its holds go back to the broker)."""
+    pair.ask("producer", "free")
+    for role in ("producer", "consumer"):
+        pair.ask(role, "close", topic)
+
+
+def _prime(pair: Pair) -> None:
+    """One untimed 1 MiB hand-over per system first: each process's first get and put import and connect what
+    they use (about a second), which is no size's cold case."""
+    start(pair, "prime", MiB)
+    for system in SYSTEMS:
+        handover(pair, system, "prime", "p", 1)
+    done(pair, "prime")
+
+
+def measure_stream(pair: Pair, nbytes: int, batches: int, reps: int, poll: RssPoll, say: Any) -> list[Case]:
+    start(pair, "stream", nbytes)
     memcpy = Case("memcpy", nbytes, "stream")
     memcpy.runs_s = [pair.ask("producer", "memcpy")[1] for _ in range(reps)]
     out = [memcpy]
@@ -189,10 +211,10 @@ def measure_stream(pair: Pair, nbytes: int, batches: int, reps: int, poll: RssPo
         case = Case(system, nbytes, "stream", batches, runs_s=[t1 - t0], held=held)
         broker = poll.take()
         if system == "persisting":
-            case.broker_rss, case.broker_shmem = broker
+            case.broker = broker
         out.append(case)
         say(f"stream {batches} x {label(nbytes)} {system}: {(t1 - t0):,.2f} s")
-    pair.ask("producer", "free")
+    done(pair, "stream")
     return out
 
 
@@ -255,6 +277,7 @@ def _measure_all(
     poll: RssPoll,
     say: Any,
 ) -> None:
+    _prime(pair)
     for nbytes in sizes:
         why = room_for(nbytes, 3)  # the producer's source + the shared copy + the consumer's copy
         if why is not None:

@@ -6,11 +6,12 @@ Both hold a ``torch.multiprocessing.Queue`` each (one for single hand-overs, one
 topic, a ``persisting.SyncQueue(topic, broker=address)`` with the default settings, opened before any timing. The
 producer's source is one torch uint8 tensor of ``ROWS`` samples, built and faulted in on ``source`` (untimed).
 
-Producer commands: ``("source", nbytes)``, ``("open", topic)``, ``("put", system, topic, partition, stamp)`` (its
+Both take ``("open", topic)`` and ``("close", topic)`` (a queue closed gives back what it leased ahead or holds).
+Producer commands: ``("source", nbytes)``, ``("put", system, topic, partition, stamp)`` (its
 answer: put started, put returned, ``time.monotonic()``), ``("settle", system, topic)`` (persisting: ``flush()``, so
 that the next hand-over starts on a quiet broker; torch: drop the shared copy), ``("memcpy",)`` (the reference:
 the source copied into memory faulted in beforehand, then touched like a consumer's result), ``("stream", system,
-topic, batches)``, ``("free",)``. Consumer commands: ``("open", topic)``, ``("get", system, topic, partition,
+topic, batches)``, ``("free",)``. Consumer commands: ``("get", system, topic, partition,
 stamp)`` (answers ``ready`` first, then what it got), ``("stream", system, topic, batches)``. ``None`` ends either.
 A command that fails is answered ``("error", why)`` and the process serves the next one.
 """
@@ -78,9 +79,13 @@ class _Queues:
         self(topic)
         return ("ok",)
 
-    def close(self) -> None:
-        for q in self.queues.values():
-            q.close()
+    def close(self, topic: str | None = None) -> tuple[str]:
+        """Close the topic's queue (every queue: None): what it leased ahead or holds goes back to the broker."""
+        for name in [topic] if topic is not None else list(self.queues):
+            q = self.queues.pop(name, None)
+            if q is not None:
+                q.close()
+        return ("ok",)
 
 
 def producer_main(conn: Any, queues: tuple[Any, Any], address: str) -> None:
@@ -98,6 +103,7 @@ class Producer:
         handlers: dict[str, Callable[..., Any]] = {
             "source": self.source,
             "open": self.pq.open,
+            "close": self.pq.close,
             "put": self.put,
             "settle": self.settle,
             "memcpy": self.memcpy,
@@ -206,7 +212,7 @@ def consumer_main(conn: Any, queues: tuple[Any, Any], address: str) -> None:
         return ("got", time.monotonic(), vm_hwm_bytes("self") - base)
 
     try:
-        serve(conn, {"open": pq.open, "get": one, "stream": stream})
+        serve(conn, {"open": pq.open, "close": pq.close, "get": one, "stream": stream})
     finally:
         pq.close()
 
