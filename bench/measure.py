@@ -26,18 +26,21 @@ def vm_hwm_bytes(pid: int | str) -> int:
 
 def vm_rss_bytes(pid: int | str) -> int:
     """Resident set size of a process now (0 once it is gone)."""
-    return status_bytes(pid, "VmRSS")
+    return status_bytes(pid, ("VmRSS",))["VmRSS"]
 
 
-def status_bytes(pid: int | str, field: str) -> int:
-    """A kB figure of /proc/<pid>/status (``VmRSS``, ``RssShmem``, ``RssAnon``...) in bytes; 0 once it is gone."""
+def status_bytes(pid: int | str, fields: Sequence[str]) -> dict[str, int]:
+    """kB figures of /proc/<pid>/status (``VmRSS``, ``RssShmem``, ``RssFile``, ``RssAnon``...) in bytes, from one
+    reading; 0 once the process is gone."""
+    out = dict.fromkeys(fields, 0)
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
+            name, _, rest = line.partition(":")
+            if name in out:
+                out[name] = int(rest.split()[0]) * 1024
     except OSError:
         pass
-    return 0
+    return out
 
 
 def reset_peak(pid: int | str = "self") -> None:
@@ -45,17 +48,24 @@ def reset_peak(pid: int | str = "self") -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
+RSS_PARTS = ("VmRSS", "RssShmem", "RssFile", "RssAnon")  # the whole, then what it is made of
+
+
 class RssPoll:
-    """A process's VmRSS read every ``interval`` s on a thread between ``start`` and ``stop``: the first seen and
-    the largest, and the largest of its shared-memory part (RssShmem) and of the rest (VmRSS - RssShmem, in one
-    reading); ``take()`` hands the peaks since the last ``take`` and starts them again from the current figures."""
+    """A process's VmRSS and its parts (``RSS_PARTS``: shared memory, file pages, anonymous) read every
+    ``interval`` s on a thread between ``start`` and ``stop``: the first VmRSS seen and the largest of each;
+    ``take()`` hands the peaks since the last ``take`` and starts them again from the current figures."""
 
     def __init__(self, pid: int, interval: float = 0.02) -> None:
         self.pid, self.interval = pid, interval
         self.first = 0
-        self.peak = self.peak_shmem = self.peak_private = 0
+        self.peaks = dict.fromkeys(RSS_PARTS, 0)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    @property
+    def peak(self) -> int:
+        return self.peaks["VmRSS"]
 
     def start(self) -> None:
         self._thread.start()
@@ -65,19 +75,17 @@ class RssPoll:
         if self._thread.is_alive():
             self._thread.join()
 
-    def take(self) -> tuple[int, int, int]:
-        """(peak VmRSS, peak RssShmem, peak VmRSS - RssShmem) since the last take, or the start."""
-        out = (self.peak, self.peak_shmem, self.peak_private)
-        self.peak = self.peak_shmem = self.peak_private = 0
+    def take(self) -> tuple[int, ...]:
+        """The peaks of ``RSS_PARTS`` since the last take, or the start."""
+        out = tuple(self.peaks.values())
+        self.peaks = dict.fromkeys(RSS_PARTS, 0)
         self._read()
         return out
 
     def _read(self) -> None:
-        rss, shmem = vm_rss_bytes(self.pid), status_bytes(self.pid, "RssShmem")
-        self.first = self.first or rss
-        self.peak = max(self.peak, rss)
-        self.peak_shmem = max(self.peak_shmem, shmem)
-        self.peak_private = max(self.peak_private, rss - shmem)
+        now = status_bytes(self.pid, RSS_PARTS)
+        self.first = self.first or now["VmRSS"]
+        self.peaks = {k: max(v, now[k]) for k, v in self.peaks.items()}
 
     def _poll(self) -> None:
         while True:

@@ -30,8 +30,9 @@ Decisions (docs/benchmarks/sizes.md says the same for readers):
   the system lets it (persisting: each put returns once acknowledged; torch.mp: a queue of ``maxsize=2``, or its
   shared memory would hold every batch at once), the consumer takes each, touches every page and drops it before
   the next. GB/s = all bytes / (first put started -> last batch touched); memcpy of one batch beside it.
-- **Memory.** The broker's VmRSS and RssShmem, polled every 20 ms for the whole run (the peak per size and for
-  the stream), against the shared memory the broker's ``hello`` names; the consumer's peak RSS (VmHWM, reset
+- **Memory.** The broker's VmRSS and its parts (RssShmem: shared memory; RssFile: file pages it maps, e.g. spool
+  files; RssAnon: its own), polled every 20 ms for the whole run (the peaks per size, flushes included, and for the
+  stream), the shared memory against what the broker's ``hello`` names; the consumer's peak RSS (VmHWM, reset
   before each hand-over) above its RSS before it: what it held.
 - **Sizes** that /dev/shm or RAM cannot hold (source + shared copy + consumer's copy) are skipped with a line.
 """
@@ -94,7 +95,7 @@ class Case:
     runs_s: list[float] = field(default_factory=list)
     put_s: list[float] = field(default_factory=list)  # the put alone: its start -> it returned
     held: int = 0  # the consumer's peak RSS above its RSS before the hand-over, the most of the measured ones
-    broker: tuple[int, int, int] = (0, 0, 0)  # persisting: the broker's peak VmRSS, RssShmem, VmRSS - RssShmem
+    broker: tuple[int, ...] = (0, 0, 0, 0)  # persisting: the broker's peak VmRSS, RssShmem, RssFile, RssAnon
 
     @property
     def gbps(self) -> float | None:

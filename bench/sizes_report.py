@@ -9,7 +9,7 @@ import statistics
 from .layout import AIM_HEADERS, Section, aims_json, closing_notes, page, report_json
 from .sizes import SYSTEMS, Case, MiB, SizesResult, label
 
-BROKER = "broker peak, MiB: RSS (shm, rest)"
+BROKER = "broker peak, MiB: RSS (shm / file / anon)"
 ONE_HEADERS: tuple[str, ...] = (
     "size",
     "system",
@@ -36,8 +36,8 @@ def _mib(n: int) -> str:
 
 
 def _broker(c: Case) -> str:
-    rss, shm, rest = (n / MiB for n in c.broker)
-    return f"{rss:,.0f} ({shm:,.0f}, {rest:,.0f})" if rss else ""
+    rss, *parts = (f"{n / MiB:,.0f}" for n in c.broker)
+    return f"{rss} ({' / '.join(parts)})" if c.broker[0] else ""
 
 
 def hello_s(result: SizesResult) -> float:
@@ -119,23 +119,22 @@ def _memory_rows(result: SizesResult) -> list[list[str]]:
     if not persisting:
         return []
     budget = budget_bytes(result)
-    shm = max(persisting, key=lambda c: c.broker[1])
-    rest = max(persisting, key=lambda c: c.broker[2])
+    shm, file, anon = (_most(persisting, k) for k in (1, 2, 3))
     within = "yes" if shm.broker[1] <= budget else "no"
     rows = [
-        [
-            f"broker's shared memory (peak RssShmem), hello's {label(budget)}",
-            _at(shm, 1),
-            f"<= {label(budget)}",
-            within,
-        ],
-        ["broker's memory beyond it (peak VmRSS - RssShmem)", _at(rest, 2), "a constant", "-"],
+        [f"broker's shared memory (peak RssShmem; hello: {label(budget)})", _at(shm, 1), f"<= {label(budget)}", within],
+        ["broker's file pages mapped (peak RssFile)", _at(file, 2), "a constant", "-"],
+        ["broker's own memory (peak RssAnon)", _at(anon, 3), "a constant", "-"],
     ]
     held = [c.held / c.nbytes for c in result.cases if c.system != "memcpy" and c.nbytes >= 64 * MiB and c.held]
     if held:
         ok = "yes" if max(held) <= 1.05 else "no"
         rows.append(["consumer peak above its base / batch, >= 64 MiB", f"{min(held):.2f}-{max(held):.2f}x", "1x", ok])
     return rows
+
+
+def _most(cases: list[Case], k: int) -> Case:
+    return max(cases, key=lambda c: c.broker[k])
 
 
 def _at(c: Case, k: int) -> str:
