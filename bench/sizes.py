@@ -32,8 +32,8 @@ Decisions (docs/benchmarks/sizes.md says the same for readers):
   the next. GB/s = all bytes / (first put started -> last batch touched); memcpy of one batch beside it.
 - **Memory.** The broker's VmRSS and its parts (RssShmem: shared memory; RssFile: file pages it maps, e.g. spool
   files; RssAnon: its own), polled every 20 ms for the whole run (the peaks per size, flushes included, and for the
-  stream), the shared memory against what the broker's ``hello`` names; the consumer's peak RSS (VmHWM, reset
-  before each hand-over) above its RSS before it: what it held.
+  stream), the shared memory against what the broker's ``hello`` names (a budget where it has one, else the
+  arena's size); the consumer's peak RSS (VmHWM, reset before each hand-over) above its RSS before it: what it held.
 - **Sizes** that /dev/shm or RAM cannot hold (source + shared copy + consumer's copy) are skipped with a line.
 """
 
@@ -79,7 +79,7 @@ def parse_sizes(text: str) -> list[int]:
 def label(nbytes: int) -> str:
     for unit, name in ((1 << 30, "GiB"), (MiB, "MiB"), (1 << 10, "KiB")):
         if nbytes >= unit:
-            return f"{nbytes / unit:g} {name}"
+            return f"{nbytes / unit:,.2f}".rstrip("0").rstrip(".") + f" {name}"
     return f"{nbytes} B"
 
 
@@ -221,7 +221,8 @@ def measure_stream(pair: Pair, nbytes: int, batches: int, reps: int, poll: RssPo
 
 def hellos(address: str, n: int, warmup: int = 20) -> tuple[list[float], dict[str, Any]]:
     """``n`` protocol ``hello`` round trips from a blocking caller (SyncQueue's path, as ``bench broker`` times
-    it), in microseconds; and the numbers of the reply's ``arena`` entry (the broker's shared memory)."""
+    it), in microseconds; and the numbers of the reply's ``arena`` entry (the broker's shared memory), with the
+    budget its ``arena_stats`` name where the broker has one (segments within a budget)."""
 
     async def hello() -> Any:
         return (await connection(address).request("hello", {})).result
@@ -234,7 +235,7 @@ def hellos(address: str, n: int, warmup: int = 20) -> tuple[list[float], dict[st
         t0 = time.perf_counter_ns()
         _loop.run(hello())
         out.append((time.perf_counter_ns() - t0) / 1e3)
-    shm = first.get("arena") or {}
+    shm = {**(first.get("arena") or {}), **{k: v for k, v in (first.get("arena_stats") or {}).items() if "budget" in k}}
     return out, {k: v for k, v in shm.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
