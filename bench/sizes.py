@@ -44,6 +44,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ DEFAULT_SIZES = "1M,6M,64M,256M,512M,1G,2G,4G"
 SYSTEMS = ("persisting", "torch.mp")
 MARGIN = 512 * MiB  # left free beyond what a size needs
 _UNITS = {"": 1, "K": 1 << 10, "M": MiB, "G": 1 << 30}
+Say = Callable[[str], None]  # a progress line
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -150,7 +152,7 @@ def room_for(nbytes: int, copies: int) -> str | None:
     return None
 
 
-def measure_size(pair: Pair, nbytes: int, reps: int, poll: RssPoll, say: Any) -> list[Case]:
+def measure_size(pair: Pair, nbytes: int, reps: int, poll: RssPoll, say: Say) -> list[Case]:
     """Every system at one size: a warm-up hand-over each (``first``), then ``reps`` rounds of them all."""
     topic = f"size-{nbytes}"
     start(pair, topic, nbytes)
@@ -197,7 +199,7 @@ def _prime(pair: Pair) -> None:
     done(pair, "prime")
 
 
-def measure_stream(pair: Pair, nbytes: int, batches: int, reps: int, poll: RssPoll, say: Any) -> list[Case]:
+def measure_stream(pair: Pair, nbytes: int, batches: int, reps: int, poll: RssPoll, say: Say) -> list[Case]:
     start(pair, "stream", nbytes)
     memcpy = Case("memcpy", nbytes, "stream")
     memcpy.runs_s = [pair.ask("producer", "memcpy")[1] for _ in range(reps)]
@@ -206,7 +208,8 @@ def measure_stream(pair: Pair, nbytes: int, batches: int, reps: int, poll: RssPo
         poll.take()
         pair.send("consumer", "stream", system, "stream", batches)
         pair.recv("consumer")  # ready
-        _, t0, _last_put = pair.ask("producer", "stream", system, "stream", batches)
+        pair.send("producer", "stream", system, "stream", batches)
+        _, t0, _last_put = pair.recv("producer", GET_TIMEOUT_S * batches)
         _, t1, held = pair.recv("consumer", GET_TIMEOUT_S * batches)
         pair.ask("producer", "settle", system, "stream")
         case = Case(system, nbytes, "stream", batches, runs_s=[t1 - t0], held=held)
@@ -277,7 +280,7 @@ def _measure_all(
     stream_bytes: int,
     stream_batches: int,
     poll: RssPoll,
-    say: Any,
+    say: Say,
 ) -> None:
     _prime(pair)
     for nbytes in sizes:
