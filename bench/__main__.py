@@ -26,7 +26,7 @@ from typing import Any
 
 import persisting
 
-from . import plots
+from . import plots, sizes
 from .arena_batches import POOL
 from .arena_bench import run_arena_bench
 from .arena_report import render_arena
@@ -200,6 +200,13 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    z = sub.add_parser(
+        "sizes",
+        help="one batch at 1 MiB to 4 GiB and a stream of 1 GiB batches through a default broker, producer -> "
+        "consumer process, vs torch.multiprocessing.Queue and memcpy (issue 31)",
+    )
+    sizes.add_args(z)
+    _common_args(z)
     return parser
 
 
@@ -376,6 +383,30 @@ def _persist_main(args: argparse.Namespace, args_list: list[str], revision: str)
     return 0
 
 
+def _sizes_main(args: argparse.Namespace, args_list: list[str], revision: str) -> int:
+    from .sizes_report import plot_series, render_sizes
+
+    batch_sizes, stream_bytes = sizes.settings(args)
+    load = os.getloadavg()
+    with _work_dir(args.dir, "psz-") as base:
+        result = sizes.run_sizes_bench(
+            base, batch_sizes, args.reps, stream_bytes, args.stream_batches, args.hellos, not args.no_progress
+        )
+    result.meta = _meta(
+        args_list,
+        revision,
+        base,
+        packages=("torch",),
+        records=f"one field x: a torch uint8 tensor of {sizes.ROWS} samples (size / {sizes.ROWS} bytes each)",
+        broker="--storage-path {base}/storage --socket ipc://{base}/s/b.sock --log-level WARNING (defaults otherwise)",
+    )
+    result.meta["broker shared memory (hello)"] = result.broker_memory
+    result.meta["load average (1 min) at start, end"] = f"{load[0]:.2f}, {os.getloadavg()[0]:.2f}"
+    print(render_sizes(result, args.format))
+    _plots(args.plot, lambda r, folder: plots.plot_sizes(plot_series(r), r.meta, folder), result)
+    return 0
+
+
 def _installed(name: str) -> bool:
     try:
         importlib.metadata.version(name)
@@ -439,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.bench == "persist":
         return _persist_main(args, args_list, revision)
+    if args.bench == "sizes":
+        return _sizes_main(args, args_list, revision)
     if args.bench == "ray":
         from .ray_bench import render_ray, run_ray_bench
 

@@ -26,6 +26,16 @@ from .measure import Tick
 from .workers import START_TIMEOUT_S
 
 
+def shared_copy(t: Any) -> Any:
+    """What the reference producer puts: a fresh ``share_memory_()`` tensor of ``t``'s shape with ``t`` copied in
+    (one copy, straight into shared memory)."""
+    import torch
+
+    buf = torch.empty(t.shape, dtype=t.dtype).share_memory_()
+    buf.copy_(t)
+    return buf
+
+
 def torch_producer_main(spec: dict[str, Any]) -> None:
     import torch
 
@@ -46,11 +56,7 @@ def torch_producer_main(spec: dict[str, Any]) -> None:
             start_t[i] = time.monotonic()
             src = pool[i % POOL]
             stamp(src, i)
-            out = {}
-            for name, t in src.items():
-                buf = torch.empty(t.shape, dtype=t.dtype).share_memory_()
-                buf.copy_(t)
-                out[name] = buf
+            out = {name: shared_copy(t) for name, t in src.items()}
             q.put(out)
             put_t[i] = time.monotonic()
             del out

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-FORMATS = ("console", "rst", "json")
+FORMATS = ("console", "rst", "md", "json")
 AIM_HEADERS = ("aim", "measured", "target", "met")
 
 
@@ -47,8 +47,15 @@ def rst_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(out)
 
 
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown (GitHub) pipe table, as the documentation pages hold them."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines.extend("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)
+    return "\n".join(lines)
+
+
 def page(fmt: str, title: str, meta: Mapping[str, Any], sections: Iterable[Section | None]) -> str:
-    """The report in ``fmt`` "console" or "rst"; a ``None`` section (nothing measured) is left out."""
+    """The report in ``fmt`` "console", "rst" or "md"; a ``None`` section (nothing measured) is left out."""
     present = [s for s in sections if s is not None]
     meta_lines = [f"{k}: {v}" for k, v in meta.items()]
     if fmt == "console":
@@ -59,12 +66,15 @@ def page(fmt: str, title: str, meta: Mapping[str, Any], sections: Iterable[Secti
             else:
                 parts += ["", *(s.lines if s.console is None else s.console)]
         return "\n".join(parts)
-    if fmt != "rst":
+    if fmt not in ("rst", "md"):
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
-    parts = [title, "=" * len(title), "", *(f"- {line}" for line in meta_lines)]
+    md = fmt == "md"
+    table = md_table if md else rst_table
+    parts = [f"## {title}"] if md else [title, "=" * len(title)]
+    parts += ["", *(f"- {line}" for line in meta_lines)]
     for s in present:
-        parts += ["", s.heading, "-" * len(s.heading), ""]
-        parts += [rst_table(s.headers, s.rows)] if s.headers else [f"- {line}" for line in s.lines]
+        parts += ["", f"### {s.heading}"] if md else ["", s.heading, "-" * len(s.heading)]
+        parts += ["", table(s.headers, s.rows)] if s.headers else ["", *(f"- {line}" for line in s.lines)]
     return "\n".join(parts)
 
 

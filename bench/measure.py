@@ -1,8 +1,10 @@
-"""What every benchmark measures with: nearest-rank percentiles, the progress callback (``Tick``) and peak RSS."""
+"""What every benchmark measures with: nearest-rank percentiles, the progress callback (``Tick``), peak RSS and a
+process's RSS polled on a thread (``RssPoll``)."""
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -24,15 +26,69 @@ def vm_hwm_bytes(pid: int | str) -> int:
 
 def vm_rss_bytes(pid: int | str) -> int:
     """Resident set size of a process now (0 once it is gone)."""
+    return status_bytes(pid, ("VmRSS",))["VmRSS"]
+
+
+def status_bytes(pid: int | str, fields: Sequence[str]) -> dict[str, int]:
+    """kB figures of /proc/<pid>/status (``VmRSS``, ``RssShmem``, ``RssFile``, ``RssAnon``...) in bytes, from one
+    reading; 0 once the process is gone."""
+    out = dict.fromkeys(fields, 0)
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+            name, _, rest = line.partition(":")
+            if name in out:
+                out[name] = int(rest.split()[0]) * 1024
     except OSError:
         pass
-    return 0
+    return out
 
 
 def reset_peak(pid: int | str = "self") -> None:
     """Start the peak RSS again from the current RSS (Linux: ``5`` into /proc/<pid>/clear_refs)."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+RSS_PARTS = ("VmRSS", "RssShmem", "RssFile", "RssAnon")  # the whole, then what it is made of
+
+
+class RssPoll:
+    """A process's VmRSS and its parts (``RSS_PARTS``: shared memory, file pages, anonymous) read every
+    ``interval`` s on a thread between ``start`` and ``stop``: the first VmRSS seen and the largest of each;
+    ``take()`` hands the peaks since the last ``take`` and starts them again from the current figures."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        self.pid, self.interval = pid, interval
+        self.first = 0
+        self.peaks = dict.fromkeys(RSS_PARTS, 0)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    @property
+    def peak(self) -> int:
+        return self.peaks["VmRSS"]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def take(self) -> tuple[int, ...]:
+        """The peaks of ``RSS_PARTS`` since the last take, or the start."""
+        out = tuple(self.peaks.values())
+        self.peaks = dict.fromkeys(RSS_PARTS, 0)
+        self._read()
+        return out
+
+    def _read(self) -> None:
+        now = status_bytes(self.pid, RSS_PARTS)
+        self.first = self.first or now["VmRSS"]
+        self.peaks = {k: max(v, now[k]) for k, v in self.peaks.items()}
+
+    def _poll(self) -> None:
+        while True:
+            self._read()
+            if self._done.wait(self.interval):
+                return

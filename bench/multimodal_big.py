@@ -17,7 +17,6 @@ import asyncio
 import multiprocessing
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 from persisting import Queue
 
 from .broker_server import broker_process
-from .measure import reset_peak, vm_hwm_bytes, vm_rss_bytes
+from .measure import RssPoll, reset_peak, vm_hwm_bytes
 
 MiB = 1024 * 1024
 RSS_POLL_S = 0.02  # how often the broker's RSS is read during the get
@@ -89,31 +88,6 @@ async def _produce(
         return t0, put_done, put_done
 
 
-class _Polled:
-    """A process's VmRSS polled on a thread between ``start`` and ``stop``: the first and the largest seen."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.first, self.peak = pid, 0, 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _poll(self) -> None:
-        while True:
-            rss = vm_rss_bytes(self.pid)
-            self.first = self.first or rss
-            self.peak = max(self.peak, rss)
-            if self._done.wait(RSS_POLL_S):
-                return
-
-
 def _memcpy(batch: np.ndarray) -> float:
     dst = np.empty_like(batch)
     dst.fill(0)  # faulted in: the reference is the copy, not the page faults
@@ -139,7 +113,8 @@ def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int, after_flush:
     ) as broker:
         consumer = ctx.Process(target=_consumer, args=(address, batch.shape[0], batch.shape[1], out, start))
         consumer.start()
-        get_rss = _Polled(broker.pid)  # the broker's RSS while the consumer reads (the flush's peak is not the get's)
+        # the broker's RSS while the consumer reads (the flush's peak is not the get's)
+        get_rss = RssPoll(broker.pid, RSS_POLL_S)
         try:
             out.get(timeout=120)  # the consumer is connected and waiting
             t0, put_done, asked = asyncio.run(_produce(address, batch, after_flush, start, get_rss.start))

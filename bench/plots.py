@@ -182,3 +182,24 @@ def plot_queue(result: BenchResult, folder: Path) -> list[Path]:
         ax.set_ylabel("flush of 1,000 rows, ms")
         out.append(_save(fig, folder, "queue_flush_cost.png", sub))
     return out
+
+
+def plot_sizes(series: dict[str, list[tuple[int, float]]], meta: dict[str, Any], folder: Path) -> list[Path]:
+    """``bench sizes``: GB/s against the batch size (log x), one line per system; ``series``: system -> (bytes,
+    GB/s) points (the bound, a dashed line)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for system, points in series.items():
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, "--" if system.startswith("bound") else "-", marker="o", ms=3.5, label=system)
+    ticks = sorted({n for points in series.values() for n, _ in points})
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ticks, [f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB" for n in ticks], fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("one batch, producer process -> consumer process (every page touched)")
+    ax.set_ylabel("GB/s (median, log scale)")
+    ax.set_title("Hand-over speed by batch size")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return [_save(fig, folder, "sizes_gbps.png", _run_label(meta))]
