@@ -19,6 +19,7 @@ from ..engine import Location, TopicConfig, parse_location
 from ..errors import ConfigError, QueueClosedError
 from ..tensors.dedup import check_mode as check_dedup_mode
 from ..tensors.objects import check_mode as check_objects_mode
+from ..tensors.pinning import resolve as resolve_pinning
 from . import _loop
 from .remote import RemoteTopic
 
@@ -114,6 +115,7 @@ class TopicHandle:
         local_path: str | os.PathLike[str] | None = None,
         objects: str | None = None,
         dedup: Any = False,
+        pin_memory: bool | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"name must be a non-empty str without NUL characters, got {name!r}")
@@ -130,6 +132,9 @@ class TopicHandle:
         # "pickle": this process pickles values the codec cannot store and unpickles them (tensors/objects.py)
         self.objects = check_objects_mode(objects)
         self.dedup = check_dedup_mode(dedup)  # fields whose equal values a put stores once (tensors/dedup.py)
+        # the broker's shared memory page-locked for CUDA (tensors/pinning.py): checked here, so a machine without
+        # a GPU fails where the option is turned on; it does nothing in embedded mode (no shared memory)
+        self.pin_memory = resolve_pinning(pin_memory)
         self.config = config
         self._factory = _resolve_backend(backend)
         # Broker mode: an explicit address, else PERSISTING_BROKER; the broker owns storage_path then.
@@ -156,8 +161,10 @@ class TopicHandle:
             raise QueueClosedError(f"queue {self.name!r} is closed; open a new Queue")
         if self._topic is None:
             if self.broker is not None:
-                remote = RemoteTopic(self.name, self.broker, self.config)
+                remote = RemoteTopic(self.name, self.broker, self.config, self.pin_memory)
                 await remote.open()  # broker mode runs on the caller's loop
+                if self.pin_memory:
+                    await remote.arena.has_arena()  # maps and page-locks segment 0: its cost, or CUDA's refusal, here
                 self._topic = remote
             else:
                 factory = self._factory or _default_backend(self.enable_metrics)

@@ -54,6 +54,7 @@ class Queue(DataAPI):
         local_path: str | os.PathLike[str] | None = None,
         objects: str | None = None,
         dedup: bool | Sequence[str] = False,
+        pin_memory: bool | None = None,
     ) -> None:
         config = TopicConfig(
             num_buckets=num_buckets,
@@ -76,6 +77,7 @@ class Queue(DataAPI):
             local_path=local_path,
             objects=objects,
             dedup=dedup,
+            pin_memory=pin_memory,
         )
         super().__init__(handle)
         self.name = handle.name
@@ -85,6 +87,7 @@ class Queue(DataAPI):
         self.as_tensordict = handle.as_tensordict  # get_data/get_batch default (tensordict extra)
         self.objects = handle.objects  # "pickle": Python objects pickled by this process (tensors/objects.py)
         self.enable_metrics = handle.enable_metrics
+        self.pin_memory = handle.pin_memory  # shared memory page-locked for CUDA (the argument, else the env)
         self.broker = handle.broker
         self.batch_size = batch_size
         self._tensors = TensorPuts(handle, self)

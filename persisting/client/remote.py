@@ -32,14 +32,14 @@ WIRE_CONFIG_KEYS = ("num_buckets", "bucket_column", "batch_size", "auto_flush_in
 class RemoteTopic:
     """A topic served by a broker, with the methods of ``engine.Topic`` that ``Queue`` uses."""
 
-    def __init__(self, name: str, address: str, config: TopicConfig) -> None:
+    def __init__(self, name: str, address: str, config: TopicConfig, pin_memory: bool = False) -> None:
         self.name = name
         self.address = address
         self.config = config
         self.kinds: dict[str, str] = {}
         self.riders = False  # whether the broker writes records riding on a request (from its hello)
         self._count = 0
-        self._tensors = ArenaClient(address, self._args)
+        self._tensors = ArenaClient(address, self._args, pin_memory)
         # Sent with every request (a restarted broker reopens the topic from it): encoded once, here.
         self._wire_config = protocol.encoded({key: getattr(config, key) for key in WIRE_CONFIG_KEYS})
 

@@ -74,9 +74,10 @@ class ArenaClient:
     ahead for the next puts, puts into extents, and views out of them. Composed into ``remote.RemoteTopic``, which
     gives it the topic's request arguments (``args``)."""
 
-    def __init__(self, address: str, args: Callable[..., dict[str, Any]]) -> None:
+    def __init__(self, address: str, args: Callable[..., dict[str, Any]], pin: bool = False) -> None:
         self._address = address
         self._args = args
+        self.pin = pin  # Queue(pin_memory=True): page-locked shared mappings, read for device="cuda" (pinning.py)
         self._arena_info: dict[str, Any] | None = None  # what the broker's hello said of its arena
         self._mapped: Arena | None = None  # this process's mapping of that arena, once made
         # Extents leased ahead for the next puts, [extent, offset, bytes, generation] each: a put asks for one
@@ -122,7 +123,7 @@ class ArenaClient:
             if not info:
                 return None
             try:
-                self._mapped = attach_cached(Path(info["path"]), bytes(info["generation"]))
+                self._mapped = attach_cached(Path(info["path"]), bytes(info["generation"]), self.pin)
                 return self._mapped
             except errors.StorageError:
                 # The broker restarted between its hello and our mapping (the file is gone or of a newer
@@ -405,8 +406,8 @@ class ArenaClient:
             arena = await self._arena(generation)
             if arena is None:
                 raise errors.ConfigError("the broker runs without an arena")
-            tensor_fields = [f for f in fields if f not in result["kinds"]]
-            data, zero, copied = batches.from_runs(arena, result["runs"], tensor_fields, mode, device, release)
+            wanted = [f for f in fields if f not in result["kinds"]]  # the tensor fields
+            data, zero, copied = batches.from_runs(arena, result["runs"], wanted, mode, device, release, self.pin)
         except BaseException:
             release()
             raise

@@ -112,6 +112,7 @@ class Arena:
         self._owner = owner
         self._writable = writable
         self._mode = mode  # of the files the owner creates
+        self.pinned = False  # a client's shared mappings page-locked for CUDA (``pin``, tensors/pinning.py)
 
     @classmethod
     def create(cls, path: Path, size_bytes: int, mode: int = 0o600) -> Arena:
@@ -164,8 +165,18 @@ class Arena:
                 seg = Segment.attach(segment_path(self.path, index), self.generation, self._writable)
             except StorageError as exc:
                 raise ProtocolError(f"shared-memory segment {index} of {self.path.name}: {exc}") from exc
+            if self.pinned:
+                seg.pin(now=False)  # at its first shared view: a consumer's private reads need no shared mapping
             self.segments[index] = seg
         return seg
+
+    def pin(self) -> None:
+        """Page-lock this process's shared mappings for CUDA (a client that asked: ``pinning.py``): segment 0 now
+        (mapped if it was not), the others at their first shared view; each until it is closed. Idempotent."""
+        if not self.pinned:
+            for index, seg in self.segments.items():
+                seg.pin(now=index == 0)  # a refusal raises here, and again at the next call
+            self.pinned = True
 
     def view(self, offset: int, nbytes: int, *, writable: bool = False) -> np.ndarray:
         """A uint8 view of ``[offset, offset + nbytes)`` in the shared mapping of the segment ``offset`` names."""
@@ -207,15 +218,20 @@ class Arena:
 _attached: dict[tuple[str, bytes], Arena] = {}
 
 
-def attach_cached(path: Path, generation: bytes) -> Arena:
+def attach_cached(path: Path, generation: bytes, pin: bool = False) -> Arena:
     """Map an arena once per process and keep it. A restarted broker has a new generation, hence a new entry; the
     entries of older generations of the same path are closed then: their shared memory (unlinked files) goes
     as soon as nothing uses it. Consumers' views have mappings of their own (``private``), and an older arena's
-    reservation arrays keep its mapping until they are gone (``close`` leaves a mapping with live views)."""
+    reservation arrays keep its mapping until they are gone (``close`` leaves a mapping with live views).
+
+    ``pin``: page-lock its shared mappings for CUDA (``Arena.pin``; a ``ConfigError`` if CUDA refuses). The
+    mappings are the process's, so one Queue that pins pins them for every Queue of the process."""
     key = (str(path), generation)
     arena = _attached.get(key)
     if arena is None:
         arena = _attached[key] = Arena.attach(path, expect_generation=generation)
         for old in [k for k in _attached if k[0] == key[0] and k != key]:
             _attached.pop(old).close()
+    if pin:
+        arena.pin()
     return arena

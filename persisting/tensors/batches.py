@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, ProtocolError
 from ..wire import codec
 from . import column as tensors
-from . import jagged
+from . import jagged, pinning
 from .arena import FIELD_ALIGN_BYTES, SEGMENT_SHIFT, Arena, align_up
 from .column import AnyColumn
 from .meta import BatchMeta, FieldMeta, ProductionStatus, SampleMeta, sample_metas
@@ -257,20 +257,32 @@ class _Hold:
 
 
 def from_runs(
-    arena: Arena, runs: list[list[list[Any]]], fields: list[str], mode: str, device: Any, release: Callable[[], None]
+    arena: Arena,
+    runs: list[list[list[Any]]],
+    fields: list[str],
+    mode: str,
+    device: Any,
+    release: Callable[[], None],
+    pin: bool = False,
 ) -> tuple[Batch, int, int]:
     """The arena path: writable copy-on-write views of the broker's arena (``Arena.private``: one mapping per call,
     so what the caller writes stays its own), one per field when the samples are one run.
 
+    ``pin`` (``Queue(pin_memory=True)``) with a CUDA ``device``: read from the page-locked shared mapping instead
+    (``Arena.view``; tensors/pinning.py): the copies to the device are DMA, queued without blocking, and waited
+    for before the views go (then the hold goes back). The result is device memory, the caller's own.
+
     Returns (data, bytes handed over without a copy, bytes copied). Samples from several puts lie in several
     extents: ``mode="force"`` refuses that, ``"auto"`` concatenates them (a copy) when their shapes agree.
     """
+    pinned = pin and pinning.is_cuda(device)
     hold = _Hold(release)
     out = Batch()
     out._hold = hold
+    source = arena.view if pinned else arena.private
     # Jagged fields (values + offsets, engine/reader.py jagged_entry) first, the dense ones below.
     ragged = [entry for run in runs for entry in run if len(entry) == jagged.RUN_ENTRY_LEN]
-    zero, copied = jagged.from_runs(out, ragged, arena.private, hold.track, mode, device)
+    zero, copied = jagged.from_runs(out, ragged, source, hold.track, mode, device)
     entries = [entry for run in runs for entry in run if len(entry) != jagged.RUN_ENTRY_LEN]
     for entry in entries:
         if not (isinstance(entry, list) and len(entry) == 7 and all(type(x) is int and x >= 0 for x in entry[4:])):
@@ -282,7 +294,7 @@ def from_runs(
         span[0], span[1] = min(span[0], entry[4]), max(span[1], entry[4] + entry[5] * entry[6])
     # One mapping over every extent of this call in one segment: one mmap per get_data and segment, not one per
     # field or extent.
-    windows = {index: arena.private(lo, hi - lo) for index, (lo, hi) in spans.items()}
+    windows = {index: source(lo, hi - lo) for index, (lo, hi) in spans.items()}
     for window in windows.values():
         hold.track(window)
     for name, kind, dtype_name, shape, offset, count, per in entries:  # in the runs' order: samples keep theirs
@@ -301,7 +313,7 @@ def from_runs(
         arrays = [a for _, a in parts]
         nbytes = sum(a.nbytes for a in arrays)
         if len(arrays) == 1:
-            out[name] = tensors.to_user(arrays[0], kind, dtype_name, device)
+            out[name] = tensors.to_user(arrays[0], kind, dtype_name, device, pinned)
             zero += nbytes
             continue
         if mode == "force":
@@ -310,11 +322,16 @@ def from_runs(
                 "array needs a copy; zerocopy_mode='force' refuses it (ask per put, or use 'auto')"
             )
         if all(a.shape[1:] == arrays[0].shape[1:] for a in arrays):
-            out[name] = tensors.to_user(np.concatenate(arrays), kind, dtype_name, device)
+            if pinned and kind != "ndarray":  # each part DMA'd, joined on the device
+                out[name] = pinning.cat([tensors.to_user(a, kind, dtype_name, device, True) for a in arrays])
+            else:
+                out[name] = tensors.to_user(np.concatenate(arrays), kind, dtype_name, device)
             copied += nbytes
         else:
             out[name] = [tensors.to_user(s, kind, dtype_name, device) for a in arrays for s in a]
             zero += nbytes
+    if pinned and hold.tracked:
+        pinning.wait(device)  # the non-blocking copies read the shared mapping: done before the views go
     if not hold.tracked:
         hold.release_now()  # no view was made (no tensor field): nothing will ever release it otherwise
     return out, zero, copied

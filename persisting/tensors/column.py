@@ -195,8 +195,9 @@ def split(data: Any) -> tuple[dict[str, AnyColumn], dict[str, list[Any]], int]:
 # -- back to the user ------------------------------------------------------------------------------------
 
 
-def to_user(arr: np.ndarray, kind: str, dtype_name: str, device: Any = None) -> Any:
-    """A host array (storage dtype) as the kind it was put as; torch tensors share its memory."""
+def to_user(arr: np.ndarray, kind: str, dtype_name: str, device: Any = None, non_blocking: bool = False) -> Any:
+    """A host array (storage dtype) as the kind it was put as; torch tensors share its memory. ``non_blocking``:
+    the copy to ``device`` may still run when this returns (the caller keeps ``arr`` until it waited for it)."""
     if kind == "ndarray":
         if device is not None:
             raise ConfigError(f"device= applies to torch fields; this field was put as numpy ({dtype_name})")
@@ -213,7 +214,7 @@ def to_user(arr: np.ndarray, kind: str, dtype_name: str, device: Any = None) -> 
     if dtype_name == "bfloat16":
         t = t.view(torch.bfloat16)
     if device is not None:
-        t = t.to(device)
+        t = t.to(device, non_blocking=non_blocking)
     return t
 
 

@@ -28,6 +28,8 @@ Who maps what (decision: copy-on-write views for consumers; docs/concepts/consum
            from the call is garbage-collected, then the hold goes back (``client/releases.py``)
 
 A consumer that only reads views never makes the shared mapping: its private ones need the descriptor only.
+With ``pin_memory`` on (``pinning.py``) a client's shared mapping is also page-locked for CUDA, whole, when it is
+made, and unlocked in ``close`` before it is unmapped; private mappings never are.
 
 Why private views and not read-only ones: numpy's read-only flag does not stop ``torch.from_numpy``, and a
 PROT_READ mapping turns a consumer's in-place ``x += 1`` into SIGSEGV. A private mapping per call also keeps two
@@ -53,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ProtocolError, StorageError
+from . import pinning
 
 if TYPE_CHECKING:
     import numpy as np
@@ -93,6 +96,8 @@ class Segment:
         self._writable = writable
         self._mm: mmap.mmap | None = None
         self._start = 0  # address of the shared mapping, once made
+        self._pinning = False  # page-lock the shared mapping for CUDA (``pin``: a client that asked for it)
+        self._pin: pinning.Pin | None = None  # that registration, from the mapping's making until ``close``
 
     @classmethod
     def create(cls, path: Path, size_bytes: int, generation: bytes, mode: int = 0o600) -> Segment:
@@ -166,7 +171,26 @@ class Segment:
             flags = mmap.MAP_SHARED | (0 if self._owner else mmap.MAP_POPULATE)
             self._mm = mmap.mmap(self._fd, self.size_bytes, flags=flags, prot=prot)
             self._start = int(np.frombuffer(self._mm, dtype=np.uint8, count=1).ctypes.data)
+        if self._pinning and self._pin is None:
+            # Whole and once: every later view of it (any extent) is pinned, and there is one range to unregister
+            # (registered ranges may not overlap: per-extent ones would need a book). A refusal leaves it unpinned
+            # and raises, here and at the next use.
+            self._pin = pinning.register(self._start, self.size_bytes, f"the shared-memory file {self.path}")
         return self._mm
+
+    def pin(self, now: bool = True) -> None:
+        """Page-lock the shared mapping for CUDA (``pinning.py``; clients only): ``now`` maps and registers it at
+        once (its cost and any refusal here), else at its first use. Until ``close``."""
+        if self._owner:
+            raise ValueError("the broker does not pin its segments; clients do")
+        self._pinning = True
+        if now or self._mm is not None:
+            self._shared()
+
+    @property
+    def pinned(self) -> bool:
+        """The shared mapping is page-locked for CUDA now."""
+        return self._pin is not None
 
     def view(self, offset: int, nbytes: int, *, writable: bool = False) -> np.ndarray:
         """A uint8 view of ``[offset, offset + nbytes)`` in the shared mapping, checked against the segment (offsets
@@ -227,6 +251,11 @@ class Segment:
                 os.unlink(self.path)
             self._owner = False
         if self._mm is not None:
+            # Unlocked before the munmap, and for good: a mapping that views keep alive (below) is unmapped by the
+            # garbage collector later, where nothing could unlock it first; they read it unpinned meanwhile.
+            pin, self._pin, self._pinning = self._pin, None, False
+            if pin is not None:
+                pinning.unregister(pin)
             try:
                 self._mm.close()
                 self._mm = None
