@@ -47,8 +47,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpo-responses", type=int, default=8)
     p.add_argument("--grpo-image-mib", type=int, default=24)
     p.add_argument("--grpo-cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
-    p.add_argument("--grpo-arena-mib", type=int, default=2048, help="the broker's arena without dedup (holds a step)")
-    p.add_argument("--grpo-dedup-arena-mib", type=int, default=512, help="the broker's arena with dedup")
+    # The broker's default arena (256 MiB) for both: its shared memory grows within the default budget (issue 31);
+    # until then these were 2048 and 512, sized to hold a step.
+    p.add_argument("--grpo-arena-mib", type=int, default=256, help="the broker's first segment without dedup")
+    p.add_argument("--grpo-dedup-arena-mib", type=int, default=256, help="the broker's first segment with dedup")
 
 
 def _step(prompts: int, responses: int, image_mib: int, rep: int) -> dict[str, Any]:
