@@ -106,15 +106,21 @@ async def get(
     fetch: Callable[[BatchMeta], Awaitable[Any]],
     device: Any = None,
     mode: str = "auto",
+    moved: Callable[[str, int], None] | None = None,
 ) -> batches.Batch | None:
     """The data of a ``meta`` larger than ``limit``: as views where its samples lie in the broker's shared memory,
     else read from its spool files or asked for in pieces and gathered into one result per field; None if it is
-    not that large (the caller reads it in one request)."""
+    not that large (the caller reads it in one request). ``moved(key, bytes)`` counts what the shared-memory
+    answer brought as views and as copies (samples of several extents are joined: a copy); pieces count themselves
+    through ``fetch``."""
     if meta.size <= 1:
         return None
     if isinstance(topic, RemoteTopic) and mode != "off" and sum(pieces.sample_bytes(meta, fields)) > await limit(topic):
-        viewed, _zero, _copied = await topic.get_data(meta.global_indexes, fields, mode, device, views_only=True)
+        viewed, zero, copied = await topic.get_data(meta.global_indexes, fields, mode, device, views_only=True)
         if len(viewed):  # else: not (all) in shared memory
+            if moved is not None:
+                moved("get_zero_copy_bytes", zero)
+                moved("get_copied_bytes", copied)
             return viewed
     direct = await _from_spool(meta, fields, topic, fetch, device)
     if direct is not None:

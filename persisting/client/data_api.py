@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError
-from ..tensors import batches, objects, pieces, tensordicts
+from ..tensors import batches, objects, tensordicts
 from ..tensors.meta import BatchMeta
 from . import _loop, big_batches, data_args, dedup_reads
 from .handle import TopicHandle
@@ -242,11 +242,10 @@ class DataAPI:
                 lambda m: self._get_data(m, None, device, copy=False),
                 device,
                 self._handle.zerocopy_mode,
+                self._handle.moved,
             )
         ) is not None:
             # larger than one reply of copies: views of shared memory, else read from the spool file or in pieces
-            if getattr(big, "_hold", None) is not None:
-                self._handle.moved("get_zero_copy_bytes", sum(pieces.sample_bytes(batch_meta, fields)))
             return big
         if isinstance(topic, RemoteTopic):
             data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device, copy)
