@@ -290,6 +290,7 @@ class Extents:
             ext.persisted = True
             del self._unpersisted[ext.id]
             self._unpersisted_bytes -= ext.nbytes
+            self._touch(ext)
         if done:
             self._wake()  # a lease waiting for space may evict these now, not at its next poll
 
@@ -338,6 +339,7 @@ class Extents:
             if ext is None:
                 continue
             ext.holds.pop(hold_id, None)
+            self._touch(ext)
         return True
 
     def _drop(self, ext: Extent) -> None:
@@ -347,7 +349,15 @@ class Extents:
             self.free_bytes += ext.nbytes
             if self._unpersisted.pop(ext.id, None) is not None:
                 self._unpersisted_bytes -= ext.nbytes
+            self._touch(ext)
             self._give(ext.offset, ext.nbytes)
+
+    def _touch(self, ext: Extent) -> None:
+        """``ext`` was flushed, freed or let go of: its segment may be idle from now on, so its grace period
+        starts now (not at the lease or hold that began its use: a consumer that held views longer than the
+        grace would see the segment go at once)."""
+        if self._book is not None:
+            self._book.touch(ext.offset)
 
     def reap(self) -> int:
         """Free the leases and holds of peers that died; returns how many leases and holds went."""

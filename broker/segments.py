@@ -100,7 +100,8 @@ class SegmentBook:
         return self.arena.add(index, seg)
 
     def touch(self, offset: int) -> None:
-        """An extent at ``offset`` was leased or held: its segment is in use now."""
+        """An extent at ``offset`` was leased, held, let go of, flushed or freed: its segment was in use until now
+        (an idle segment's grace period runs from its last use)."""
         index = offset >> SEGMENT_SHIFT
         if index in self._last_used:
             self._last_used[index] = time.monotonic()
