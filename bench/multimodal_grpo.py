@@ -422,8 +422,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         "faster). Bytes stored: persisting's Lance files of the step after a flush; torch and TransferQueue: "
         "the bytes they hold by design (every sample's tensors as put), not measured. Peak RSS: VmHWM, with the "
         "shared memory in it (RssShmem: the arena's pages a process mapped, one copy for all of them; torch's "
-        "shared tensors). Without dedup the step needs an arena that holds it whole; with dedup "
-        "512 MiB: a consumer holds the step's token extent and its payload extent, and one process may pin half "
-        "the arena (PERSISTING_MAX_PINNED_SHARE) beyond its first hold, else it is answered with copies.",
+        "shared tensors). Arena: the broker's first shared-memory segment; more segments grow within its "
+        "default budget, and one process may pin half the budget (PERSISTING_MAX_PINNED_SHARE) beyond its first "
+        "hold, else it is answered with copies.",
     ]
     return "\n".join(lines)

@@ -131,7 +131,9 @@ class SegmentBook:
         """Unlink segment ``index`` (its extents are gone already)."""
         self.used_bytes -= self._sizes.pop(index)
         del self._last_used[index]
-        self.arena.drop_segment(index)
+        if not self.arena.drop_segment(index):
+            # Its memory stays until those views go: a payload the broker no longer serves should hold none.
+            log.warning("shared-memory segment %d given back while the broker still holds views of it", index)
         self.given_back += 1
         log.info(
             "shared-memory segment %d given back (%d of the %d budget in use)",

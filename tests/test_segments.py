@@ -290,6 +290,9 @@ def test_an_idle_segment_is_given_back_after_its_grace(
                 assert _at_start(stats), f"the idle segment was not given back: {stats}"
                 assert stats["free_bytes"] == ARENA_BYTES - HEADER_BYTES and stats["segments_given_back"] == 1, stats
                 assert _shm_files(b.storage) == [first], "the segment file is still in /dev/shm"
+                # its memory is free only once no process maps it: the broker keeps no view of a batch it gave back
+                broker_maps = Path(f"/proc/{b.proc.pid}/maps").read_text() if b.proc is not None else ""
+                assert str(segment_path(first, 1)) not in broker_maps, "the broker still maps a given-back segment"
                 assert str(segment_path(first, 1)) in _mapped_here()  # what this process wrote through
                 q.put(columns(seed + 1, 1), partition_id="small")  # a lease: the client prunes given-back segments
                 assert str(segment_path(first, 1)) not in _mapped_here(), "the producer still maps a given-back segment"

@@ -10,6 +10,7 @@ only. Other tensor layouts (variable shapes, jagged, bytes) are decoded from the
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -30,8 +31,12 @@ class Describer:
         self._index = index
         self._clears = clears
         self._schema = schema
-        # the rows' descriptions of recent arena batches (id -> (batch, rows)): the one cache this class owns
-        self._described: OrderedDict[int, tuple[Chunk, list[Any], dict[str, list[Any]] | None]] = OrderedDict()
+        # the rows' descriptions of recent arena batches (id -> (batch, rows)): the one cache this class owns. The
+        # batch by weak reference: a strong one kept the newest batches' payloads (their shared-memory segments,
+        # their spool files) mapped in the broker after they were flushed and their memory given back.
+        self._described: OrderedDict[int, tuple[weakref.ref[Chunk], list[Any], dict[str, list[Any]] | None]] = (
+            OrderedDict()
+        )
 
     async def describe(self, indexes: list[int], lenient: bool = False) -> list[list[Any]]:
         """Field descriptions of ``indexes``, run-length encoded: ``[[count, {field: [kind, dtype, shape]}
@@ -84,7 +89,7 @@ class Describer:
         them. A batch's rows never change once put (patches are rows of their own), so what is kept stays true;
         kept for the newest CHUNKS_DESCRIBED_KEPT batches. Callers only read them."""
         hit = self._described.get(id(chunk))
-        if hit is not None and hit[0] is chunk:
+        if hit is not None and hit[0]() is chunk:
             return hit[1], hit[2]
         arena = chunk.arena
         base = (
@@ -108,7 +113,7 @@ class Describer:
                 desc = shared[written] = {**base, **own} if own else base
             rows.append(desc)
         alike = next(iter(shared.values())) if len(shared) == 1 else None
-        self._described[id(chunk)] = (chunk, rows, alike)
+        self._described[id(chunk)] = (weakref.ref(chunk), rows, alike)
         if len(self._described) > CHUNKS_DESCRIBED_KEPT:
             self._described.popitem(last=False)
         return rows, alike

@@ -61,7 +61,8 @@ class ArenaPayload:
 class Chunk:
     """One put_batch waiting in memory until it is flushed."""
 
-    __slots__ = ("_rows", "arena", "count", "first", "of", "other", "partition", "patch_fields", "whole")
+    # __weakref__: the describer's cache names a chunk without keeping it (and its payload's memory) alive
+    __slots__ = ("__weakref__", "_rows", "arena", "count", "first", "of", "other", "partition", "patch_fields", "whole")
 
     def __init__(
         self,

@@ -148,11 +148,11 @@ class Arena:
         self.segments[index] = seg
         return (index << SEGMENT_SHIFT) + HEADER_BYTES, seg.size_bytes - HEADER_BYTES
 
-    def drop_segment(self, index: int) -> None:
-        """Unlink segment ``index`` and unmap it here (processes that still map it keep its pages until they let go)."""
+    def drop_segment(self, index: int) -> bool:
+        """Unlink segment ``index`` and unmap it here (processes that still map it keep its pages until they let go).
+        False: views of it in this process keep its mapping until they go."""
         seg = self.segments.pop(index, None)
-        if seg is not None:
-            seg.close()
+        return seg is None or seg.close()
 
     # -- everyone's side ----------------------------------------------------------------------------
 

@@ -244,8 +244,9 @@ class Segment:
         start = self._start
         return address - start if start <= address < start + self.size_bytes else None
 
-    def close(self) -> None:
-        """Unmap (once no view is alive) and, for the creator, unlink the file."""
+    def close(self) -> bool:
+        """Unmap (once no view is alive) and, for the creator, unlink the file. False: views keep the mapping (and
+        its memory) alive until they go."""
         if self._owner:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
@@ -266,3 +267,4 @@ class Segment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        return self._mm is None
