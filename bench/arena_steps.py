@@ -96,7 +96,7 @@ def _instrument(timers: Timers) -> None:
     w(queue.Queue, "put", PUT)
     w(queue.Queue, "_put_key", "Queue._put_key (idempotency key)")
     w(column, "split", "column.split (columns of the batch)")
-    w(big_batches, "put", "big_batches.put (larger than the arena?)")
+    w(big_batches, "above_limit", "big_batches.above_limit (larger than the budget?)")
     w(tensor_puts.TensorPuts, "_through_arena", "TensorPuts._through_arena (the mapping)")
     w(batches, "other_rows", "batches.other_rows (empty rows)")
     w(tensor_puts.codec, "pack", "codec.pack (rows blob)")

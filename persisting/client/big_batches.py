@@ -44,21 +44,9 @@ async def put_limit(topic: Topic | RemoteTopic) -> int:
     return await limit(topic)
 
 
-async def put(
-    topic: Topic | RemoteTopic,
-    columns: Mapping[str, AnyColumn],
-    other: dict[str, list[Any]],
-    n: int,
-    partition: str,
-    patch: BatchMeta | None,
-    key: str | None,
-    run: Callable[[Any], Awaitable[Any]],
-) -> BatchMeta | None:
-    """Store a batch larger than ``put_limit`` through a spool file; None if it is not one (the caller goes on).
-    ``run``: where an engine coroutine runs (``data_api.on_topic``)."""
-    if not pieces.spoolable(columns) or sum(c.nbytes for c in columns.values()) <= await put_limit(topic):
-        return None
-    return await spool(topic, columns, other, n, partition, patch, key, run)
+async def above_limit(topic: Topic | RemoteTopic, columns: Mapping[str, AnyColumn]) -> bool:
+    """Whether a batch goes through a spool file for its size: dense fields only, larger than ``put_limit``."""
+    return pieces.spoolable(columns) and sum(c.nbytes for c in columns.values()) > await put_limit(topic)
 
 
 async def spool(
@@ -71,8 +59,9 @@ async def spool(
     key: str | None,
     run: Callable[[Any], Awaitable[Any]],
 ) -> BatchMeta:
-    """Store a batch through a spool file, whatever its size (``put``; or a put that found the shared-memory
-    budget full: memory pressure spills it to disk)."""
+    """Store a batch through a spool file, whatever its size (one ``above_limit``, or a put that found the
+    shared-memory budget full: memory pressure spills it to disk). ``run``: where an engine coroutine runs
+    (``data_api.on_topic``)."""
     plain = batches.other_rows(other, n, topic.kinds)
     blob = codec.pack(plain.rows)
     fields, _size = pieces.layout(columns)

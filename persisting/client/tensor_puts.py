@@ -166,11 +166,17 @@ class TensorPuts:
     ) -> BatchMeta:
         """Store a prepared batch: through the broker's arena where it can, else copied into rows."""
         payload = sum(col.nbytes for col in columns.values())
-        if self._handle.zerocopy_mode != "force":  # a batch larger than the arena: through a spool file
-            big = await big_batches.put(topic, columns, other, n, partition, patch, key, lambda c: on_topic(topic, c))
-            if big is not None:
-                self._handle.moved("put_spooled_bytes", payload)
-                return big
+
+        async def spooled() -> BatchMeta:
+            """Through a spool file (written and synced): a batch above the budget, or shared memory full."""
+            meta = await big_batches.spool(
+                topic, columns, other, n, partition, patch, key, lambda c: on_topic(topic, c)
+            )
+            self._handle.moved("put_spooled_bytes", payload)
+            return meta
+
+        if self._handle.zerocopy_mode != "force" and await big_batches.above_limit(topic, columns):
+            return await spooled()
         remote = await self._through_arena(topic) if columns else None
         of = None if patch is None else patch.global_indexes
         if remote is not None:
@@ -190,7 +196,7 @@ class TensorPuts:
                         if not spill or attempt_wait <= 0:
                             raise
                         with contextlib.suppress(ConfigError):  # a topic in an object store has no spool folder
-                            return await self._spill(topic, columns, other, n, partition, patch, key, payload)
+                            return await spooled()
                         spill = False  # then wait on for the rest of the timeout
                 first, n = remote.stored(*sealed[:3])
                 self._handle.moved("put_zero_copy_bytes", payload)
@@ -199,22 +205,6 @@ class TensorPuts:
                 if not self._copy_instead(exc):
                     raise
         return await self._put_copied(topic, columns, other, n, partition, patch, key, dedup_bytes)
-
-    async def _spill(
-        self,
-        topic: Topic | RemoteTopic,
-        columns: Mapping[str, tensors.AnyColumn],
-        other: dict[str, list[Any]],
-        n: int,
-        partition: str,
-        patch: BatchMeta | None,
-        key: str | None,
-        payload: int,
-    ) -> BatchMeta:
-        """A put that found shared memory full: to a spool file (written and synced, as a batch above the budget)."""
-        meta = await big_batches.spool(topic, columns, other, n, partition, patch, key, lambda c: on_topic(topic, c))
-        self._handle.moved("put_spooled_bytes", payload)
-        return meta
 
     async def _through_arena(self, topic: Topic | RemoteTopic) -> RemoteTopic | None:
         """The broker topic if a tensor batch goes through its arena (put and reserve decide alike), else None;
