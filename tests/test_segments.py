@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import queue
 import random
 import signal
@@ -272,12 +273,14 @@ def test_an_idle_segment_is_given_back_after_its_grace(
     with running_broker(tmp_path, _args()) as b:
         first = default_path(b.storage)
         with SyncQueue(TOPIC, broker=b.address) as q:
+            small = q.put(columns(seed + 2, 1), partition_id="small")  # in segment 0: read at the end
             q.put(columns(seed, samples), partition_id="p")
             if not pooled:
                 time.sleep(GRACE_S + 1.5)  # the grace, and a reaper's round after it: not flushed, so not idle
                 assert _stats(b.address)["segments"] == 2, "a segment went with a batch not flushed yet"
             consumer = workers("hold", b.address, str(samples))
             assert consumer.holding()["equal"]
+            q.get_data(q.get_meta(["x"], samples, "here", "p")).release()  # this process read through it too
             q.flush()
             if not pooled:
                 time.sleep(GRACE_S + 1.5)  # flushed, but held: not idle either
@@ -288,13 +291,17 @@ def test_an_idle_segment_is_given_back_after_its_grace(
             if not pooled:
                 stats = _until(b.address, lambda s: _at_start(s) and s["segments_given_back"] == 1)
                 assert _at_start(stats), f"the idle segment was not given back: {stats}"
-                assert stats["free_bytes"] == ARENA_BYTES - HEADER_BYTES and stats["segments_given_back"] == 1, stats
+                free = ARENA_BYTES - HEADER_BYTES - SAMPLE_BYTES  # but the small batch, kept in segment 0
+                assert stats["free_bytes"] == free and stats["segments_given_back"] == 1, stats
                 assert _shm_files(b.storage) == [first], "the segment file is still in /dev/shm"
                 # its memory is free only once no process maps it: the broker keeps no view of a batch it gave back
                 broker_maps = Path(f"/proc/{b.proc.pid}/maps").read_text() if b.proc is not None else ""
                 assert str(segment_path(first, 1)) not in broker_maps, "the broker still maps a given-back segment"
                 assert str(segment_path(first, 1)) in _mapped_here()  # what this process wrote through
-                q.put(columns(seed + 1, 1), partition_id="small")  # a lease: the client prunes given-back segments
+                assert str(segment_path(first, 1)) in _open_here()  # the descriptor views were mapped from
+                q.get_data(small).release()  # a read prunes given-back segments (a consumer may never lease)
+                assert str(segment_path(first, 1)) not in _open_here(), "a descriptor keeps a given-back segment alive"
+                q.put(columns(seed + 1, 1), partition_id="small")  # (a lease prunes them too)
                 assert str(segment_path(first, 1)) not in _mapped_here(), "the producer still maps a given-back segment"
             else:
                 time.sleep(GRACE_S + 2.0)
@@ -531,6 +538,15 @@ def _keep_unflushed(monkeypatch: pytest.MonkeyPatch) -> None:
     clean stop or memory pressure (persisting/engine/flushing.py)."""
     monkeypatch.setenv("PERSISTING_WRITE_BEHIND_IDLE", "600")
     monkeypatch.setenv("PERSISTING_WRITE_BEHIND_MAX", "600")
+
+
+def _open_here() -> set[str]:
+    """The files this process holds open now (an unlinked one by its name): an open tmpfs file keeps its memory."""
+    out = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            out.add(os.readlink(fd).removesuffix(" (deleted)"))
+    return out
 
 
 def _mapped_here() -> set[str]:

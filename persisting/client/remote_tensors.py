@@ -406,6 +406,7 @@ class ArenaClient:
             arena = await self._arena(generation)
             if arena is None:
                 raise errors.ConfigError("the broker runs without an arena")
+            arena.prune()  # a consumer.s open descriptor of a segment the broker gave back would keep its memory
             wanted = [f for f in fields if f not in result["kinds"]]  # the tensor fields
             data, zero, copied = batches.from_runs(arena, result["runs"], wanted, mode, device, release, self.pin)
         except BaseException:
