@@ -266,6 +266,7 @@ def _gauges(state: dict[str, Any]) -> Iterator[Metric]:
             by_state.add_metric([label], arena[key])
         by_state.add_metric(["leased"], arena["leased_bytes"])
         by_state.add_metric(["unpersisted"], arena["unpersisted_bytes"])
+        by_state.add_metric(["budget"], arena.get("budget_bytes", arena["size_bytes"]))  # size: the segments now
         holds = family("persisting_arena_holds", "Consumer holds on arena extents", [])
         holds.add_metric([], arena["holds"])
         yield from (by_state, holds)
