@@ -178,10 +178,14 @@ class Extents:
         book = self._book
         if book is None:
             return None
-        if book.room() < size + HEADER_BYTES:
-            for index in self._idle_segments():
+        need = size + HEADER_BYTES
+        if book.room() < need:
+            idle = self._idle_segments()
+            if book.room() + sum(book.data_range(i)[1] + HEADER_BYTES for i in idle) < need:
+                return None  # giving back warm segments would not make room: wait for a flush instead
+            for index in idle:
                 self._give_back(index)
-                if book.room() >= size + HEADER_BYTES:
+                if book.room() >= need:
                     break
         made = await book.grow(size)
         if made is None:
