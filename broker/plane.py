@@ -130,9 +130,7 @@ class TensorPlane:
                 raise
         previous, self._previous = self._previous, None
         previous.close()
-        self.path.unlink(missing_ok=True)
-        for left in arena_mod.leftover_segments(self.path):
-            left.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)  # (its other segments: start() sweeps them next)
 
     def _flush_sealed(self) -> None:
         if self.extents is None:

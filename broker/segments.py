@@ -26,6 +26,7 @@ import os
 import time
 from pathlib import Path
 
+from persisting.errors import StorageError
 from persisting.tensors.arena import HEADER_BYTES, SEGMENT_SHIFT, Arena, align_up
 
 log = logging.getLogger("persisting.broker")
@@ -37,6 +38,7 @@ SEGMENT_ALIGN_BYTES = 2 * 1024 * 1024
 SEGMENT_GRACE_SECONDS = float(os.environ.get("PERSISTING_SEGMENT_GRACE_S", "30"))
 # The pool: idle segments kept past the grace period, the most recently used first, up to this share of the budget.
 POOL_SHARE = float(os.environ.get("PERSISTING_SHM_POOL_SHARE", "0.5"))
+SHORT_SHM_WARN_SECONDS = 60.0
 BUDGET_RAM_SHARE = 0.3
 BUDGET_SHM_FREE_SHARE = 0.5
 
@@ -64,6 +66,7 @@ class SegmentBook:
         self._sizes: dict[int, int] = {}  # segment index (> 0) -> file bytes
         self._last_used: dict[int, float] = {}
         self.made = self.given_back = 0
+        self._warned_at = -SHORT_SHM_WARN_SECONDS
 
     def largest_batch_bytes(self) -> int:
         """The most one extent can be: a segment as large as the budget beside segment 0, or segment 0."""
@@ -74,7 +77,8 @@ class SegmentBook:
 
     async def grow(self, nbytes: int) -> tuple[int, int] | None:
         """A new segment whose data area holds ``nbytes``: (space offset, bytes) of that area, to add to the free
-        space; None when the budget has no room for it."""
+        space; None when the budget has no room for it, or /dev/shm has not (others filled it since the budget was
+        set): memory pressure either way, so the lease waits for a flush, then its put spills to disk."""
         need = align_up(nbytes + HEADER_BYTES, SEGMENT_ALIGN_BYTES)
         room = self.room() // SEGMENT_ALIGN_BYTES * SEGMENT_ALIGN_BYTES
         if room < need:
@@ -84,6 +88,13 @@ class SegmentBook:
         self.used_bytes += size  # before the await: two leases never both take the same room
         try:
             seg = await asyncio.to_thread(self.arena.new_segment, index, size)
+        except StorageError as exc:
+            self.used_bytes -= size
+            now = time.monotonic()
+            if now - self._warned_at >= SHORT_SHM_WARN_SECONDS:  # one line a minute, however many leases find it
+                self._warned_at = now
+                log.warning("no new shared-memory segment: %s", exc)
+            return None
         except BaseException:
             self.used_bytes -= size
             raise

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ class BrokerProcess:
     proc: subprocess.Popen[bytes] | None = None
     extra_args: list[str] = field(default_factory=list)
     log_path: Path | None = None  # the broker's log (stderr) goes here, appended, instead of a pipe
+    preexec: Callable[[], None] | None = None  # runs in the child before the broker starts (resource limits)
 
     def start(self, timeout: float = 20.0) -> float:
         """Start and wait for the ready line; returns seconds to ready."""
@@ -46,6 +47,7 @@ class BrokerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if log is None else log,
             bufsize=0,
+            preexec_fn=self.preexec,
         )
         if log is not None:
             log.close()  # the child has its own copy

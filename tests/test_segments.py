@@ -16,6 +16,7 @@ import json
 import os
 import queue
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -28,10 +29,11 @@ from typing import Any
 import pytest
 
 from persisting import BatchMeta, MemoryFull, SyncQueue
+from persisting.client import tensor_puts
 from persisting.client.connection import connection
 from persisting.tensors.arena import HEADER_BYTES, default_path, leftover_segments, segment_path
 
-from .broker_fixture import BrokerProcess, running_broker
+from .broker_fixture import BrokerProcess, make_broker, running_broker
 from .segment_worker import SAMPLE_BYTES, TOPIC, check, columns, mapped_files, mappings
 
 pytestmark = pytest.mark.slow
@@ -552,3 +554,37 @@ def _open_here() -> set[str]:
 def _mapped_here() -> set[str]:
     """The files this process maps now (an unlinked one by its name)."""
     return {name for _lo, _hi, name in mappings()}
+
+
+def _file_size_limit(nbytes: int) -> Callable[[], None]:
+    def limit() -> None:  # in the broker's process only: a segment file larger than this fails its fallocate (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+    return limit
+
+
+def test_a_segment_the_machine_cannot_give_is_memory_pressure(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 (1, 3): /dev/shm may hold less than the budget said at start (others filled it since): a segment
+    whose fallocate fails is no room, as a full budget is, so the put spills to disk (or waits, then MemoryFull),
+    the broker logs it once and goes on; never a failed put or a dead broker. The broker's files may not exceed
+    48 MiB here (RLIMIT_FSIZE: the fallocate of a 64 MiB segment fails as on a short /dev/shm)."""
+    monkeypatch.setattr(tensor_puts, "SPILL_AFTER_SECONDS", 0.3)
+    b = make_broker(tmp_path)
+    b.extra_args, b.preexec, b.log_path = _args(), _file_size_limit(48 * MiB), tmp_path / "broker.log"
+    try:
+        b.start()
+        with SyncQueue(TOPIC, broker=b.address) as q:
+            meta = q.put(columns(seed, 32), partition_id="p")  # 32 MiB: a segment of 64 MiB, refused by the kernel
+            moved = q.stats()["zerocopy"]
+            assert moved["put_spooled_bytes"] == 32 * SAMPLE_BYTES and moved["put_zero_copy_bytes"] == 0, moved
+            assert check(q.get_data(meta))
+            assert _stats(b.address)["segments"] == 1
+            with pytest.raises(MemoryFull):  # shared memory or nothing: it waits, then says so
+                SyncQueue(TOPIC, broker=b.address, zerocopy_mode="force").put(columns(seed, 32), "p", timeout=1.0)
+            q.put(columns(seed + 1, 1), partition_id="small")  # segment 0 still takes what fits
+        assert b.stop() == 0
+        assert (tmp_path / "broker.log").read_text().count("no new shared-memory segment") == 1  # not a flood
+    finally:
+        b.ensure_dead()

@@ -102,9 +102,10 @@ async def get(
     not that large (the caller reads it in one request). ``moved(key, bytes)`` counts what the shared-memory
     answer brought as views and as copies (samples of several extents are joined: a copy); pieces count themselves
     through ``fetch``."""
-    if meta.size <= 1:
+    # (once per get, the usual small one included: the size is summed here only, not again below)
+    if meta.size <= 1 or sum(pieces.sample_bytes(meta, fields)) <= await limit(topic):
         return None
-    if isinstance(topic, RemoteTopic) and mode != "off" and sum(pieces.sample_bytes(meta, fields)) > await limit(topic):
+    if isinstance(topic, RemoteTopic) and mode != "off":
         viewed, zero, copied = await topic.get_data(meta.global_indexes, fields, mode, device, views_only=True)
         if len(viewed):  # else: not (all) in shared memory
             if moved is not None:
