@@ -27,6 +27,7 @@ from persisting.tensors.arena import HEADER_BYTES, default_path
 from persisting.tensors.segment import Segment
 
 from .broker_fixture import BrokerProcess, running_broker
+from .segment_worker import mappings
 
 torch = pytest.importorskip("torch")
 
@@ -208,10 +209,4 @@ def test_a_segment_is_registered_while_mapped_and_unregistered_at_close(gpu_brok
 
 def _mapped(address: int, path: Path) -> bool:
     """Whether ``address`` lies in a mapping of ``path`` in this process now."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[5] == str(path):
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= address < hi:
-                return True
-    return False
+    return any(lo <= address < hi and name == str(path) for lo, hi, name in mappings())

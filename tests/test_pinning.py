@@ -21,17 +21,12 @@ from persisting.tensors.arena import HEADER_BYTES, SEGMENT_SHIFT, Arena, default
 from persisting.tensors.segment import Segment
 
 from .broker_fixture import BrokerProcess
+from .segment_worker import mappings
 
 
 def _mapped(address: int, path: Path) -> bool:
     """Whether ``address`` lies in a mapping of ``path`` in this process now."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[5] == str(path):
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= address < hi:
-                return True
-    return False
+    return any(lo <= address < hi and name == str(path) for lo, hi, name in mappings())
 
 
 class FakeCudart:
