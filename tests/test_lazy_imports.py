@@ -115,7 +115,7 @@ def test_a_persist_queue_worker_loads_no_numpy(tmp_path: Path) -> None:
 
 NUMPY_AT_FIRST_USE = """
 import sys
-from persisting.tensors.lazy_numpy import np
+from persisting.lazy_numpy import np
 from persisting.wire import codec
 
 assert codec.kind_of(1, "f") == "int" and codec.kind_of(b"x", "f") == "bytes"

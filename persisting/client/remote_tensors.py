@@ -41,7 +41,7 @@ from .connection import Connection, connection
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from ..tensors.lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 # attempts of a tensor put, a lease or a read of views whose arena keeps coming from a broker that then restarted
 RESTART_RETRIES = 4

@@ -27,7 +27,7 @@ from .meta import BatchMeta, FieldMeta, ProductionStatus, SampleMeta, sample_met
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 
 def other_rows(other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str, str]) -> codec.EncodedBatch:

@@ -18,37 +18,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from ..errors import ConfigError, InvalidRecordError
+from ..errors import InvalidRecordError
+from ..wire.columns import Parts as Parts  # where the engine and readers look for it
 from . import jagged
+
+# The dtype helpers live in a leaf (jagged uses them too); ``column`` keeps offering them where callers look.
+from .dtypes import TORCH_DTYPES as TORCH_DTYPES
+from .dtypes import is_torch as is_torch
+from .dtypes import storage_dtype as storage_dtype
+from .dtypes import to_user as to_user
+from .dtypes import torch_to_host
 
 if TYPE_CHECKING:
     import numpy as np
 
     from .jagged import JaggedColumn
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
-
-# torch dtype name -> the numpy dtype that holds the same bytes (bfloat16 has no numpy twin: int16 carries it).
-TORCH_DTYPES: dict[str, str] = {
-    "bool": "|b1",
-    "uint8": "|u1",
-    "int8": "|i1",
-    "int16": "<i2",
-    "int32": "<i4",
-    "int64": "<i8",
-    "float16": "<f2",
-    "bfloat16": "<i2",
-    "float32": "<f4",
-    "float64": "<f8",
-    "complex64": "<c8",
-    "complex128": "<c16",
-}
-_NUMPY_KINDS = "biufc"  # bool, signed, unsigned, float, complex: plain bytes, nothing that needs pickle
-
-
-def is_torch(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 
 def is_tensor_dict(data: Any) -> bool:
@@ -57,27 +43,6 @@ def is_tensor_dict(data: Any) -> bool:
     module = sys.modules.get("tensordict")
     base = getattr(module, "TensorDictBase", None)
     return base is not None and isinstance(data, base)
-
-
-def storage_dtype(kind: str, dtype_name: str) -> np.dtype[Any]:
-    """The numpy dtype whose bytes a stored sample holds; a name a peer sent is checked here."""
-    if kind == "tensor" or kind == jagged.KIND:
-        name = TORCH_DTYPES.get(dtype_name)
-        if name is None:
-            raise InvalidRecordError(f"unsupported torch dtype {dtype_name!r}; supported: {sorted(TORCH_DTYPES)}")
-        return np.dtype(name)
-    if kind != "ndarray" or not isinstance(dtype_name, str):
-        raise InvalidRecordError(f"unknown tensor field kind {kind!r}")
-    try:
-        dtype = np.dtype(dtype_name)
-    except TypeError as exc:
-        raise InvalidRecordError(f"unknown numpy dtype {dtype_name!r}") from exc
-    if dtype.kind not in _NUMPY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        raise InvalidRecordError(
-            f"dtype {dtype_name!r} cannot go in a tensor batch; use bool, int, uint, float or complex dtypes "
-            "(or put such values as records)"
-        )
-    return dtype
 
 
 @dataclass(slots=True)
@@ -113,22 +78,6 @@ AnyColumn = Union[Column, "JaggedColumn"]
 ``dtype_name``, ``count``, ``nbytes``, ``sample_shape``, ``sample(i)`` and ``rows(start, stop)``."""
 
 
-def _torch_to_host(t: Any) -> tuple[str, np.ndarray]:
-    name = str(t.dtype).removeprefix("torch.")
-    if name not in TORCH_DTYPES:
-        raise InvalidRecordError(f"torch dtype {name!r} is not supported; supported: {sorted(TORCH_DTYPES)}")
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.to("cpu")  # CUDA tensors are staged to host memory here
-    t = t.contiguous()
-    if name == "bfloat16":
-        import torch
-
-        t = t.view(torch.int16)
-    arr = t.numpy()
-    return name, arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-
-
 MAX_SAMPLE_ELEMENTS = 2**31 - 1
 
 
@@ -148,9 +97,9 @@ def split(data: Any) -> tuple[dict[str, AnyColumn], dict[str, list[Any]], int]:
             raise InvalidRecordError(f"tensor batch field names must be non-empty str, got {name!r}")
         col: AnyColumn
         if is_torch(value) and jagged.is_nested(value):
-            col = jagged.from_torch(name, value, _torch_to_host)
+            col = jagged.from_torch(name, value, torch_to_host)
         elif is_torch(value):
-            dtype_name, arr = _torch_to_host(value)
+            dtype_name, arr = torch_to_host(value)
             col = Column("tensor", dtype_name, arr)
         elif isinstance(value, np.ndarray | np.generic):
             value = np.asarray(value)
@@ -195,29 +144,6 @@ def split(data: Any) -> tuple[dict[str, AnyColumn], dict[str, list[Any]], int]:
 # -- back to the user ------------------------------------------------------------------------------------
 
 
-def to_user(arr: np.ndarray, kind: str, dtype_name: str, device: Any = None, non_blocking: bool = False) -> Any:
-    """A host array (storage dtype) as the kind it was put as; torch tensors share its memory. ``non_blocking``:
-    the copy to ``device`` may still run when this returns (the caller keeps ``arr`` until it waited for it)."""
-    if kind == "ndarray":
-        if device is not None:
-            raise ConfigError(f"device= applies to torch fields; this field was put as numpy ({dtype_name})")
-        return arr
-    try:
-        import torch
-    except ImportError as exc:
-        raise ConfigError("this field was put as a torch tensor; install torch to read it back") from exc
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # a read-only array (none of ours now): torch warns
-        t = torch.from_numpy(arr)
-    if dtype_name == "bfloat16":
-        t = t.view(torch.bfloat16)
-    if device is not None:
-        t = t.to(device, non_blocking=non_blocking)
-    return t
-
-
 def stack(samples: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
     """Samples stacked along a new batch dimension when their shapes agree (a copy), else the list."""
     if not samples:
@@ -226,17 +152,3 @@ def stack(samples: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
     if all(s.shape == shape for s in samples):
         return np.stack(samples)
     return samples
-
-
-class Parts(list[Any]):
-    """One field's samples, in order, as several arrays (or tensors) of one dtype and sample shape, batch dimension
-    first: the samples of a piece of a big read that Lance returned in one array per fragment, passed on as they
-    are (one reply frame each) so that the one copy is made where they are gathered (``pieces.Gathered``)."""
-
-    @property
-    def nbytes(self) -> int:
-        return sum(int(part.nbytes) for part in self)
-
-    def joined(self) -> np.ndarray:
-        """The samples in one array (a copy, the caller's own)."""
-        return np.concatenate(self) if len(self) > 1 else np.array(self[0])

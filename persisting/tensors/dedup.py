@@ -56,7 +56,7 @@ from .column import AnyColumn, Column
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 REF_SUFFIX = "@payload"
 REF_KIND = "int"  # a reference is the global index of its payload row (wire/codec.py kind of a Python int)

@@ -26,13 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidRecordError, ProtocolError
 from .arena import FIELD_ALIGN_BYTES
+from .dtypes import JAGGED_KIND, storage_dtype
+from .dtypes import to_user as tensor_to_user
 
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
-KIND = "jagged"
+KIND = JAGGED_KIND
 RAGGED = -1  # the ragged dimension in a described sample shape
 
 
@@ -171,7 +173,6 @@ def from_arena(entry: Any, count: int, view: Any, limit: int | None, base: int =
     checks).
     The offsets are copied (and checked: from 0, ascending, ending at the values' length) so that nothing the
     producer writes later changes which bytes a sample is."""
-    from .column import storage_dtype  # column imports this module
 
     _name, kind, dtype_name, shape, offset, nbytes, at, total = entry
     if kind != KIND or not isinstance(shape, list) or not all(type(d) is int and d >= RAGGED for d in shape):
@@ -198,7 +199,6 @@ def from_views(entry: Any, view: Any, track: Any) -> JaggedColumn:
     """A jagged run of a ``get_data`` reply (``engine/reader.py`` ``jagged_entry``) as a column over the arena
     (``view(offset, nbytes)``: a checked uint8 view; ``track(owner)``: keeps the hold while it lives). The
     offsets come from the broker and are checked against the values before a view is made."""
-    from .column import storage_dtype  # column imports this module
 
     name, kind, dtype_name, shape, offset, count, total, raw = entry
     dtype = storage_dtype(kind, dtype_name)
@@ -250,8 +250,6 @@ def joined(name: str, cols: list[JaggedColumn], mode: str, device: Any) -> tuple
         col = assemble(samples, first.dtype_name, first.ragged_dim)
         if col is not None:
             return column_to_user(col, device), True
-    from .column import to_user as tensor_to_user
-
     each = [(c.dtype_name, c.sample(i)) for c in cols for i in range(c.count)]
     return [tensor_to_user(np.ascontiguousarray(s), "tensor", d, device) for d, s in each], True
 

@@ -30,28 +30,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError, InvalidRecordError
+from ..wire.codec import Pickled as Pickled  # the codec stores it; objects, dedup and the Queue look for it here
 
 KIND = "object"
 MODES = (None, "pickle")
 PICKLE_PROTOCOL = 5
-
-
-class Pickled:
-    """A pickled value: what the codec stores for kind ``object`` (its bytes), and what a read gives back before
-    the Queue decides whether to load it."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __repr__(self) -> str:
-        return f"Pickled({len(self.data)} bytes)"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Pickled) and other.data == self.data
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def check_mode(mode: Any) -> str | None:

@@ -27,7 +27,7 @@ from .meta import BatchMeta
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 SPOOL_ABOVE_BYTES = DEFAULT_ARENA_BYTES  # embedded mode (no arena): batches above this go through a spool file
 PIECE_BYTES = 64 * 1024 * 1024  # the most one write call or one get_data request of a big batch moves

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from ..client.remote_tensors import ArenaClient, ReservedExtent
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 
 @dataclass(frozen=True, slots=True)

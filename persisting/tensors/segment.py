@@ -60,7 +60,7 @@ from . import pinning
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 MAGIC = b"PSTARENA"
 VERSION = 1

@@ -26,7 +26,7 @@ from .column import is_torch
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from .lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 SEPARATOR = "."
 

@@ -36,13 +36,31 @@ import msgpack
 import msgspec
 
 from ..errors import CorruptionError, InvalidRecordError, ProtocolError, SchemaConflictError
-from ..tensors import column as tensors
-from ..tensors.objects import Pickled
+from . import tensor_kinds
 
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from ..tensors.lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
+
+
+class Pickled:
+    """A pickled value: what the codec stores for kind ``object`` (its bytes), and what a read gives back before
+    the Queue decides whether to load it (``persisting/tensors/objects.py``: pickling happens only there)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Pickled({len(self.data)} bytes)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pickled) and other.data == self.data
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 RESERVED_PREFIX = "_persisting_"
 """Keys with this prefix belong to the engine (global index, partition); users cannot put them."""
@@ -93,10 +111,10 @@ def _default(obj: Any) -> Any:
         return msgpack.ExtType(_EXT_NDARRAY, _packb(_pack_array(obj)))
     if isinstance(obj, np.generic):
         return msgpack.ExtType(_EXT_NPSCALAR, _packb(_pack_array(np.asarray(obj))))
-    if tensors.is_torch(obj):
+    if tensor_kinds.claims(obj):
         if getattr(obj, "is_nested", False):
             raise _Unstorable("a nested tensor (put it as a field of a tensor batch)")
-        dtype_name, host = tensors._torch_to_host(obj)
+        dtype_name, host = tensor_kinds.registered().to_host(obj)
         return msgpack.ExtType(_EXT_TORCH, _packb([dtype_name, list(host.shape), host.tobytes()]))
     if isinstance(obj, dict):
         return dict(obj)
@@ -136,8 +154,9 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return _unpack_array(data)[()]
     if code == _EXT_TORCH:
         dtype_name, shape, raw = _unpackb(data)
-        host = np.frombuffer(raw, dtype=tensors.storage_dtype("tensor", dtype_name)).reshape(shape).copy()
-        return tensors.to_user(host, "tensor", dtype_name)
+        kinds = tensor_kinds.registered()
+        host = np.frombuffer(raw, dtype=kinds.storage_dtype("tensor", dtype_name)).reshape(shape).copy()
+        return kinds.to_user(host, "tensor", dtype_name)
     raise ValueError(f"unknown msgpack extension type {code}")
 
 
@@ -178,7 +197,7 @@ def kind_of(value: Any, field: str) -> str:
         return "str"
     if isinstance(value, bytes | bytearray | memoryview):
         return "bytes"
-    if tensors.is_torch(value):
+    if tensor_kinds.claims(value):
         return "tensor"
     if isinstance(value, Pickled):
         return "object"
@@ -217,7 +236,7 @@ def encode_value(value: Any, kind: str, field: str) -> Any:
                 f"field {field!r} holds a nested tensor: put it as a field of a tensor batch "
                 "(put({field: nt, ...}, partition_id=...)), where jagged tensors are stored as values + offsets"
             )
-        dtype_name, host = tensors._torch_to_host(value)
+        dtype_name, host = tensor_kinds.registered().to_host(value)
         return encode_sample("tensor", dtype_name, host)
     try:
         return _packb(value)
@@ -300,7 +319,7 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
         for key in torch_fields.intersection(record):
             if record[key] is not None:
                 dtype_name, host = decode_sample(kinds[key], record[key])
-                record[key] = tensors.to_user(host, "tensor", dtype_name)
+                record[key] = tensor_kinds.registered().to_user(host, "tensor", dtype_name)
         out.append(record)
     return out
 
@@ -332,7 +351,7 @@ def decode_jagged(kind: str, value: bytes) -> tuple[str, np.ndarray, int]:
             return arr.dtype.str, arr, 0
         dtype_name, shape, raw, *rest = msgpack.unpackb(value, raw=False, use_list=True)
         ragged = int(rest[0]) if rest else 0
-        dtype = tensors.storage_dtype("tensor", dtype_name)
+        dtype = tensor_kinds.registered().storage_dtype("tensor", dtype_name)
         return dtype_name, np.frombuffer(raw, dtype=dtype).reshape(shape).copy(), ragged
     except InvalidRecordError:
         raise

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from ..errors import ProtocolError
-from ..tensors.column import Parts, storage_dtype
+from . import tensor_kinds
 
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from ..tensors.lazy_numpy import np  # imported at first use: a broker client of records never loads it
+    from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
 
 def frames(dense: Mapping[str, tuple[str, str, Any]]) -> tuple[list[list[Any]], list[Any]]:
@@ -57,7 +57,7 @@ def arrays(entries: Any, buffers: Sequence[Any], n: int) -> dict[str, tuple[str,
             raise ProtocolError(f"column {name!r}: frames of {counts!r:.80} samples, not {n} in all")
         if at + len(counts) > len(buffers):
             raise ProtocolError(f"a data reply names more column frames than its {len(buffers)}")
-        dtype = storage_dtype(kind, dtype_name)
+        dtype = tensor_kinds.registered().storage_dtype(kind, dtype_name)
         views = []
         for count, buf in zip(counts, buffers[at : at + len(counts)], strict=True):
             want = count * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -69,3 +69,18 @@ def arrays(entries: Any, buffers: Sequence[Any], n: int) -> dict[str, tuple[str,
     if at != len(buffers):
         raise ProtocolError(f"a data reply's columns name {at} frames for {len(buffers)}")
     return out
+
+
+class Parts(list[Any]):
+    """One field's samples, in order, as several arrays (or tensors) of one dtype and sample shape, batch dimension
+    first: the samples of a piece of a big read that Lance returned in one array per fragment, passed on as they
+    are (one reply frame each) so that the one copy is made where they are gathered
+    (``Gathered`` in ``tensors/pieces.py``)."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(part.nbytes) for part in self)
+
+    def joined(self) -> np.ndarray:
+        """The samples in one array (a copy, the caller's own)."""
+        return np.concatenate(self) if len(self) > 1 else np.array(self[0])
