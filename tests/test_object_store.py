@@ -42,7 +42,7 @@ def bucket_uri(s3: S3Server) -> str:
 
 @pytest.fixture(autouse=True)
 def short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    from persisting.queue import object_store
+    from persisting.engine import object_store
 
     monkeypatch.setattr(object_store, "LEASE_SECONDS", LEASE_S)
     monkeypatch.setenv("PERSISTING_OWNER_LEASE_S", str(LEASE_S))  # brokers started by the tests
@@ -196,7 +196,7 @@ def test_writers_racing_for_a_topic_get_one_lease(s3: S3Server, bucket_uri: str,
 
 
 def test_a_writer_that_lost_its_lease_stops_writing(s3: S3Server, bucket_uri: str, tmp_path: Path) -> None:
-    from persisting.queue import object_store
+    from persisting.engine import object_store
 
     async def main() -> None:
         opts = s3.options()
@@ -316,8 +316,8 @@ def test_broker_kill_9_on_s3_restarted_on_its_node_keeps_every_acknowledged_reco
 def test_a_crash_between_taking_its_own_lease_and_recording_it_keeps_the_local_log(
     s3: S3Server, bucket_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from persisting.engine import object_store
     from persisting.engine.location import object_store_topic
-    from persisting.queue import object_store
 
     location = parse_location(bucket_uri, s3.options(), tmp_path / "n")
     path = tmp_path / "n" / "t"

@@ -8,7 +8,7 @@ folder named ``s3:`` or ``http:``.
 With an object-store URI, what must fsync fast stays on local disk, under ``local_path`` (one folder per URI):
 the write-ahead log, the topic's lock, its consumption log. What is flushed (the bucket datasets) and what a
 fresh node needs to read it (the topic's settings and schema, and who owns the topic) lives in the object
-store; see ``persisting/queue/object_store.py``.
+store; see ``persisting/engine/object_store.py``.
 
 ``storage_options`` are Lance's object-store options (``endpoint``, ``region``, ``aws_access_key_id``,
 ``allow_http``, ...), from the argument, else the JSON object in ``PERSISTING_STORAGE_OPTIONS``; Lance also reads
@@ -138,7 +138,7 @@ def _local(path: Path, storage_options: Mapping[str, Any] | None, local_path: An
 
 
 class ObjectStoreTopic(Protocol):
-    """What the engine's Topic calls on the object-store side of a topic (``queue/object_store.TopicStore``)."""
+    """What the engine's Topic calls on the object-store side of a topic (``object_store.TopicStore``)."""
 
     def backend(self, factory: Callable[..., Any]) -> Callable[..., Any]: ...
 
@@ -153,6 +153,6 @@ def object_store_topic(location: Location, name: str, dirname: str) -> ObjectSto
     """The object-store side of topic ``name`` (its folder ``dirname``), or None for local storage."""
     if location.uri is None:
         return None
-    from ..queue.object_store import TopicStore  # imports Lance: only for object-store locations
+    from .object_store import TopicStore  # imports Lance: only for object-store locations
 
     return TopicStore(location, name, dirname)

@@ -257,7 +257,7 @@ def _arrived(packed: tuple[dict[str, Any], dict[str, str]], device: Any, kw: dic
 
 def _owner_lease_s() -> float:
     """The writer's lease on an object-store topic, as this node's brokers see it (the same environment)."""
-    from ..queue import object_store  # Lance: only once a moved broker was refused
+    from ..engine import object_store  # Lance: only once a moved broker was refused
 
     return float(object_store.LEASE_SECONDS)
 

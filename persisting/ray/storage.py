@@ -6,7 +6,7 @@ stores under ``<root>/<key>``. With an object store, its write-ahead log and con
 folder of the node that hosts it: ``<local_root>/<key>`` on its own node, and a *fresh* one,
 ``<local_root>/<key>.on-<host key>``, on a node that adopted it after its own node was lost: the adopter never
 replays a log it did not write, and its engine takes the topic's lease in the object store as another node
-(after the dead writer's lease ran out), then serves every flushed record (``queue/object_store.py``).
+(after the dead writer's lease ran out), then serves every flushed record (``engine/object_store.py``).
 
 The options (credentials) reach a broker through the environment of its subprocess
 (``PERSISTING_STORAGE_OPTIONS``), never its command line; they are never in a repr or a log line.

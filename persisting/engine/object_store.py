@@ -37,17 +37,19 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..engine.layout import read_json, write_json_atomic
-from ..engine.location import Location
 from ..errors import ConfigError, StorageError, TopicLockedError
 from ..tensors.arena import peer_alive, peer_id
 from ..wire.codec import INDEX_KEY
+from .layout import read_json, write_json_atomic
+
+if TYPE_CHECKING:
+    from .location import Location  # location makes a TopicStore (lazily): a type here, not an import
 
 log = logging.getLogger(__name__)
 
