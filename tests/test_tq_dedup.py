@@ -99,7 +99,7 @@ def test_a_multimodal_grpo_step_stores_each_image_once_and_reads_back_as_without
 
 def test_the_dedup_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PERSISTING_TQ_DEDUP", raising=False)
-    from persisting.compat.transfer_queue.plane import dedup_mode
+    from persisting.compat.transfer_queue.config import dedup_mode
     from persisting.errors import ConfigError
 
     assert dedup_mode({}) == "auto"

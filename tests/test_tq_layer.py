@@ -130,7 +130,7 @@ tq.close()
 def test_init_starts_once_attaches_after_and_only_the_owner_stops_the_broker(tmp_path: Path) -> None:
     pytest.importorskip("tensordict")
     import persisting.compat.transfer_queue as tq
-    from persisting.compat.transfer_queue import plane
+    from persisting.compat.transfer_queue import node_broker
 
     run_dir = Path(tempfile.mkdtemp(prefix="tql-"))
     old = os.environ.get("XDG_RUNTIME_DIR")
@@ -152,7 +152,7 @@ def test_init_starts_once_attaches_after_and_only_the_owner_stops_the_broker(tmp
         pid = owner.proc.pid
         tq.close()
         assert owner.proc.poll() == 0 and not Path(f"/proc/{pid}/cmdline").exists()
-        assert not plane.discovery_file().exists()
+        assert not node_broker.discovery_file().exists()
     finally:
         tq.close()
         if old is None:

@@ -15,40 +15,19 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import BrokerUnavailableError, ConfigError
+from .actors import NAMESPACE, REGISTRY_NAME, actor_name, connected_ray, node_key
+from .actors import node_actor as node_actor
+from .actors import registry as registry
 from .node import NodeBroker
 from .registry import Registry
 from .storage import broker_storage
 
-NAMESPACE = "persisting"
-REGISTRY_NAME = "persisting-registry"
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
 ACTOR_CONCURRENCY = 32  # calls one node's actor serves at once (waiting takes hold a thread each)
 START_TIMEOUT_S = 120.0
 # Handles of the actors start() made: Ray ends an actor (named or not) once no handle to it is left, unless it
 # is detached, so the driver that started the cluster keeps them until stop().
 _started: list[Any] = []
-
-
-def node_key(node_id: str) -> str:
-    """The key of the broker a node starts: short, for the socket path and the storage folder."""
-    return f"n-{node_id[:16]}"
-
-
-def actor_name(node_id: str) -> str:
-    return f"persisting-node-{node_id}"
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError(
-            "persisting.ray needs Ray: the ray extra (in a checkout of persisting: pip install '.[ray]')"
-        ) from exc
-    if not ray.is_initialized():
-        raise ConfigError("persisting.ray: connect to the Ray cluster first (ray.init(address=...))")
-    return ray
 
 
 def start(
@@ -78,7 +57,7 @@ def start(
     ``detached=False``: the brokers live as long as this driver (Ray ends them with it); ``True``: until
     ``stop()``, whoever calls it."""
     storage = broker_storage(storage_root, storage_options, local_root)
-    ray = _ray()
+    ray = connected_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = ray.get_runtime_context().get_node_id()
@@ -121,30 +100,9 @@ def start(
     return out
 
 
-def node_actor(node_id: str, *, missing_ok: bool = False) -> Any:
-    """The ``NodeBroker`` actor of ``node_id`` (None when it has none and ``missing_ok``)."""
-    ray = _ray()
-    try:
-        return ray.get_actor(actor_name(node_id), namespace=NAMESPACE)
-    except ValueError as exc:
-        if missing_ok:
-            return None
-        raise BrokerUnavailableError(
-            f"node {node_id} runs no persisting broker actor; call persisting.ray.start() after adding nodes"
-        ) from exc
-
-
-def registry() -> Any:
-    ray = _ray()
-    try:
-        return ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
-    except ValueError as exc:
-        raise BrokerUnavailableError("no persisting cluster is running: call persisting.ray.start() first") from exc
-
-
 def stop() -> dict[str, Any]:
     """Stop every node's brokers cleanly (they flush), then the actors and the registry; exit status by key."""
-    ray = _ray()
+    ray = connected_ray()
     statuses: dict[str, Any] = {}
     for node in ray.nodes():
         actor = node_actor(node["NodeID"], missing_ok=True) if node.get("Alive") else None

@@ -22,7 +22,7 @@ from ..client.queue import Queue as LocalQueue
 from ..errors import BrokerUnavailableError, ConfigError, TopicLockedError
 from ..tensors import tensordicts
 from ..tensors.meta import BatchMeta
-from . import cluster, transfer
+from . import actors, transfer
 from .methods import ROUTED
 
 RELOCATE_ATTEMPTS = 2  # an owner moved once can be gone again before the call lands; then give up
@@ -71,7 +71,7 @@ class Queue:
             raise ConfigError("persisting.ray.Queue picks the brokers itself: drop broker= and storage_path=")
         self.name = name
         self._options = options
-        self._ray = cluster._ray()
+        self._ray = actors.connected_ray()
         self.node_id: str = self._ray.get_runtime_context().get_node_id()
         self._routes: dict[str, tuple[str, str]] = {}
         self._local: dict[str, LocalQueue] = {}
@@ -127,7 +127,7 @@ class Queue:
 
     async def flush(self) -> None:
         """Flush this topic on every broker that owns one of its partitions."""
-        owners = await self._ray_call(cluster.registry().owners.remote())
+        owners = await self._ray_call(actors.registry().owners.remote())
         firsts: dict[str, str] = {}
         for name, key in owners["partitions"].items():
             topic, _, partition = name.partition("/")
@@ -152,9 +152,9 @@ class Queue:
         route = self._routes.get(partition)
         if route is not None:
             return route
-        reg = cluster.registry()
+        reg = actors.registry()
         if claim:
-            route = await self._ray_call(reg.claim.remote(self.name, partition, cluster.node_key(self.node_id)))
+            route = await self._ray_call(reg.claim.remote(self.name, partition, actors.node_key(self.node_id)))
         else:
             limit = 365 * 86400.0 if wait_s is None else wait_s
             route = await self._ray_call(reg.owner.remote(self.name, partition, limit))
@@ -180,7 +180,7 @@ class Queue:
             try:
                 return await self._taking_over(key, node, method, args, kw)
             except (BrokerUnavailableError, self._ray.exceptions.RayActorError):
-                moved = await self._ray_call(cluster.registry().relocate.remote(key, node, self.node_id))
+                moved = await self._ray_call(actors.registry().relocate.remote(key, node, self.node_id))
                 route = self._routes[partition] = (key, moved)
         raise BrokerUnavailableError(f"the owner of partition {partition!r} of {self.name!r} cannot be reached")
 
@@ -217,7 +217,7 @@ class Queue:
             local_only = {"as_tensordict": bool(self._options.get("as_tensordict"))}
         if method == "kv_put":
             args, kw = transfer.pack_argument(args, kw, 1, "data")
-        actor = cluster.node_actor(node)
+        actor = actors.node_actor(node)
         result = await self._ray_call(actor.call.remote(key, self.name, self._options, method, args, kw))
         if method == "kv_get":
             packed, meta = result
@@ -232,7 +232,7 @@ class Queue:
     async def _local_queue(self, key: str) -> LocalQueue:
         queue = self._local.get(key)
         if queue is None:
-            addresses = await self._ray_call(cluster.node_actor(self.node_id).addresses.remote())
+            addresses = await self._ray_call(actors.node_actor(self.node_id).addresses.remote())
             queue = LocalQueue(self.name, broker=addresses[key], **self._options)
             await queue.open()
             self._local[key] = queue

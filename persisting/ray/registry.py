@@ -19,6 +19,7 @@ import asyncio
 from typing import Any
 
 from ..errors import BrokerUnavailableError, ConfigError
+from . import actors
 
 PING_TIMEOUT_S = 5.0  # a host that does not answer a ping in this time is taken for gone when a client says so
 
@@ -72,20 +73,18 @@ class Registry:
         adopt it on the same storage path: a shared folder brings its log, arena file and consumption state along;
         on object storage the adopter uses a fresh local folder and takes each topic over once the dead writer's
         lease ran out (clients wait for it). Returns the node now hosting it (another client may have moved it)."""
-        from . import cluster
-
         lock = self._relocating.setdefault(key, asyncio.Lock())
         async with lock:
             if self._hosts.get(key) != gone_node:
                 return self._hosts[key]
-            old = cluster.node_actor(gone_node, missing_ok=True)
+            old = actors.node_actor(gone_node, missing_ok=True)
             if old is not None:
                 try:
                     await asyncio.wait_for(_awaitable(old.ping.remote()), PING_TIMEOUT_S)
                     return gone_node  # it answers: not gone, the caller's failure was something else
                 except Exception:  # any failure to answer means the host is gone
                     pass
-            new = cluster.node_actor(to_node, missing_ok=False)
+            new = actors.node_actor(to_node, missing_ok=False)
             if new is None:
                 raise BrokerUnavailableError(f"node {to_node} has no persisting actor to adopt broker {key!r}")
             await _awaitable(new.adopt.remote(key, self._storage[key]))

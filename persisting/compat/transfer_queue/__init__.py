@@ -3,7 +3,7 @@
 
 Every name verl 0.9.1 imports from ``transfer_queue`` exists here (if one were missing, verl would silently
 replace the whole module by mocks). The data plane is one ``persisting-broker`` per node, durable: see
-``plane.py`` and the docs page "Using persisting as verl's data plane".
+``node_broker.py`` (``ray_plane.py`` on several nodes) and the docs page "Using persisting as verl's data plane".
 """
 
 from pathlib import Path

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .. import _engine
+from . import config, node_broker
 from .client import TransferQueueClient
 from .metadata import KVBatchMeta
-from .plane import Plane, connect
+from .node_broker import Plane
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,18 @@ def close() -> None:
         plane, _plane, _client = _plane, None, None
     if plane is not None:
         plane.close()
+
+
+def connect(conf: Any) -> Any:
+    """The data plane ``init(conf)`` joins: the plane on several nodes of ``ray_plane.py`` where the ``backend``
+    setting (or Ray running on several nodes) asks for it, else the node's broker (``node_broker.py``)."""
+    section = config.read_section(conf)
+    if not os.environ.get("PERSISTING_BROKER"):  # a named broker is the plane, whatever Ray runs
+        from . import ray_plane  # Ray and persisting.ray only where they are used
+
+        if ray_plane.wanted(section):
+            return ray_plane.connect(section)
+    return node_broker.attach(section)
 
 
 def _store_client() -> TransferQueueClient:

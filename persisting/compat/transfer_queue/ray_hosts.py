@@ -25,7 +25,7 @@ from typing import Any
 
 from ...ray import transfer
 from .. import _engine
-from .plane import open_store
+from .config import open_store
 from .store import KVStore
 
 # The KVStore calls a process on another node may have run here (``ray_plane.RoutedStore`` names the partition

@@ -34,8 +34,8 @@ import uuid
 from typing import Any
 
 from .. import _engine
+from .config import DEFAULT_ARENA_BYTES, dedup_mode, open_store, storage_path
 from .metadata import BatchMeta
-from .plane import DEFAULT_ARENA_BYTES, dedup_mode, storage_path
 from .ray_hosts import DIRECTORY_NAME, NAMESPACE, Directory, host_name, node_broker_address, pack, unpack
 from .store import KVStore
 
@@ -204,7 +204,7 @@ class RoutedStore:
         store = self._local.get(key)
         if store is None:
             address = await asyncio.to_thread(node_broker_address, self.node_id, key)
-            store = self._local.setdefault(key, _open(address, self._section))
+            store = self._local.setdefault(key, open_store(address, self._section))
         return store
 
     async def _host(self, node: str) -> Any:
@@ -218,14 +218,8 @@ class RoutedStore:
         return host
 
 
-def _open(address: str, section: dict[str, Any]) -> KVStore:
-    from .plane import open_store
-
-    return open_store(address, section)
-
-
 class RayPlane:
-    """This process's handle on the plane on several nodes (what ``interface.py`` holds, as ``plane.Plane``)."""
+    """This process's handle on the plane on several nodes (what ``interface.py`` holds, as ``node_broker.Plane``)."""
 
     def __init__(self, section: dict[str, Any], directory: Any, first: bool, started: bool) -> None:
         self.section = section

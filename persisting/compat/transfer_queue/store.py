@@ -82,7 +82,7 @@ def tq_meta(partition: str, described: PBatchMeta) -> BatchMeta:
 class KVStore:
     def __init__(self, data: Queue, dedup: Any = False) -> None:
         self.data = data
-        self.dedup = dedup  # the data Queue's ``dedup`` (plane.dedup_mode): a checkpoint of it stores alike
+        self.dedup = dedup  # the data Queue's ``dedup`` (config.dedup_mode): a checkpoint of it stores alike
 
     async def aclose(self) -> None:
         await self.data.aclose()
