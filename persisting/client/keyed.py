@@ -13,6 +13,7 @@ from ..engine import check_keys, shared_fields
 from ..errors import ConfigError, InvalidRecordError, UnknownExtentError
 from ..tensors import batches, dedup, objects, tensordicts
 from ..tensors import column as tensors
+from ..tensors.arena import peer_id
 from ..tensors.meta import BatchMeta
 from ..wire import codec
 from . import _loop, dedup_reads, releases
@@ -226,6 +227,4 @@ async def names(handle: TopicHandle, indexes: Any, partition: Any) -> list[str |
 
 
 def _peer() -> Any:
-    from ..tensors.arena import peer_id
-
     return peer_id()

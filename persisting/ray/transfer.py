@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..tensors.jagged import seqlen_bounds
+
 _TORCH = "torch"
 _BFLOAT16 = "bfloat16"
 _JAGGED = "jagged:"  # + the values' kind: [values, offsets, jagged_dim]
@@ -48,8 +50,6 @@ def unpack(data: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
         value = out[name]
         if kind.startswith(_JAGGED):
             import torch
-
-            from ..tensors.jagged import seqlen_bounds
 
             values, offsets = _as_torch(value[0], kind[len(_JAGGED) :]), _as_torch(value[1], _TORCH)
             bounds = seqlen_bounds(value[1])

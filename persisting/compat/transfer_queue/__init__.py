@@ -9,6 +9,7 @@ replace the whole module by mocks). The data plane is one ``persisting-broker`` 
 from pathlib import Path
 from typing import Any
 
+from . import checkpoint, interface
 from .client import TransferQueueClient
 from .interface import (
     async_kv_batch_get,
@@ -43,8 +44,6 @@ def save_checkpoint(
     checkpoint_dir: str | Path, *, include_storage: bool = True, metadata: dict[str, Any] | None = None
 ) -> None:
     """Save every key (fields and tags) to ``checkpoint_dir`` atomically, with TransferQueue's metadata.json."""
-    from . import checkpoint, interface
-
     if interface._plane is None:
         raise RuntimeError("TransferQueue is not initialized. Call tq.init() first.")
     checkpoint.save_checkpoint(interface._plane.store, checkpoint_dir, include_storage, metadata)
@@ -52,8 +51,6 @@ def save_checkpoint(
 
 def load_checkpoint(checkpoint_dir: str | Path) -> None:
     """Replace every key by those of the checkpoint (keys made since are cleared)."""
-    from . import checkpoint, interface
-
     if interface._plane is None:
         raise RuntimeError("TransferQueue is not initialized. Call tq.init() first.")
     checkpoint.load_checkpoint(interface._plane.store, checkpoint_dir)

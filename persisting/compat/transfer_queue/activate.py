@@ -24,6 +24,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import persisting.compat.transfer_queue as layer
+
+from . import client, interface, metadata, samplers
+
 MARKER = "PERSISTING_TRANSFER_QUEUE_SHIM = True"
 DIST_NAME = "TransferQueue"
 
@@ -43,10 +47,6 @@ _activate.install(__name__)
 def install(name: str = "transfer_queue") -> None:
     """Make ``name`` (and TransferQueue's submodule names under it) the layer's modules in ``sys.modules``."""
     warn_if_shadowing()
-    import persisting.compat.transfer_queue as layer
-
-    from . import client, interface, metadata, samplers
-
     sys.modules.update(
         {
             f"{name}.metadata": metadata,

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ... import ray as pray
 from ...ray import transfer
 from .. import _engine
 from .config import open_store
@@ -121,8 +122,6 @@ class KVHost:
 def node_broker_address(node_id: str, key: str) -> str:
     """The address of broker ``key`` hosted on node ``node_id`` (its own, or one it adopted)."""
     import ray
-
-    import persisting.ray as pray
 
     addresses = ray.get(pray.node_actor(node_id).addresses.remote())
     if key not in addresses:

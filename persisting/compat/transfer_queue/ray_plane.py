@@ -33,6 +33,7 @@ import os
 import uuid
 from typing import Any
 
+from ... import ray as pray
 from .. import _engine
 from .config import DEFAULT_ARENA_BYTES, dedup_mode, open_store, storage_path
 from .metadata import BatchMeta
@@ -77,8 +78,6 @@ class RoutedStore:
     ``persisting.ray.Queue`` (routed by partition the same way), for the client's direct queue calls."""
 
     def __init__(self, section: dict[str, Any], directory: Any) -> None:
-        import persisting.ray as pray
-
         self._ray = _ray()
         self._section = section
         self._directory = directory
@@ -137,8 +136,6 @@ class RoutedStore:
             return await self._run(partition, "kv_list", (partition,))
         # Every partition: each broker owning one of this topic's partitions lists its own (its key log holds
         # exactly those), all at once.
-        import persisting.ray as pray
-
         owners = await pray.registry().owners.remote()
         keys = {k for name, k in owners["partitions"].items() if name.partition("/")[0] == self._topic}
         routes = [(k, owners["hosts"][k]) for k in sorted(keys)]
@@ -152,8 +149,6 @@ class RoutedStore:
     async def _route(self, partition: str, claim: bool) -> tuple[str, str] | None:
         route = self._routes.get(partition)
         if route is None:
-            import persisting.ray as pray
-
             reg = pray.registry()
             if claim:
                 found = await reg.claim.remote(self._topic, partition, self._key)
@@ -176,8 +171,6 @@ class RoutedStore:
                     raise
             # The owner's host died (Ray restarts it) or its node is gone: the registry moves the broker to a
             # live node if its node does not answer, and the call is made again where it is now.
-            import persisting.ray as pray
-
             key, node = route
             moved = await pray.registry().relocate.remote(key, node, self.node_id)
             route = (key, str(moved))
@@ -245,16 +238,12 @@ class RayPlane:
         with contextlib.suppress(Exception):
             ray.kill(self._directory)
         if self._started:
-            import persisting.ray as pray
-
             with contextlib.suppress(Exception):
                 pray.stop()
 
 
 def connect(section: dict[str, Any]) -> RayPlane:
     """Join the run's plane on several nodes, starting it (``persisting.ray`` and the directory) if needed."""
-    import persisting.ray as pray
-
     ray = _ray()
     started = False
     try:
