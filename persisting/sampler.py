@@ -4,9 +4,17 @@
 from .engine.samplers import (
     GRPOGroupNSampler,
     LengthBalancedSampler,
+    PickSampler,
     RankAwareSampler,
     Sampler,
     SequentialSampler,
 )
 
-__all__ = ["GRPOGroupNSampler", "LengthBalancedSampler", "RankAwareSampler", "Sampler", "SequentialSampler"]
+__all__ = [
+    "GRPOGroupNSampler",
+    "LengthBalancedSampler",
+    "PickSampler",
+    "RankAwareSampler",
+    "Sampler",
+    "SequentialSampler",
+]

@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import inspect
 import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,6 +157,9 @@ def test_public_and_persisting_compatible_imports() -> None:
     assert issubclass(PersistingBackend, LanceBackend)
     assert persisting.sampler.RankAwareSampler is persisting.RankAwareSampler
     assert persisting.sampler.GRPOGroupNSampler is persisting.GRPOGroupNSampler
+    samplers = {name for name in persisting.__all__ if name.endswith("Sampler")}
+    assert set(persisting.sampler.__all__) == samplers, "persisting.sampler offers every sampler persisting does"
+    assert all(getattr(persisting.sampler, name) is getattr(persisting, name) for name in samplers)
     assert persisting.errors.PersistingError is persisting.PersistingError
     for name in persisting.__all__:
         assert getattr(persisting, name) is not None
@@ -210,6 +214,30 @@ def test_no_class_has_two_project_bases() -> None:
                 continue
             ours = [b for b in cls.__bases__ if b.__module__.split(".")[0] in PACKAGES]
             assert len(ours) <= 1, f"{module}.{cls.__qualname__} inherits from {ours}: compose instead"
+
+
+_FILE_MENTION = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.py)\b")
+
+
+def _mention_resolves(mention: str, path: Path) -> bool:
+    """A ``dir/file.py`` from the checkout's root, the library's, or the module's folder (or the one above it); a
+    bare ``file.py`` in the module's own package tree (a broker module may also name the library's files)."""
+    if "/" in mention:
+        return any((base / mention).exists() for base in (ROOT, ROOT / "persisting", path.parent, path.parent.parent))
+    package = path.relative_to(ROOT).parts[0]
+    trees = [ROOT / package, *([ROOT / "persisting"] if package != "persisting" else [])]
+    return (path.parent / mention).exists() or any(next(tree.rglob(mention), None) for tree in trees)
+
+
+def test_docstrings_name_files_that_exist() -> None:
+    stale = []
+    for _module, path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                for mention in _FILE_MENTION.findall(ast.get_docstring(node, clean=False) or ""):
+                    if not _mention_resolves(mention, path):
+                        stale.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 1)} names {mention}")
+    assert not stale, f"docstrings name files that do not exist (moved or renamed?): {stale}"
 
 
 def test_modules_stay_readable() -> None:

@@ -4,6 +4,7 @@ logs, rows on the wire and stored frames of earlier versions stay the same bytes
 from __future__ import annotations
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,3 +34,25 @@ def test_a_row_page_and_a_frame_header() -> None:
     header = ["p", {"id": "int", "v": "str"}, "key-1", None, [[1, 2], ["v"]]]
     for value in (rows, header, float("nan")):
         assert codec.pack(value) == msgpack.packb(value, use_bin_type=True)
+
+
+def test_the_codec_knows_tensors_only_through_the_registered_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from persisting.errors import ConfigError, CorruptionError
+    from persisting.tensors import dtypes
+    from persisting.wire import tensor_kinds
+
+    stored = codec.encode_sample("tensor", "float32", np.arange(3, dtype=np.float32))
+    assert isinstance(tensor_kinds.registered(), dtypes.TorchKinds)  # import persisting registered torch's
+    dtype_name, host = codec.decode_sample("tensor", stored)
+    assert (dtype_name, host.tolist()) == ("float32", [0.0, 1.0, 2.0])
+    with pytest.raises(CorruptionError, match="cannot be decoded"):
+        codec.decode_sample("tensor", b"\xc1")
+
+    monkeypatch.setattr(tensor_kinds, "_registered", [])
+    with pytest.raises(ConfigError, match=r"no tensor kinds are registered.*import persisting"):
+        codec.decode_sample("tensor", stored)
+    assert codec.decode_rows([{"a": codec.encode_value([1, (2,)], "nested", "a")}], {"a": "nested"}) == [
+        {"a": [1, (2,)]}
+    ]

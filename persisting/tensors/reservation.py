@@ -3,7 +3,7 @@
 ``Queue.reserve(spec, batch_size, partition_id)`` returns a ``Reservation``: one writable array per field of
 ``spec`` (``{name: (sample_shape, dtype)}``), shaped ``(batch_size, *sample_shape)``; a numpy dtype gives a numpy
 array, a torch dtype a torch tensor over the same memory (bfloat16 as int16 bytes viewed as bfloat16, as
-``tensors/column.py`` stores it). The producer fills them (a GPU->host copy straight into them, say) and
+``tensors/dtypes.py`` stores it). The producer fills them (a GPU->host copy straight into them, say) and
 ``put(reservation)`` stores the batch, returning the same ``BatchMeta`` as ``put(data, partition_id)``.
 
 Where the bytes live:

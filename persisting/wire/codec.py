@@ -343,15 +343,16 @@ def decode_sample(kind: str, value: bytes) -> tuple[str, np.ndarray]:
 
 def decode_jagged(kind: str, value: bytes) -> tuple[str, np.ndarray, int]:
     """``decode_sample`` and the sample's ragged dimension (0 for samples of other kinds)."""
+    kinds = tensor_kinds.registered() if kind != "ndarray" else None  # outside the try: not a corrupt value
     try:
-        if kind == "ndarray":
+        if kind == "ndarray" or kinds is None:
             arr = _unpackb(value)
             if not isinstance(arr, np.ndarray):
                 raise ValueError("not an array")
             return arr.dtype.str, arr, 0
         dtype_name, shape, raw, *rest = msgpack.unpackb(value, raw=False, use_list=True)
         ragged = int(rest[0]) if rest else 0
-        dtype = tensor_kinds.registered().storage_dtype("tensor", dtype_name)
+        dtype = kinds.storage_dtype("tensor", dtype_name)
         return dtype_name, np.frombuffer(raw, dtype=dtype).reshape(shape).copy(), ragged
     except InvalidRecordError:
         raise

@@ -50,7 +50,8 @@ def recv(sock: zmq.Socket[Any]) -> list[bytes]:
 
 def recv_first(sock: zmq.Socket[Any]) -> Any:
     """The first frame of the next message as a ``zmq.Frame`` (raises ``zmq.Again`` if none waits): its ``more``
-    tells whether the rest follows, and it carries the message's properties (``peers.py``)."""
+    tells whether the rest follows, and it carries the message's properties (``broker/peers.py`` reads the sender
+    from them)."""
     return _recv(sock, NOBLOCK, False)
 
 

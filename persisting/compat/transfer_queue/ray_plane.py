@@ -1,11 +1,11 @@
 """The layer on several nodes: every KV call runs on the node that owns its partition (``persisting.ray``).
 
-Which plane ``init(conf)`` uses (``persisting.backend``):
+Which plane ``init(conf)`` uses (``persisting.backend``; chosen by ``interface.connect``):
 
 - ``auto`` (the default): this one when Ray is up with more than one alive node, or when the run's first ``init``
-  chose it (its directory actor exists); else one broker per node (``plane.py``: a single node stays on the
+  chose it (its directory actor exists); else one broker per node (``node_broker.py``: a single node stays on the
   direct broker path, with no Ray call).
-- ``ray``: this one (Ray must be up); ``broker``: ``plane.py`` even on several nodes (then each node has its own
+- ``ray``: this one (Ray must be up); ``broker``: ``node_broker.py`` even on several nodes (then each node has its own
   keys: run the layer on one node only).
 
 How it works. The first ``init`` starts ``persisting.ray`` (one broker per node, the registry of partition
