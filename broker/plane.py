@@ -38,7 +38,7 @@ import numpy as np
 
 from persisting.engine import ArenaPayload, ObjectStoreTopic, Topic, stored_topics
 from persisting.errors import ConfigError, InvalidRecordError, PersistingError, ProtocolError, UnknownExtentError
-from persisting.queue.lance_backend import LanceBackend
+from persisting.storage.lance_backend import LanceBackend
 from persisting.tensors import arena as arena_mod
 from persisting.tensors import column as tensors
 from persisting.tensors import jagged

@@ -14,7 +14,7 @@ import msgpack
 
 from persisting.engine import DURABILITY_MODES, ArenaResolver, ObjectStoreTopic, Topic, TopicConfig
 from persisting.errors import ConfigError, ProtocolError
-from persisting.queue.lance_backend import LanceBackend
+from persisting.storage.lance_backend import LanceBackend
 from persisting.wire import codec, protocol, row_checks
 from persisting.wire.protocol import Reply, Request, arg
 

@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import inspect
 import itertools
+import pickle
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,16 +24,19 @@ MODULE_LINES_MAX = 420  # "about 400": a module past it is two concepts
 # both modules need to one they may both import). An import of a module outside PACKAGES (torch, lance, ray)
 # may wait without a line here. A listed import that is gone fails too, so the list only shrinks.
 DEFERRED_IMPORTS: dict[tuple[str, str], str] = {
-    ("persisting.client.handle", "persisting.queue.lance_backend"): "Lance loads at the first embedded open only",
-    ("persisting.client.handle", "persisting.queue.persisting_backend"): "Lance loads at the first embedded open only",
+    ("persisting.client.handle", "persisting.storage.lance_backend"): "Lance loads at the first embedded open",
+    (
+        "persisting.client.handle",
+        "persisting.storage.persisting_backend",
+    ): "Lance loads at the first embedded open",
     ("persisting.compat.transfer_queue.interface", "persisting.compat.transfer_queue.ray_plane"): (
         "Ray and persisting.ray load only when init joins the plane on several nodes"
     ),
     ("persisting.engine.location", "persisting.engine.object_store"): "Lance: only object-store locations load it",
     ("persisting.ray.queue", "persisting.engine.object_store"): "Lance: only once a moved broker was refused",
-    ("persisting.queue", "persisting.client"): "the compatibility path gives Queue and KVInterface on first use",
-    ("persisting.queue", "persisting.queue.lance_backend"): "the compatibility path loads Lance on first use",
-    ("persisting.queue", "persisting.queue.persisting_backend"): "the compatibility path loads Lance on first use",
+    ("persisting.queue", "persisting.client"): "the old name of storage/ gives Queue and KVInterface on first use",
+    ("persisting.storage", "persisting.storage.lance_backend"): "Lance loads on first use",
+    ("persisting.storage", "persisting.storage.persisting_backend"): "Lance loads on first use",
     # broker/ (its owner removes what goes)
     ("broker.__main__", "broker.metrics"): "prometheus_client loads only with --metrics",
     ("broker.__main__", "persisting.client.connection"): "the status command's client (loaded anyway: may move up)",
@@ -145,15 +149,20 @@ def _circle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_public_and_persisting_compatible_imports() -> None:
+    import persisting.queue.backend
+
     import persisting
     import persisting.errors
     import persisting.queue
-    import persisting.queue.backend
     import persisting.sampler
+    import persisting.storage.lance_backend
     from persisting.queue import KVInterface, LanceBackend, PersistingBackend, Queue
 
     assert Queue is persisting.Queue and KVInterface is persisting.KVInterface
-    assert LanceBackend.__module__ == "persisting.queue.lance_backend"
+    # persisting.queue is storage/'s old name: its submodules are storage's own module objects.
+    assert persisting.queue.backend is persisting.storage.backend
+    assert LanceBackend is persisting.storage.lance_backend.LanceBackend
+    assert pickle.loads(b"cpersisting.queue.lance_backend\nLanceBackend\n.") is LanceBackend
     assert issubclass(PersistingBackend, LanceBackend)
     assert persisting.sampler.RankAwareSampler is persisting.RankAwareSampler
     assert persisting.sampler.GRPOGroupNSampler is persisting.GRPOGroupNSampler

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from persisting.queue import InMemoryBackend, LanceBackend, PersistingBackend
+from persisting.storage import InMemoryBackend, LanceBackend, PersistingBackend
 from persisting.testing.backend_contract import BackendContract
 
 # -- the guide's minimal example, verbatim (seed 003) ---------------------------------------------------------

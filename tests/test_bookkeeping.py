@@ -18,7 +18,7 @@ from persisting.engine.config import TopicConfig
 from persisting.engine.layout import topic_dirname
 from persisting.engine.runs import IndexRuns, PartitionIndex, Steps, expand, runs_of
 from persisting.engine.topic import Topic
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 from persisting.wire import codec
 
 

@@ -1,4 +1,4 @@
-"""Dense tensor fields read back from Lance as columns (engine/columnar.py, queue/lance_dense.py, wire/columns.py):
+"""Dense tensor fields read back from Lance as columns (engine/columnar.py, storage/lance_dense.py, wire/columns.py):
 every byte exact, in embedded and broker mode, for patched fields, a mix of flushed and unflushed samples, samples
 in several Lance fragments, variable shapes (the row path), cleared samples, a read while flushes and compactions
 run, and a broker killed with SIGKILL mid-read."""

@@ -1,4 +1,4 @@
-"""Describing flushed samples without reading their dense payload (queue/lance_described, engine/describing).
+"""Describing flushed samples without reading their dense payload (storage/lance_described, engine/describing).
 
 A random mix of puts (dense numpy and torch fields of several dtypes and shapes, 0-d samples, a field whose shape
 changes between puts, jagged fields, Python objects, fields some puts leave out, fields written later by patches,
@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from persisting import BatchMeta, SyncQueue
-from persisting.queue import lance_described
-from persisting.queue.lance_backend import LanceBackend
+from persisting.storage import lance_described
+from persisting.storage.lance_backend import LanceBackend
 
 from .broker_fixture import running_broker
 

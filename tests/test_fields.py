@@ -10,7 +10,7 @@ import pytest
 
 from persisting import BatchMeta, ConfigError, Queue, SchemaConflictError, SyncQueue
 from persisting.engine import consumption
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 from persisting.tensors.meta import ProductionStatus, SampleMeta
 
 from .broker_fixture import BrokerProcess

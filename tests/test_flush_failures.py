@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from persisting import Queue, StorageError
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 
 
 class FailingOnce(LanceBackend):

@@ -10,7 +10,7 @@ import pytest
 from persisting.engine import flushing
 from persisting.engine.config import TopicConfig
 from persisting.engine.topic import Topic
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 from persisting.wire import codec
 
 

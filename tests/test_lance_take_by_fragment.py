@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from persisting.queue.lance_dense import take_by_fragment
+from persisting.storage.lance_dense import take_by_fragment
 
 
 def _dataset(path: Path, rng: np.random.Generator) -> lance.LanceDataset:

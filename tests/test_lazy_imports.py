@@ -21,8 +21,14 @@ from tests.broker_fixture import running_broker
 ROOT = Path(__file__).resolve().parent.parent
 STORAGE = ("lance", "pyarrow", "pandas")
 # the topic, its log and its reads: loaded by an embedded open or the broker, never by a client of a broker
-ENGINE_STORAGE = ("persisting.engine.topic", "persisting.engine.wal", "persisting.engine.reader", "persisting.queue")
-HEAVY = (*STORAGE, "torch", "prometheus_client", "ray", *ENGINE_STORAGE)
+ENGINE_STORAGE = (
+    "persisting.engine.topic",
+    "persisting.engine.wal",
+    "persisting.engine.reader",
+    "persisting.storage",
+)
+OLD_NAMES = ("persisting.queue",)  # storage's old name: only code that imports it loads it
+HEAVY = (*STORAGE, "torch", "prometheus_client", "ray", *ENGINE_STORAGE, *OLD_NAMES)
 
 REPORT = "import json, sys\nprint(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))\n"
 
@@ -43,7 +49,8 @@ def test_import_persisting_loads_no_storage() -> None:
 
 def test_the_compat_layers_load_no_storage() -> None:
     code = "import persisting.compat.persistqueue\nimport persisting.compat.transfer_queue\nimport persisting.queue\n"
-    assert _loaded(code) == ["persisting.queue"]  # the package itself: its Lance backends load on first use
+    # the packages themselves (persisting.queue is storage's old name): the Lance backends load on first use
+    assert _loaded(code) == ["persisting.queue", "persisting.storage"]
 
 
 BROKER_CLIENT = """

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from persisting import Queue
 from persisting.client import _loop
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 
 
 def test_compaction_and_cleanup_keep_fragments_and_versions_bounded(store: Path) -> None:

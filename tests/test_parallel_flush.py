@@ -22,7 +22,7 @@ from lance.fragment import write_fragments
 
 from persisting import Queue
 from persisting.errors import ConfigError
-from persisting.queue import LanceBackend, lance_compaction, lance_parallel
+from persisting.storage import LanceBackend, lance_compaction, lance_parallel
 
 WORKER = Path(__file__).with_name("parallel_flush_worker.py")
 

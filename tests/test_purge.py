@@ -15,7 +15,7 @@ import pytest
 
 from persisting import Queue
 from persisting.engine import partitions
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 from persisting.wire.codec import INDEX_KEY, OF_KEY
 
 from .broker_fixture import make_broker

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from persisting import InvalidRecordError, PersistingError, Queue, SchemaConflictError, SyncQueue
 from persisting.engine.config import TopicConfig
 from persisting.engine.topic import Topic
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 from persisting.wire import codec, row_checks
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from broker.plane import TensorPlane
 from persisting.engine import Topic, TopicConfig
-from persisting.queue import LanceBackend
+from persisting.storage import LanceBackend
 from persisting.wire import codec
 from persisting.wire.protocol import Request
 

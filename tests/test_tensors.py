@@ -188,7 +188,7 @@ def test_sync_twin_has_the_tensor_calls(store: Path) -> None:
 @pytest.mark.parametrize("shape", [(), (3,), (2, 0), (4, 5)])
 def test_columnar_encoding_matches_the_per_sample_one(kind_dtype: tuple[str, str], shape: tuple[int, ...]) -> None:
     """Columns in the bytes layout are encoded whole; a sample must read back exactly as if encoded alone."""
-    from persisting.queue.tensor_columns import encoded
+    from persisting.storage.tensor_columns import encoded
     from persisting.tensors.column import storage_dtype
     from persisting.wire import codec
 

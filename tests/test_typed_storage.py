@@ -19,9 +19,9 @@ import pytest
 
 from persisting import Queue
 from persisting.engine.tail import ArenaPayload, Chunk, tensor_parts
-from persisting.queue import tensor_columns
-from persisting.queue.lance_backend import LanceBackend
-from persisting.queue.lance_columns import REWRITE_SUFFIX
+from persisting.storage import tensor_columns
+from persisting.storage.lance_backend import LanceBackend
+from persisting.storage.lance_columns import REWRITE_SUFFIX
 from persisting.tensors.arena import Arena
 from persisting.tensors.column import Column
 

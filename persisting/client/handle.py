@@ -79,8 +79,8 @@ async def _release(topic: Topic, holder: int) -> None:
 def _default_backend(enable_metrics: bool) -> BackendFactory:
     # Imported at the first embedded open: Lance (with pyarrow's datasets and pandas) is ~half of the import time
     # of a process, and one that only talks to a broker never opens a backend.
-    from ..queue.lance_backend import LanceBackend
-    from ..queue.persisting_backend import PersistingBackend
+    from ..storage.lance_backend import LanceBackend
+    from ..storage.persisting_backend import PersistingBackend
 
     return PersistingBackend if enable_metrics else LanceBackend
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptionError
-from ..queue.backend import StorageBackend
+from ..storage.backend import StorageBackend
 from ..wire.codec import INDEX_KEY, OF_KEY
 from .config import TopicConfig
 from .layout import IndexColumn
@@ -128,7 +128,7 @@ class Buckets:
     ) -> list[tuple[np.ndarray, dict[str, tuple[str, list[np.ndarray]] | None]]] | None:
         """Dense tensor fields of stored rows as arrays (``indexes``: sorted, unique, all below what is flushed):
         per bucket holding some, (its indexes among them, in order; per field the dtype name and arrays of their
-        samples in that order, or None where that bucket's column is not dense: queue/lance_dense.py). None if a
+        samples in that order, or None where that bucket's column is not dense: storage/lance_dense.py). None if a
         backend cannot (no ``take_dense``) or a row is not stored (the caller reads rows instead)."""
         await self._refresh()
         plans: list[tuple[int, np.ndarray, np.ndarray]] = []

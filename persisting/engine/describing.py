@@ -4,7 +4,7 @@ sample, and its tags, without reading tensor payloads where the description is k
 ``Describer`` is composed into ``topic.Topic`` and owns one cache: the rows' descriptions of recent arena
 batches. Arena batches are described from their columns in memory; flushed samples from their rows as
 ``Reader.rows_at(described=True)`` gives them: dense tensor fields (fixed shape, scalar) come from their column's
-type, not their values (queue/lance_described), so describing a flushed batch of gigabytes reads its small columns
+type, not their values (storage/lance_described), so describing a flushed batch of gigabytes reads its small columns
 only. Other tensor layouts (variable shapes, jagged, bytes) are decoded from their values, as before.
 """
 
@@ -14,7 +14,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-from ..queue.backend import Stored
+from ..storage.backend import Stored
 from ..wire.codec import RESERVED_PREFIX, decode_jagged
 from .index import SampleIndex
 from .partitions import Clears

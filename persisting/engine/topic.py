@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import QueueClosedError
-from ..queue.backend import StorageBackend
+from ..storage.backend import StorageBackend
 from ..tensors.arena import Peer
 from ..wire.codec import EncodedBatch
 from . import opening

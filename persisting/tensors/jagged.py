@@ -11,7 +11,7 @@ A jagged tensor of ``n`` samples is one values tensor and ``n + 1`` offsets: sam
   values it is given (arena views in broker mode: no copy); ``assemble`` joins samples read back as rows.
 - Lance: the ``variable_shape_tensor`` layout (``struct<data: large_list<value>, shape: list<int32>>``), one row
   per sample in row-major order, readable by any Arrow reader; for the usual ragged dimension 0 its data buffer
-  is the values themselves (see ``persisting/queue/tensor_columns.py``).
+  is the values themselves (see ``persisting/storage/tensor_columns.py``).
 
 A sample's shape is described with ``-1`` at the ragged dimension (``(-1,)`` for token ids, ``(-1, 4096)``,
 ``(8, -1)`` for ``_ragged_idx`` 2): that is the field's ``FieldMeta.shape``.

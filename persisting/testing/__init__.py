@@ -2,7 +2,7 @@
 
 ``persisting.testing.backend_contract.BackendContract`` is the conformance suite for storage backends: subclass
 it in a test module, point it at your backend, and pytest runs every check of the contract written in
-``persisting.queue.backend``.
+``persisting.storage.backend``.
 """
 
 import pytest

@@ -1,4 +1,4 @@
-"""Conformance suite for storage backends: every rule of the contract in ``persisting.queue.backend``.
+"""Conformance suite for storage backends: every rule of the contract in ``persisting.storage.backend``.
 
 Subclass ``BackendContract`` in a test module (the class name must start with ``Test`` so pytest collects it)::
 

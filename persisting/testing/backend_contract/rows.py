@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ...queue.backend import StorageBackend
+from ...storage.backend import StorageBackend
 from ._base import ContractBase
 from ._support import (
     AWKWARD_KEYS,
@@ -33,7 +33,7 @@ class RowRules(ContractBase):
     def test_has_the_protocol_methods(self, tmp_path: Path) -> None:
         backend = self._new(tmp_path)
         assert isinstance(backend, StorageBackend), (
-            f"{type(backend).__qualname__} lacks methods of persisting.queue.backend.StorageBackend"
+            f"{type(backend).__qualname__} lacks methods of persisting.storage.backend.StorageBackend"
         )
         for name in ("put", "put_batch", "get", "flush", "stats"):
             assert asyncio.iscoroutinefunction(getattr(backend, name)), f"{name} must be an async method"
