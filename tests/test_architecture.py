@@ -1,5 +1,7 @@
-"""The tree keeps its shape: public and Persisting-compatible imports, no import circles, the broker on the
-engine's interface only, no class with two project bases, modules of a readable size."""
+"""The tree keeps its shape: public and Persisting-compatible imports; no import circles between modules (at load
+time or through imports inside functions) nor between the library's folders; each import inside a function
+listed with its reason; the broker on the engine's interface only; no class with two project bases; modules of
+a readable size; docstrings that name files name ones that exist."""
 
 from __future__ import annotations
 
@@ -189,6 +191,25 @@ def test_no_import_circles() -> None:
     if circle is not None:
         steps = [f"{a} -> {b}" + (" (in a function)" if imports[a][b] else "") for a, b in itertools.pairwise(circle)]
         raise AssertionError("import circle: " + ", ".join(steps) + "; move what both need to a module both import")
+
+
+def _folder(module: str) -> str:
+    """The concept a module belongs to: its folder under the library (``persisting.tensors``), else its package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "persisting" else parts[0]
+
+
+def test_no_circles_between_folders() -> None:
+    """The library's folders stack: what one folder uses of another, that one never uses back (say, ``tensors``
+    builds on ``wire``, so the codec learns tensor kinds from a registry, not from ``tensors``)."""
+    graph: dict[str, set[str]] = {}
+    for module, path in _modules():
+        uses = {_folder(name) for name in _all_imports(module, path)} - {_folder(module)}
+        graph.setdefault(_folder(module), set()).update(uses)
+    for used in set().union(*graph.values()):
+        graph.setdefault(used, set())
+    circle = _circle(graph)
+    assert circle is None, "folders import each other: " + " -> ".join(circle or [])
 
 
 def test_deferred_imports_are_listed_with_their_reason() -> None:
