@@ -1,5 +1,5 @@
 """The demo: an embedded queue on ./data, then a broker on the same storage with producer and consumer processes
-(records, tensor batches through the arena, and an RL step: rl.py).
+(records, tensor batches through the arena, and an RL step: ``demo/rl.py``).
 
 Run with ``./dev demo`` (or ``python -m persisting.demo [--storage-path DIR] [--records N]``).
 """
