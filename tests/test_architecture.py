@@ -261,10 +261,18 @@ def test_no_class_has_two_project_bases() -> None:
 _FILE_MENTION = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.py)\b")
 
 
+_FOLDERS = {p.name for p in ROOT.iterdir() if p.is_dir()} | {
+    p.name for package in ("persisting", "broker", "bench", "tests") for p in (ROOT / package).rglob("*") if p.is_dir()
+}
+
+
 def _mention_resolves(mention: str, path: Path) -> bool:
-    """A ``dir/file.py`` from the checkout's root, the library's, or the module's folder (or the one above it); a
-    bare ``file.py`` in the module's own package tree (a broker module may also name the library's files)."""
+    """A ``dir/file.py`` whose ``dir`` is a folder of this checkout: from the checkout's root, the library's, or the
+    module's folder (or the one above it); a bare ``file.py`` in the module's own package tree (a broker or bench
+    module may also name the library's files)."""
     if "/" in mention:
+        if mention.split("/")[0] not in _FOLDERS:
+            return True  # another project's file (persist-queue's benchmark/run_benchmark.py)
         return any((base / mention).exists() for base in (ROOT, ROOT / "persisting", path.parent, path.parent.parent))
     package = path.relative_to(ROOT).parts[0]
     trees = [ROOT / package, *([ROOT / "persisting"] if package != "persisting" else [])]
