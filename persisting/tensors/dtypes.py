@@ -2,7 +2,9 @@
 ``jagged`` (ragged fields) both use, so neither imports the other for them.
 
 A stored sample is plain bytes in a numpy dtype (``storage_dtype``); ``to_user`` gives it back as the kind it
-was put as (``ndarray`` for numpy, ``tensor`` for torch, ``jagged`` for a ragged torch field).
+was put as (``ndarray`` for numpy, ``tensor`` for torch, ``jagged`` for a ragged torch field). Importing this
+module registers these with the codec (``TorchKinds``, ``wire/tensor_kinds.py``): the wire layer stores torch
+tensors without importing tensors/.
 """
 
 from __future__ import annotations
