@@ -6,6 +6,7 @@ a readable size; docstrings that name files name ones that exist."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -83,6 +84,11 @@ def _modules() -> Iterator[tuple[str, Path]]:
             yield ".".join(parts), path
 
 
+@functools.cache
+def _known() -> dict[str, Path]:
+    return dict(_modules())
+
+
 def _type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name | ast.Attribute) and ast.unparse(node.test).endswith("TYPE_CHECKING")
 
@@ -90,7 +96,7 @@ def _type_checking(node: ast.If) -> bool:
 def _all_imports(module: str, path: Path) -> dict[str, bool]:
     """The project modules ``module`` imports (outside ``TYPE_CHECKING`` blocks), each with whether the import
     waits inside a function (True) or runs when the module is loaded (False)."""
-    known = dict(_modules())
+    known = _known()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: dict[str, bool] = {}
 
