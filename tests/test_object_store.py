@@ -204,7 +204,7 @@ def test_a_writer_that_lost_its_lease_stops_writing(s3: S3Server, bucket_uri: st
         await q.put({"id": 1})
         await q.flush()
         topic = q._handle.opened
-        store = topic._remote  # type: ignore[union-attr]
+        store = topic.engine_topic._remote  # type: ignore[union-attr]
         store.lease._stop.set()  # a writer that stalls (its renewals stop) ...
         store.lease._renewer.join()
         await asyncio.sleep(LEASE_S + 0.5)
