@@ -3,8 +3,8 @@ client module asks which kind it holds.
 
 - ``mode_checks`` reads the client's modules (and the compat layers' one door into them, compat/_engine.py) and
   names every place that asks: ``isinstance``/``issubclass``/``type(...) is`` against a topic class, ``hasattr``
-  on a topic, an import of a topic class outside the one factory (client/handle.py), a reach through the
-  embedded adapter to the engine's own topic. A test feeds it each of those once, so the check cannot pass by
+  on a topic, an import of a topic class outside the one factory (client/handle.py), a test of the broker
+  address outside it, a reach through the embedded adapter to the engine's own topic. A test feeds it each of those once, so the check cannot pass by
   finding nothing.
 - The real topics, an embedded one on a tmp dir and a broker's over a real broker subprocess, are checked against
   the protocol (every member there, the same parameters, async where the protocol is async) and driven through
@@ -66,6 +66,10 @@ def mode_checks(source: str, filename: str) -> list[str]:
             typed = any("type(" in side for side in text)  # type(x) is C, type(x).__name__ == "C"
             if typed and any(name in side for side in text for name in TOPIC_CLASSES):
                 found.append(f"{where}: {ast.unparse(node)}")
+        if isinstance(node, ast.Compare) and filename != "handle.py":
+            sides = [node.left, *node.comparators]
+            if any(isinstance(side, ast.Attribute) and side.attr == "broker" for side in sides):
+                found.append(f"{where}: {ast.unparse(node)} (the broker address picks the mode in handle.py only)")
         if isinstance(node, ast.ImportFrom) and filename not in MAY_IMPORT:
             names = {a.name for a in node.names} & (TOPIC_CLASSES - {"TopicAPI", "KeysAPI"})
             if names:
@@ -92,6 +96,7 @@ def test_no_client_module_asks_which_kind_of_topic_it_has() -> None:
         "ok = type(topic) is RemoteTopic",
         "from .remote import RemoteTopic",
         "x = topic.engine_topic.kinds",
+        "if self._handle.broker is not None:\n    pass",
     ],
 )
 def test_the_check_finds_each_way_of_asking(bad: str) -> None:
