@@ -4,8 +4,8 @@ client module asks which kind it holds.
 - ``mode_checks`` reads the client's modules (and the compat layers' one door into them, compat/_engine.py) and
   names every place that asks: ``isinstance``/``issubclass``/``type(...) is`` against a topic class, ``hasattr``
   on a topic, an import of a topic class outside the one factory (client/handle.py), a test of the broker
-  address outside it, a reach through the embedded adapter to the engine's own topic. A test feeds it each of those once, so the check cannot pass by
-  finding nothing.
+  address outside it, a reach through the embedded adapter to the engine's own topic. A test feeds it each of
+  those once, so the check cannot pass by finding nothing.
 - The real topics, an embedded one on a tmp dir and a broker's over a real broker subprocess, are checked against
   the protocol (every member there, the same parameters, async where the protocol is async) and driven through
   the same calls with the same results.
