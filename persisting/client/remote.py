@@ -65,7 +65,8 @@ class RemoteTopic:
         self._tensors.hello(hello.result.get("arena") or {})
         self.conn.max_message_bytes = int(hello.result.get("max_message_bytes", protocol.DEFAULT_MAX_MESSAGE_BYTES))
         # A broker of this protocol version without riders (broker/riders.py) ignores a note or a then_put: their
-        # records are then written by separate requests (compat/_engine.py), never silently left out.
+        # records are then written by separate requests (mark_consumed here; a take's note by the persist-queue
+        # layer, told by take_rows), never silently left out.
         self.riders = "riders" in hello.result.get("features", ())
         stats = (await self.conn.request("stats", self.args())).result
         self.kinds = dict(stats.get("fields", {}))
@@ -183,9 +184,6 @@ class RemoteTopic:
         return self._count
 
     # -- tensor batches (the arena client) ------------------------------------------------------------
-
-    async def has_arena(self) -> bool:
-        return await self._tensors.has_arena()
 
     def stored(self, first: int, count: int, kinds: dict[str, str]) -> tuple[int, int]:
         """A tensor batch the arena client sealed (``ArenaClient.put_tensors``/``put_reserved``): the topic's
