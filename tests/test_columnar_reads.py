@@ -148,7 +148,7 @@ def test_reads_while_flushes_and_compactions_run(tmp_path: Path) -> None:
                     x = np.full((4, 64), i, np.float32) + np.arange(64, dtype=np.float32)
                     stored.append((await q.put({"x": x}, partition_id="p"), x))
                     await q.flush()
-                    await _loop.call(q._handle.opened.maintain())  # type: ignore[union-attr]  # as the flusher does
+                    await _loop.call(q._handle.opened.engine_topic.maintain())  # type: ignore[union-attr]  # as the flusher does
                 done.set()
 
             async def read() -> int:

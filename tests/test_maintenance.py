@@ -26,7 +26,7 @@ def test_compaction_and_cleanup_keep_fragments_and_versions_bounded(store: Path)
             for i in range(60):
                 await q.put_batch([{"id": i * 10 + k, "v": str(k)} for k in range(10)])
                 await q.flush()
-                await _loop.call(q._handle.opened.maintain())  # type: ignore[union-attr]  # as the background flusher does
+                await _loop.call(q._handle.opened.engine_topic.maintain())  # type: ignore[union-attr]  # as the background flusher does
             bucket = (await q.stats())["buckets"][0]
             assert bucket["fragments"] <= 8, bucket
             assert [r["id"] for r in await q.get(limit=1000)] == list(range(600))

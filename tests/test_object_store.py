@@ -203,8 +203,8 @@ def test_a_writer_that_lost_its_lease_stops_writing(s3: S3Server, bucket_uri: st
         q = Queue("t", storage_path=bucket_uri, storage_options=opts, local_path=tmp_path / "a")
         await q.put({"id": 1})
         await q.flush()
-        topic = q._handle.opened
-        store = topic._remote  # type: ignore[union-attr]
+        topic = q._handle.opened.engine_topic  # type: ignore[union-attr]
+        store = topic._remote
         store.lease._stop.set()  # a writer that stalls (its renewals stop) ...
         store.lease._renewer.join()
         await asyncio.sleep(LEASE_S + 0.5)

@@ -3,12 +3,17 @@ the torch loader.
 
 ::
 
-    queue.py           Queue: the one API; embedded it drives engine.Topic on the engine loop (_loop.py),
-                       with a broker it talks through remote.RemoteTopic
-    data_api.py        get_meta / get_data / get_batch / clear / tags, on either kind of topic
-    remote.py          broker mode: one DEALER socket, retries, reconnects (wire/protocol.py)
-    remote_tensors.py  broker mode, tensor batches: leases, writes into the arena, views out of it
-    sync.py            SyncQueue / SyncReservation: the blocking twins, made in one place
+    queue.py           Queue: the one API, assembled from a TopicHandle (handle.py: settings, counters, and the
+                       one place that picks the mode) with data_api.py (get_meta / get_data / get_batch / clear /
+                       tags), tensor_puts.py (tensor puts, reservations), keyed.py (kv_*), big_batches.py
+    topic_api.py       TopicAPI / KeysAPI: the one interface those modules drive a topic through (the contract)
+    embedded.py        EmbeddedTopic: the engine's Topic in this process, on the engine loop (_loop.py);
+                       the per-process registry of embedded topics
+    remote.py          RemoteTopic: a broker's topic, one request per call over connection.py (one DEALER
+                       per loop, retries, reconnects); remote_reads.py (its data reads), remote_keys.py (its
+                       keyed samples), remote_tensors.py (ArenaClient: leases, writes into the arena, views)
+    sync.py            SyncQueue / SyncReservation: the blocking twins, made in one place (blocking.py: a
+                       blocking caller's own socket to a broker)
     kv.py              KVInterface: keyed state over a topic
     loader.py          StreamingDataset: a torch IterableDataset over get_batch
 """

@@ -9,78 +9,61 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import engine
 from ..tensors import batches, pieces
 from ..tensors.column import AnyColumn
 from ..tensors.meta import BatchMeta
 from ..wire import codec
-from . import _loop
-from .remote import RemoteTopic
 
 if TYPE_CHECKING:
-    from ..engine import Topic
+    from .topic_api import TopicAPI
 
 
-async def limit(topic: Topic | RemoteTopic) -> int:
+async def limit(topic: TopicAPI) -> int:
     """Bytes above which a batch is read back in pieces (or from its spool file), unless its samples lie in the
     broker's shared memory (then views): what one reply may copy."""
-    size = await topic.arena.arena_bytes() if isinstance(topic, RemoteTopic) else None
+    arena = topic.arena
+    size = await arena.arena_bytes() if arena is not None else None
     return pieces.spool_above(size)
 
 
-async def put_limit(topic: Topic | RemoteTopic) -> int:
+async def put_limit(topic: TopicAPI) -> int:
     """Bytes above which a batch is put through a spool file: the most the broker's shared memory takes in one
-    piece (its budget), or, embedded, ``pieces.SPOOL_ABOVE_BYTES``."""
-    if isinstance(topic, RemoteTopic):
-        largest = await topic.arena.arena_bytes("largest_batch_bytes")
-        if largest:
-            return largest
-    return await limit(topic)
+    piece (its budget), or, without shared memory (embedded), ``pieces.SPOOL_ABOVE_BYTES``."""
+    arena = topic.arena
+    largest = await arena.arena_bytes("largest_batch_bytes") if arena is not None else None
+    return largest or await limit(topic)
 
 
-async def above_limit(topic: Topic | RemoteTopic, columns: Mapping[str, AnyColumn]) -> bool:
+async def above_limit(topic: TopicAPI, columns: Mapping[str, AnyColumn]) -> bool:
     """Whether a batch goes through a spool file for its size: dense fields only, larger than ``put_limit``."""
     return pieces.spoolable(columns) and sum(c.nbytes for c in columns.values()) > await put_limit(topic)
 
 
 async def spool(
-    topic: Topic | RemoteTopic,
+    topic: TopicAPI,
     columns: Mapping[str, AnyColumn],
     other: dict[str, list[Any]],
     n: int,
     partition: str,
     patch: BatchMeta | None,
     key: str | None,
-    run: Callable[[Any], Awaitable[Any]],
 ) -> BatchMeta:
     """Store a batch through a spool file, whatever its size (one ``above_limit``, or a put that found the
-    shared-memory budget full: memory pressure spills it to disk). ``run``: where an engine coroutine runs
-    (``data_api.on_topic``)."""
+    shared-memory budget full: memory pressure spills it to disk)."""
     plain = batches.other_rows(other, n, topic.kinds)
     blob = codec.pack(plain.rows)
     fields, _size = pieces.layout(columns)
     of = None if patch is None else patch.global_indexes
     key = key or uuid.uuid4().hex  # retried requests store the batch once
-    if isinstance(topic, RemoteTopic):
-        name, path = await topic.call("spool_begin", pid=os.getpid())
-    else:
-        name, part = engine.new_spool_part(topic.path, os.getpid())  # embedded: the engine is loaded
-        path = str(part)
+    name, path = await topic.spool_begin()
     try:
-        await asyncio.to_thread(pieces.write_part, str(path), columns, fields)
-        if isinstance(topic, RemoteTopic):
-            args = {"partition": partition, "count": n, "kinds": plain.kinds, "key": key, "name": name}
-            first, count = await topic.call("put_spooled", [blob], fields=fields, of=of, **args)
-            kinds = {**plain.kinds, **{str(f[0]): str(f[1]) for f in fields}}
-            first, count = topic.stored(int(first), int(count), kinds)
-        else:
-            first, count = await run(engine.put_spooled(topic, plain, partition, blob, key, name, fields, of))
+        await asyncio.to_thread(pieces.write_part, path, columns, fields)
+        first, count = await topic.put_spooled(plain, partition, blob, key, name, fields, of)
     except BaseException:
         with contextlib.suppress(OSError):
             Path(path).unlink()  # the engine took it (and deletes it itself), or it is swept; this is early cleanup
@@ -91,7 +74,7 @@ async def spool(
 async def get(
     meta: BatchMeta,
     fields: list[str],
-    topic: Topic | RemoteTopic,
+    topic: TopicAPI,
     fetch: Callable[[BatchMeta], Awaitable[Any]],
     device: Any = None,
     mode: str = "auto",
@@ -105,7 +88,7 @@ async def get(
     # (once per get, the usual small one included: the size is summed here only, not again below)
     if meta.size <= 1 or sum(pieces.sample_bytes(meta, fields)) <= await limit(topic):
         return None
-    if isinstance(topic, RemoteTopic) and mode != "off":
+    if mode != "off":  # (no shared memory, as embedded: an empty batch at once)
         viewed, zero, copied = await topic.get_data(meta.global_indexes, fields, mode, device, views_only=True)
         if len(viewed):  # else: not (all) in shared memory
             if moved is not None:
@@ -122,18 +105,11 @@ async def get(
 async def _from_spool(
     meta: BatchMeta,
     fields: list[str],
-    topic: Topic | RemoteTopic,
+    topic: TopicAPI,
     fetch: Callable[[BatchMeta], Awaitable[Any]],
     device: Any,
 ) -> batches.Batch | None:
     """A spooled batch's dense fields read from its files (``pieces.from_spool``); None if they are not all in
     spool files still there (or this is a tcp client): then the pieces path."""
-    if isinstance(topic, RemoteTopic):
-        found = await topic.from_spool(meta, fields, fetch, device)
-    else:
-
-        async def where(indexes: list[int], dense: list[str]) -> Any:
-            return await _loop.call(engine.spool_where(topic, indexes, dense))
-
-        found = await pieces.from_spool(meta, fields, await limit(topic), where, fetch, device)
+    found = await pieces.from_spool(meta, fields, await limit(topic), topic.spool_where, fetch, device)
     return None if found is None else batches.Batch(found)

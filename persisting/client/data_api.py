@@ -5,28 +5,22 @@ The base of ``queue.Queue``, holding only the topic's ``handle.TopicHandle`` (th
 consume-on-fetch or leases), ``get_data`` and ``get_batch`` (their fields: views on shared memory in broker mode),
 ``check_ready``, ``mark_consumed``, ``reset_consumption``, ``clear``, ``set_custom_meta`` (tags) and
 ``partitions``. Arguments are checked here, in the caller's thread, so that bad input is refused before it reaches
-an engine or the wire; embedded mode runs the engine's coroutines on the engine loop, broker mode sends one
-request per call.
+an engine or the wire; then each call is one or two calls of the topic (``topic_api.TopicAPI``), the same in
+either mode (embedded they run on the engine loop; through a broker each is one request).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from ..errors import ConfigError
 from ..tensors import batches, objects, tensordicts
 from ..tensors.meta import BatchMeta
-from . import _loop, big_batches, data_args, dedup_reads
+from . import big_batches, data_args, dedup_reads
 from .handle import TopicHandle
-from .remote import RemoteTopic
 
-if TYPE_CHECKING:
-    from ..engine import Topic
-
-T = TypeVar("T")
 DEFAULT_LEASE_SECONDS = 60.0  # acknowledged delivery: how long a consumer has to mark_consumed
 
 
@@ -71,13 +65,7 @@ class DataAPI:
         limit = (None if timeout is None else float(timeout)) if wait else 0.0
         kw = data_args.sampler_kw(dp_rank, batch_index)
         lease = data_args.lease_of(delivery, lease_seconds)
-        if isinstance(topic, RemoteTopic):
-            wire = data_args.sampler_wire(sampler)
-            indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, wire, kw, lease, wanted)
-        else:
-            data_args.check_sampler(sampler)
-            take = _take_local(topic, partition_id, task_name, batch_size, limit, sampler, kw, lease, wanted)
-            indexes, descs = await _loop.call(take)
+        indexes, descs = await topic.take(partition_id, task_name, batch_size, limit, sampler, kw, lease, wanted)
         return batches.meta_from(indexes, partition_id, descs, wanted)
 
     async def check_ready(self, batch_meta: BatchMeta, fields: Sequence[str] | None = None) -> BatchMeta:
@@ -95,10 +83,7 @@ class DataAPI:
         if not indexes:
             return batch_meta
         topic = await self._handle.engine()
-        if isinstance(topic, RemoteTopic):
-            descs = await topic.describe(indexes)
-        else:
-            descs = await _loop.call(topic.describe(indexes))
+        descs = await topic.describe(indexes)
         fresh = batches.meta_from(indexes, "", descs, wanted)
         samples = tuple(
             replace(new, partition_id=old.partition_id, custom_meta={**new.custom_meta, **old.custom_meta})
@@ -115,10 +100,7 @@ class DataAPI:
         if not all(type(i) is int and i >= 0 for i in indexes):
             raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta)")
         topic = await self._handle.engine()
-        if isinstance(topic, RemoteTopic):
-            await topic.mark_consumed(partition_id, task_name, indexes)
-        else:
-            await _loop.call(topic.mark_consumed(partition_id, task_name, indexes))
+        await topic.mark_consumed(partition_id, task_name, indexes)
 
     async def give_back(
         self, task_name: str, global_indexes: Sequence[int] | BatchMeta, partition_id: str = "default"
@@ -130,19 +112,13 @@ class DataAPI:
         if not all(type(i) is int and i >= 0 for i in indexes):
             raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta)")
         topic = await self._handle.engine()
-        if isinstance(topic, RemoteTopic):
-            await topic.give_back(partition_id, task_name, indexes)
-        else:
-            await _loop.call(_give_back_local(topic, partition_id, task_name, indexes))
+        await topic.give_back(partition_id, task_name, indexes)
 
     async def reset_consumption(self, task_name: str, partition_id: str = "default") -> None:
         """Make every sample of ``partition_id`` available to ``task_name`` again (survives a restart)."""
         self._check_take_args(0, task_name, partition_id, None)
         topic = await self._handle.engine()
-        if isinstance(topic, RemoteTopic):
-            await topic.reset_consumption(partition_id, task_name)
-        else:
-            await _loop.call(_reset_local(topic, partition_id, task_name))
+        await topic.reset_consumption(partition_id, task_name)
 
     async def clear(
         self, global_indexes: Sequence[int] | BatchMeta | None = None, partition_id: str = "default"
@@ -160,9 +136,7 @@ class DataAPI:
             if not all(type(i) is int and i >= 0 for i in indexes):
                 raise ConfigError("global_indexes must be ints >= 0 (or a BatchMeta, or None for the whole partition)")
         topic = await self._handle.engine()
-        if isinstance(topic, RemoteTopic):
-            return await topic.clear(partition_id, indexes)
-        return await _loop.call(topic.clear(partition_id, indexes))
+        return await topic.clear(partition_id, indexes)
 
     async def set_custom_meta(self, batch_meta: BatchMeta) -> None:
         """Store the samples' tags (``custom_meta``, set with ``BatchMeta.with_custom_meta``) with the samples.
@@ -179,16 +153,14 @@ class DataAPI:
                 by_partition.setdefault(sample.partition_id, []).append((sample.global_index, sample.custom_meta))
         topic = await self._handle.engine()
         for partition, items in by_partition.items():
-            await on_topic(topic, topic.set_tags(partition, items))
+            await topic.set_tags(partition, items)
 
     async def partitions(self) -> dict[str, dict[str, Any]]:
         """Every partition of the topic: ``{partition: {"samples": n, "cleared": n, "tasks": {task: {"consumed":
         n, "leased": n}}}}`` (samples not cleared; samples ever cleared, kept across restarts; per task, what it took
         and what it holds leased now). Reads (``get_meta`` of a partition with no samples) create no partition."""
         topic = await self._handle.engine()
-        if isinstance(topic, RemoteTopic):
-            return await topic.partitions()
-        return await _loop.call(topic.partitions())
+        return await topic.partitions()
 
     @staticmethod
     def _check_take_args(batch_size: Any, task_name: Any, partition_id: Any, timeout: Any) -> None:
@@ -247,18 +219,9 @@ class DataAPI:
         ) is not None:
             # larger than one reply of copies: views of shared memory, else read from the spool file or in pieces
             return big
-        if isinstance(topic, RemoteTopic):
-            data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device, copy)
-            self._handle.moved("get_zero_copy_bytes", zero)
-            self._handle.moved("get_copied_bytes", copied)
-        elif self._handle.zerocopy_mode == "force":
-            raise ConfigError("zerocopy_mode='force' needs broker mode; embedded mode copies")
-        else:
-            dense, rows, kinds = await _loop.call(topic.sample_columns(indexes, fields))
-            data = await asyncio.to_thread(batches.from_columns, dense, rows, kinds, fields, device, copy)
-            copied = sum(len(v) for r in rows for v in r.values() if isinstance(v, bytes))
-            copied += sum(array.nbytes for _kind, _dtype, array in dense.values())
-            self._handle.moved("get_copied_bytes", copied)
+        data, zero, copied = await topic.get_data(indexes, fields, self._handle.zerocopy_mode, device, copy)
+        self._handle.moved("get_zero_copy_bytes", zero)
+        self._handle.moved("get_copied_bytes", copied)
         return data if payloads else await dedup_reads.resolve(data, self._get_data, device)
 
     async def get_batch(
@@ -278,15 +241,15 @@ class DataAPI:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         as_tensordict: bool | None = None,
     ) -> tuple[Any, BatchMeta]:
-        """``get_meta`` then ``get_data``: (data, meta). In broker mode one round trip does both (needs ``fields``).
-        ``as_tensordict``: as in ``get_data``."""
+        """``get_meta`` then ``get_data``: (data, meta). Given ``fields``, one call of the topic does both (in broker
+        mode one round trip). ``as_tensordict``: as in ``get_data``."""
         topic = await self._handle.engine()
         wanted = await dedup_reads.named(topic, data_args.field_list(fields, "get_batch"), self._handle.dedup)
-        if isinstance(topic, RemoteTopic) and wanted is not None:
+        if wanted is not None:
             self._check_take_args(batch_size, task_name, partition_id, timeout)
             limit = (None if timeout is None else float(timeout)) if wait else 0.0
             sampling = (
-                data_args.sampler_wire(sampler),
+                sampler,
                 data_args.sampler_kw(dp_rank, batch_index),
                 data_args.lease_of(delivery, lease_seconds),
             )
@@ -312,32 +275,3 @@ class DataAPI:
             lease_seconds=lease_seconds,
         )
         return await self.get_data(meta, device=device, as_tensordict=as_tensordict), meta
-
-
-def on_topic(topic: Topic | RemoteTopic, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
-    """Where a topic's coroutine runs: an embedded engine on its loop, a broker client on the caller's."""
-    return coro if isinstance(topic, RemoteTopic) else _loop.call(coro)
-
-
-async def _take_local(
-    topic: Topic,
-    partition: str,
-    task: str,
-    n: int,
-    timeout: float | None,
-    sampler: Any,
-    kw: dict[str, Any],  # the sampler's dp_rank and batch_index
-    lease: float | None,
-    fields: list[str] | None,
-) -> tuple[list[int], list[list[Any]]]:
-    held = None if lease is None else (lease, None)
-    indexes = await topic.take(partition, task, n, timeout, sampler, held, fields=fields, **kw)
-    return indexes, await topic.describe(indexes, lenient=True)
-
-
-async def _reset_local(topic: Topic, partition: str, task: str) -> None:
-    topic.reset_consumption(partition, task)
-
-
-async def _give_back_local(topic: Topic, partition: str, task: str, indexes: list[int]) -> None:
-    topic.give_back(partition, task, indexes)

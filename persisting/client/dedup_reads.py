@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..tensors import batches, dedup
 from ..tensors.meta import BatchMeta, FieldMeta, sample_metas
-from .remote import RemoteTopic
 
 if TYPE_CHECKING:
-    from ..engine import Topic
+    from .topic_api import TopicAPI
 
 
-async def named(topic: Topic | RemoteTopic, fields: list[str] | None, mode: dedup.Mode) -> list[str] | None:
+async def named(topic: TopicAPI, fields: list[str] | None, mode: dedup.Mode) -> list[str] | None:
     """Field names as the caller gives them, a deduped field turned into its references: a field this Queue's
     ``dedup`` names, or one the topic stores deduped. A name this process has not seen yet refreshes the topic's
     fields first (another process put it since this one opened the topic); a consumer that asks for a deduped
@@ -22,16 +21,9 @@ async def named(topic: Topic | RemoteTopic, fields: list[str] | None, mode: dedu
     ``Queue(dedup=[...])``, or ask for ``<name>@payload``."""
     if fields is None:
         return None
-    await refresh_kinds(topic, fields)
+    await topic.refresh_kinds(fields)
     named = mode if isinstance(mode, frozenset) else frozenset()
     return [dedup.ref_field(f) if f in named else f for f in dedup.request_fields(fields, topic.kinds) or ()]
-
-
-async def refresh_kinds(topic: Topic | RemoteTopic, fields: list[str] | None) -> None:
-    """Bring a broker topic's known fields up to date if one of ``fields`` (None: in any case) is not among them
-    (one round trip: another process may have put it since this one looked)."""
-    if isinstance(topic, RemoteTopic) and (fields is None or any(f not in topic.kinds for f in fields)):
-        topic.kinds.update((await topic.stats()).get("fields", {}))
 
 
 GetData = Callable[[BatchMeta, str | None, Any, bool], Awaitable[batches.Batch]]

@@ -1,79 +1,35 @@
-"""The handle on one topic that a ``Queue`` holds: its settings, the engine it drives, and its transfer counters.
+"""The handle on one topic that a ``Queue`` holds: its settings, the topic it drives, and its transfer counters.
 
-Embedded mode: several handles of one topic in one process share one ``engine.Topic`` (a registry keyed by
-storage path and name, on the engine loop); the topic's files are locked against other processes. Broker mode:
-the handle holds a ``remote.RemoteTopic`` with the same methods. The handle is the one owner of this state;
-``Queue``, its data API (data_api.py) and its tensor puts (tensor_puts.py) use it through its methods.
+The handle is the one place that picks the mode: with a broker address it opens a ``remote.RemoteTopic``, else
+an ``embedded.EmbeddedTopic`` (several handles of one topic in one process share one engine topic there); either
+is handed out as a ``topic_api.TopicAPI``, and nothing else in the client asks which one it is. The handle is the
+one owner of this state; ``Queue``, its data API (data_api.py) and its tensor puts (tensor_puts.py) use it through
+its methods.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import engine
-from ..engine import Location, TopicConfig, parse_location
+from ..engine import TopicConfig, parse_location
 from ..errors import ConfigError, QueueClosedError
 from ..tensors.dedup import check_mode as check_dedup_mode
 from ..tensors.objects import check_mode as check_objects_mode
 from ..tensors.pinning import resolve as resolve_pinning
-from . import _loop
+from . import embedded
 from .remote import RemoteTopic
+from .topic_api import TopicAPI
 
 if TYPE_CHECKING:
-    from ..engine import BackendFactory, Topic
+    from ..engine import BackendFactory
 
 ZEROCOPY_MODES = ("auto", "force", "off")
 MOVED_KEYS = ("put_zero_copy_bytes", "put_copied_bytes", "put_spooled_bytes", "get_zero_copy_bytes", "get_copied_bytes")
 # bytes of deduped fields as put, and of them stored (tensors/dedup.py): the difference is what dedup saved
 DEDUP_KEYS = ("dedup_put_bytes", "dedup_stored_bytes")
-
-_topics: dict[tuple[str, str], tuple[Topic, set[int]]] = {}
-_registry_lock: asyncio.Lock | None = None
-
-
-async def _acquire(name: str, location: Location, config: TopicConfig, factory: BackendFactory, holder: int) -> Topic:
-    global _registry_lock
-    if _registry_lock is None:
-        _registry_lock = asyncio.Lock()
-    async with _registry_lock:
-        key = (str(location.local), name)  # the local root: one per object-store URI too
-        entry = _topics.get(key)
-        if entry is not None:
-            topic, holders = entry
-            for attr in ("num_buckets", "bucket_column", "durability"):
-                if getattr(topic.config, attr) != getattr(config, attr):
-                    raise ConfigError(
-                        f"topic {name!r} is already open in this process with "
-                        f"{attr}={getattr(topic.config, attr)!r}; this Queue asks for "
-                        f"{attr}={getattr(config, attr)!r}"
-                    )
-            holders.add(holder)
-            return topic
-        # ``engine.X``: the topic and its storage load at the first embedded open (engine/__init__.py)
-        remote = engine.object_store_topic(location, name, engine.topic_dirname(name))
-        topic = engine.Topic(name, location.local, config, factory, remote=remote)
-        try:
-            await topic.open()
-        except BaseException:
-            await topic.close_quietly()
-            raise
-        _topics[key] = (topic, {holder})
-        return topic
-
-
-async def _release(topic: Topic, holder: int) -> None:
-    key = (str(topic.path.parent), topic.name)
-    entry = _topics.get(key)
-    if entry is None:
-        return
-    entry[1].discard(holder)
-    if not entry[1]:
-        del _topics[key]
-        await topic.close()
 
 
 def _default_backend(enable_metrics: bool) -> BackendFactory:
@@ -145,18 +101,18 @@ class TopicHandle:
             raise ConfigError("storage_options and local_path are the broker's settings in broker mode")
         if self.location.remote and backend is not None:
             raise ConfigError("an object-store storage_path is written by the built-in Lance backend; omit backend")
-        self._topic: Topic | RemoteTopic | None = None
+        self._topic: TopicAPI | None = None
         self.closed = False
         # bytes of tensor payload moved through this handle, by path; of deduped fields put and stored
         self._moved = dict.fromkeys(MOVED_KEYS + DEDUP_KEYS, 0)
 
     @property
-    def opened(self) -> Topic | RemoteTopic | None:
-        """The engine if it is open already (no await), else None."""
+    def opened(self) -> TopicAPI | None:
+        """The topic if it is open already (no await), else None."""
         return self._topic
 
-    async def engine(self) -> Topic | RemoteTopic:
-        """The topic's engine, opened on first use (replaying its log after a crash)."""
+    async def engine(self) -> TopicAPI:
+        """The topic, opened on first use (embedded: replaying its log after a crash)."""
         if self.closed:
             raise QueueClosedError(f"queue {self.name!r} is closed; open a new Queue")
         if self._topic is None:
@@ -168,17 +124,17 @@ class TopicHandle:
                 self._topic = remote
             else:
                 factory = self._factory or _default_backend(self.enable_metrics)
-                self._topic = await _loop.call(_acquire(self.name, self.location, self.config, factory, id(self)))
+                self._topic = await embedded.open_topic(
+                    self.name, self.location, self.config, factory, id(self), self.enable_metrics
+                )
         return self._topic
 
     async def aclose(self) -> None:
         """Release the topic (the last handle of an embedded topic flushes and closes it)."""
         self.closed = True
         topic, self._topic = self._topic, None
-        if isinstance(topic, RemoteTopic):
+        if topic is not None:
             await topic.aclose()
-        elif topic is not None:
-            await _loop.call(_release(topic, id(self)))
 
     def moved(self, key: str, nbytes: int) -> None:
         """Count ``nbytes`` of tensor payload moved by path (``MOVED_KEYS``)."""

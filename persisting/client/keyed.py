@@ -1,32 +1,25 @@
 """Keyed samples (``Queue.kv_put``, ``kv_get``, ``kv_list``, ``kv_clear``, ``kv_names``): the client side of the
-engine's key index (``engine/keys.py``, its contract). Each call is one engine call: embedded, a coroutine on the
-engine loop; through a broker, one request (``broker/keys.py``), a keyed put's tensors through the arena as any
-tensor put (``put_tensors`` with ``kv``), so a put of new keys stores their data, keys and tags in one round trip.
+engine's key index (``engine/keys.py``, its contract). Arguments are checked here; then each call is one call of
+the topic's ``keys`` (``topic_api.KeysAPI``: embedded, a coroutine on the engine loop; through a broker, one
+request), a keyed put's tensors through the arena where the topic has one, as any tensor put (``put_tensors``
+with ``kv``), so a put of new keys stores their data, keys and tags in one round trip.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..engine import check_keys, shared_fields
-from ..errors import ConfigError, InvalidRecordError, UnknownExtentError
+from ..engine import check_keys
+from ..errors import ConfigError, InvalidRecordError
 from ..tensors import batches, dedup, objects, tensordicts
 from ..tensors import column as tensors
-from ..tensors.arena import peer_id
 from ..tensors.meta import BatchMeta
 from ..wire import codec
-from . import _loop, dedup_reads, releases
-from .data_api import on_topic
+from . import dedup_reads
 from .handle import TopicHandle
-from .remote import RemoteTopic
-from .remote_tensors import RESTART_RETRIES
 from .tensor_puts import LEASE_TIMEOUT_S, TensorPuts, _storable
-
-if TYPE_CHECKING:
-    from ..engine import Topic
-
-Described = tuple[list[int], list[list[Any]]]  # samples, Topic.describe's runs of them
+from .topic_api import Described
 
 
 def _partition(partition: Any) -> str:
@@ -67,7 +60,7 @@ async def put(
     if data is None:
         if given is None:
             raise ConfigError("kv_put needs data, tags or both")
-        described = await _put_rows(topic, partition, keys, given, None, None, key)
+        described = await topic.keys.put(partition, keys, given, None, None, key)
         return batches.meta_from(described[0], partition, described[1], None)
     non_tensor: set[str] = set()
     if tensors.is_tensor_dict(data):
@@ -83,17 +76,17 @@ async def put(
     async def store(
         columns: dict[str, tensors.AnyColumn], other: dict[str, list[Any]], dedup_bytes: tuple[int, int] | None
     ) -> BatchMeta:
-        remote = await puts._through_arena(topic) if columns else None
-        if remote is not None:
-            plain = batches.other_rows(other, n, remote.kinds)
+        arena = await puts._through_arena(topic) if columns else None
+        if arena is not None:
+            plain = batches.other_rows(other, n, topic.kinds)
             try:
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout
                 kv = {"keys": keys, "tags": given}
                 blob = codec.pack(plain.rows)
-                first, count, kinds, rest = await remote.arena.put_tensors(
+                first, count, kinds, rest = await arena.put_tensors(
                     columns, plain, blob, n, partition, wait, None, key, kv, dedup_bytes=dedup_bytes
                 )
-                remote.stored(first, count, kinds)
+                topic.stored(first, count, kinds)
                 handle.moved("put_zero_copy_bytes", sum(col.nbytes for col in columns.values()))
                 return batches.meta_from(list(rest[0]), partition, list(rest[1]), None)
             except ConfigError as exc:
@@ -101,39 +94,13 @@ async def put(
                     raise
         batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
         blob = await asyncio.to_thread(codec.pack, batch.rows)
-        described = await _put_rows(topic, partition, keys, given, batch, blob, key)
+        described = await topic.keys.put(partition, keys, given, batch, blob, key)
         handle.moved("put_copied_bytes", sum(col.nbytes for col in columns.values()))
         return batches.meta_from(described[0], partition, described[1], None)
 
     # Deduped fields: their new distinct values stored first (payload rows), the keys' samples hold references;
     # stored again if a value this producer had stored was cleared meanwhile (TensorPuts.deduped).
     return await puts.deduped(topic, columns, other, partition, timeout, key, store)
-
-
-async def _put_rows(
-    topic: Topic | RemoteTopic,
-    partition: str,
-    keys: list[str],
-    tags: list[dict[str, Any]] | None,
-    batch: codec.EncodedBatch | None,
-    blob: bytes | None,
-    key: str | None,
-) -> Described:
-    if isinstance(topic, RemoteTopic):
-        args = topic._args(partition=partition, keys=keys, tags=tags, key=key)
-        if batch is not None and blob is not None:
-            args.update(kinds=batch.kinds, count=len(batch.rows))
-        reply = await topic._conn.request("kv_put", args, [blob] if blob is not None else [])
-        first, count, indexes, runs = reply.result
-        if batch is not None:
-            topic.stored(int(first), int(count), dict(batch.kinds))
-        return list(indexes), list(runs)
-
-    async def local(engine: Topic) -> Described:
-        _first, _count, indexes = await engine.keys.put(partition, keys, tags, batch, blob, key)
-        return indexes, await engine.describe(indexes)
-
-    return await _loop.call(local(topic))
 
 
 async def get(
@@ -146,46 +113,10 @@ async def get(
         raise ConfigError(f"fields must be a list of field names or None, got {fields!r:.100}")
     topic = await handle.engine()
     wanted = None if fields is None else await dedup_reads.named(topic, list(fields), handle.dedup)
-    data: batches.Batch | None = None
-    if isinstance(topic, RemoteTopic):
-        mode = handle.zerocopy_mode
-        for attempt in range(1, RESTART_RETRIES + 1):
-            args = topic._args(
-                partition=partition,
-                keys=keys,
-                fields=wanted,
-                read=True,
-                zerocopy=mode != "off",
-                peer=_peer(),
-                released=releases.take(topic.address),
-            )
-            reply = await topic._conn.request("kv_get", args)
-            named, runs, chosen, result = reply.result
-            if result is None:
-                break
-            try:
-                data, zero, copied = await topic.arena.data(result, reply.buffers, list(chosen), mode, device)
-            except UnknownExtentError:
-                if attempt == RESTART_RETRIES:
-                    raise
-                continue  # views into the arena of a broker that restarted since (ArenaClient._arena): again
-            handle.moved("get_zero_copy_bytes", zero)
-            handle.moved("get_copied_bytes", copied)
-            break
-    else:
-
-        async def local(engine: Topic) -> tuple[list[int | None], list[list[Any]], list[str], Any]:
-            named = await engine.keys.lookup(partition, keys)
-            found = [i for i in named if i is not None]
-            runs = await engine.describe(found)
-            shared = shared_fields(runs)
-            chosen = shared if wanted is None else [f for f in wanted if f in shared]
-            rows = await engine.sample_rows(found, chosen) if found and chosen else None
-            return named, runs, chosen, rows
-
-        named, runs, chosen, rows = await _loop.call(local(topic))
-        if rows is not None:
-            data = await asyncio.to_thread(batches.from_rows, rows[0], rows[1], list(chosen), device)
+    mode = handle.zerocopy_mode
+    named, runs, chosen, data, zero, copied = await topic.keys.get(partition, keys, wanted, mode, device)
+    handle.moved("get_zero_copy_bytes", zero)
+    handle.moved("get_copied_bytes", copied)
     if data is not None:  # deduped fields (``<name>@payload``) back to their values, named as put
         data = await dedup_reads.resolve(data, get_data, device)
         chosen = [c[: -len(dedup.REF_SUFFIX)] if c.endswith(dedup.REF_SUFFIX) else c for c in chosen]
@@ -201,18 +132,14 @@ async def listing(handle: TopicHandle, partition: Any) -> dict[str, dict[str, di
     if partition is not None:
         partition = _partition(partition)
     topic = await handle.engine()
-    if isinstance(topic, RemoteTopic):
-        return dict((await topic._conn.request("kv_list", topic._args(partition=partition))).result)
-    return await on_topic(topic, topic.keys.listing(partition))
+    return await topic.keys.listing(partition)
 
 
 async def clear(handle: TopicHandle, keys: Any, partition: Any) -> int:
     keys = check_keys(list(dict.fromkeys(keys)) if isinstance(keys, list | tuple) else keys)
     partition = _partition(partition)
     topic = await handle.engine()
-    if isinstance(topic, RemoteTopic):
-        return int((await topic._conn.request("kv_clear", topic._args(partition=partition, keys=keys))).result)
-    return await on_topic(topic, topic.keys.clear(partition, keys))
+    return await topic.keys.clear(partition, keys)
 
 
 async def names(handle: TopicHandle, indexes: Any, partition: Any) -> list[str | None]:
@@ -220,11 +147,4 @@ async def names(handle: TopicHandle, indexes: Any, partition: Any) -> list[str |
     if not isinstance(indexes, list | tuple) or not all(type(i) is int for i in indexes):
         raise ConfigError(f"global_indexes must be a list of int, got {indexes!r:.100}")
     topic = await handle.engine()
-    if isinstance(topic, RemoteTopic):
-        args = topic._args(partition=partition, indexes=list(indexes))
-        return list((await topic._conn.request("kv_names", args)).result)
-    return await on_topic(topic, topic.keys.names(partition, list(indexes)))
-
-
-def _peer() -> Any:
-    return peer_id()
+    return await topic.keys.names(partition, list(indexes))

@@ -1,4 +1,4 @@
-"""Queue: the user-facing async API. In embedded mode it drives the engine on the background engine loop.
+"""Queue: the user-facing async API, over a topic that is embedded or a broker's (``topic_api.TopicAPI``).
 
 Records are validated and encoded in the caller's thread, and decoded there on the way out, so the engine loop
 does only ordering and I/O. A Queue is assembled from parts that share one ``handle.TopicHandle`` (the topic,
@@ -21,9 +21,8 @@ from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation, Reserving
 from ..wire import codec
 from . import _loop, keyed
-from .data_api import DataAPI, on_topic
+from .data_api import DataAPI
 from .handle import TopicHandle
-from .remote import RemoteTopic, put_key
 from .tensor_puts import TensorPuts, check_patch, one_partition
 
 OFFLOAD_RECORDS = 2048  # batches larger than this are encoded/decoded in a worker thread
@@ -207,7 +206,7 @@ class Queue(DataAPI):
         if given is not None:
             check_key(given)
             return given
-        return put_key() if isinstance(await self._handle.engine(), RemoteTopic) else None
+        return (await self._handle.engine()).new_put_key()
 
     def reserve(
         self,
@@ -276,13 +275,13 @@ class Queue(DataAPI):
             batch, blob = await asyncio.to_thread(_encode, records, topic.kinds)
         else:
             batch, blob = _encode(records, topic.kinds)
-        first, n = await on_topic(topic, topic.append(batch, partition_id, blob, key))
+        first, n = await topic.append(batch, partition_id, blob, key)
         return range(first, first + n)
 
     async def flush(self) -> None:
         """Move everything acknowledged so far into Lance (puts are already durable without this)."""
         topic = await self._handle.engine()
-        await on_topic(topic, topic.flush())
+        await topic.flush()
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -298,10 +297,10 @@ class Queue(DataAPI):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{label} must be an int >= 0, got {v!r}")
         topic = await self._handle.engine()
-        if wait and isinstance(topic, RemoteTopic):
+        if wait:
             rows, kinds, end = await topic.read_waiting(offset, limit, timeout)
         else:
-            rows, kinds, end = await on_topic(topic, topic.read_window(offset, limit))
+            rows, kinds, end = await topic.read_window(offset, limit)
         if len(rows) > OFFLOAD_RECORDS:
             records = await asyncio.to_thread(_decode, rows, kinds)
         else:
@@ -325,11 +324,10 @@ class Queue(DataAPI):
         """
         pos = offset
         remaining = limit
-        # Through a broker the read itself waits (one round trip per page); embedded, read then wait_beyond.
-        long_poll = wait and isinstance(await self._handle.engine(), RemoteTopic)
         while remaining is None or remaining > 0:
             want = self.batch_size if remaining is None else min(self.batch_size, remaining)
-            records, end = await self._read(want, pos, wait=long_poll, timeout=timeout)
+            # the read itself waits (through a broker a long poll, one round trip per page)
+            records, end = await self._read(want, pos, wait=wait, timeout=timeout)
             if records:
                 pos = end
                 if remaining is not None:
@@ -339,21 +337,13 @@ class Queue(DataAPI):
             if end > pos:  # a window of cleared samples' rows only
                 pos = end
                 continue
-            if not wait or long_poll:
-                return
-            topic = await self._handle.engine()
-            if not await on_topic(topic, topic.wait_beyond(pos, timeout)):
-                return
+            return  # nothing came within the timeout (or nothing was to be waited for)
 
     async def stats(self) -> dict[str, Any]:
         topic = await self._handle.engine()
-        out: dict[str, Any] = await on_topic(topic, topic.stats())
+        out: dict[str, Any] = await topic.stats()
         out["zerocopy_mode"] = self.zerocopy_mode
         out["zerocopy"] = self._handle.transfers()  # bytes of tensor payload moved by this Queue, by path
-        if self.enable_metrics and not isinstance(topic, RemoteTopic):
-            m = topic.metrics
-            names = ("puts", "records_put", "gets", "records_read", "flushes", "records_flushed", "flush_seconds")
-            out["metrics"] = {name: getattr(m, name) for name in (*names, "commit_seconds")}
         return out
 
     def __len__(self) -> int:
@@ -363,9 +353,7 @@ class Queue(DataAPI):
         topic = self._handle.opened
         if topic is None:
             raise QueueClosedError(f"queue {self.name!r} is not open; await q.open() first")
-        if isinstance(topic, RemoteTopic) and not _loop.on_engine_loop():
-            return _loop.run(topic.fetch_count())
-        return topic.count()
+        return topic.current_count()
 
     async def kv_put(
         self,

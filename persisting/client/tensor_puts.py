@@ -1,10 +1,11 @@
 """Tensor batches from a ``Queue``: put (through the broker's arena, or copied into rows) and reservations.
 
 ``TensorPuts`` is composed into ``queue.Queue`` and uses the topic through its ``handle.TopicHandle``. The arena or
-the copy is decided in one place (``_through_arena``), for put and reserve alike: broker mode with an arena and
-``zerocopy_mode`` not ``"off"`` goes through the arena; ``"force"`` refuses where that cannot be; a batch larger
-than the arena is copied over the socket (``_copy_instead``). Reservations (``reserve``: a batch the producer
-fills in place) are made here and sealed by ``put_reserved``; those not put are given back at close.
+the copy is decided in one place (``_through_arena``), for put and reserve alike: a topic with shared memory (a
+broker with an arena) and ``zerocopy_mode`` not ``"off"`` goes through the arena; ``"force"`` refuses where that
+cannot be; a batch larger than the arena is copied over the socket (``_copy_instead``). Reservations (``reserve``:
+a batch the producer fills in place) are made here and sealed by ``put_reserved``; those not put are given back at
+close.
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
 from ..tensors.reservation import Reservation
 from ..wire import codec
-from . import big_batches, dedup_reads
-from .data_api import on_topic
+from . import big_batches
 from .handle import TopicHandle
-from .remote import RemoteTopic
 
 if TYPE_CHECKING:
-    from ..engine import Topic
+    from .remote_tensors import ArenaClient
+    from .topic_api import TopicAPI
 
 T = TypeVar("T")
 
@@ -89,7 +89,7 @@ class TensorPuts:
 
     async def deduped(
         self,
-        topic: Topic | RemoteTopic,
+        topic: TopicAPI,
         columns: dict[str, tensors.AnyColumn],
         other: dict[str, list[Any]],
         partition: str,
@@ -107,7 +107,7 @@ class TensorPuts:
         if mode == dedup.AUTO and (new := dedup.undecided(columns, other, topic.kinds)):
             # decided by how the topic stores each field: learn what other processes put (once per new field,
             # a stats round trip; then the first put of a field this process has not seen costs two)
-            await dedup_reads.refresh_kinds(topic, new)
+            await topic.refresh_kinds(new)
         attempt = -1
         while True:
             attempt += 1
@@ -133,7 +133,7 @@ class TensorPuts:
                 # then): learn how the topic stores it and put again; a dedup the caller named is theirs to change
                 if mode != dedup.AUTO or last:
                     raise
-                await dedup_reads.refresh_kinds(topic, None)
+                await topic.refresh_kinds(None)
 
     def _payload_putter(self, partition: str, timeout: float | None, key: str | None, attempt: int) -> dedup.PutPayload:
         """Stores the new distinct values of a deduped field as rows of the partition's payload partition."""
@@ -153,7 +153,7 @@ class TensorPuts:
 
     async def _store(
         self,
-        topic: Topic | RemoteTopic,
+        topic: TopicAPI,
         columns: Mapping[str, tensors.AnyColumn],
         other: dict[str, list[Any]],
         n: int,
@@ -169,25 +169,23 @@ class TensorPuts:
 
         async def spooled() -> BatchMeta:
             """Through a spool file (written and synced): a batch above the budget, or shared memory full."""
-            meta = await big_batches.spool(
-                topic, columns, other, n, partition, patch, key, lambda c: on_topic(topic, c)
-            )
+            meta = await big_batches.spool(topic, columns, other, n, partition, patch, key)
             self._handle.moved("put_spooled_bytes", payload)
             return meta
 
         if self._handle.zerocopy_mode != "force" and await big_batches.above_limit(topic, columns):
             return await spooled()
-        remote = await self._through_arena(topic) if columns else None
+        arena = await self._through_arena(topic) if columns else None
         of = None if patch is None else patch.global_indexes
-        if remote is not None:
-            plain = batches.other_rows(other, n, remote.kinds)
+        if arena is not None:
+            plain = batches.other_rows(other, n, topic.kinds)
             wait = LEASE_TIMEOUT_S if timeout is None else timeout
             spill = self._handle.zerocopy_mode != "force" and pieces.spoolable(columns)
             try:
                 blob = codec.pack(plain.rows)
                 for attempt_wait in (min(wait, SPILL_AFTER_SECONDS), wait - SPILL_AFTER_SECONDS) if spill else (wait,):
                     try:
-                        sealed = await remote.arena.put_tensors(
+                        sealed = await arena.put_tensors(
                             columns, plain, blob, n, partition, attempt_wait, of, key,
                             dedup_bytes=dedup_bytes, lease_ahead=lease_ahead,
                         )  # fmt: skip
@@ -198,7 +196,7 @@ class TensorPuts:
                         with contextlib.suppress(ConfigError):  # a topic in an object store has no spool folder
                             return await spooled()
                         spill = False  # then wait on for the rest of the timeout
-                first, n = remote.stored(*sealed[:3])
+                first, n = topic.stored(*sealed[:3])
                 self._handle.moved("put_zero_copy_bytes", payload)
                 return batches.batch_meta(first, n, partition, columns, other, patch)
             except ConfigError as exc:
@@ -206,18 +204,21 @@ class TensorPuts:
                     raise
         return await self._put_copied(topic, columns, other, n, partition, patch, key, dedup_bytes)
 
-    async def _through_arena(self, topic: Topic | RemoteTopic) -> RemoteTopic | None:
-        """The broker topic if a tensor batch goes through its arena (put and reserve decide alike), else None;
+    async def _through_arena(self, topic: TopicAPI) -> ArenaClient | None:
+        """The topic's arena if a tensor batch goes through it (put and reserve decide alike), else None;
         ``"force"`` refuses where it cannot."""
-        if isinstance(topic, RemoteTopic) and self._handle.zerocopy_mode != "off":
-            if await topic.has_arena():
-                return topic
-            if self._handle.zerocopy_mode == "force":
+        mode = self._handle.zerocopy_mode
+        arena = topic.arena
+        if arena is None:  # no shared memory at all (embedded mode)
+            if mode == "force":
+                raise ConfigError(
+                    "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
+                )
+        elif mode != "off":
+            if await arena.has_arena():
+                return arena
+            if mode == "force":
                 raise ConfigError("zerocopy_mode='force': the broker runs without an arena (--arena-bytes)")
-        elif self._handle.zerocopy_mode == "force":
-            raise ConfigError(
-                "zerocopy_mode='force' needs broker mode (shared memory between processes); embedded mode copies"
-            )
         return None
 
     def _copy_instead(self, exc: ConfigError) -> bool:
@@ -226,7 +227,7 @@ class TensorPuts:
 
     async def _put_copied(
         self,
-        topic: Topic | RemoteTopic,
+        topic: TopicAPI,
         columns: Mapping[str, tensors.AnyColumn],
         other: dict[str, list[Any]],
         n: int,
@@ -239,10 +240,7 @@ class TensorPuts:
         batch = await asyncio.to_thread(batches.full_rows, columns, other, n, topic.kinds)
         blob = await asyncio.to_thread(codec.pack, batch.rows)
         of = None if patch is None else patch.global_indexes
-        if isinstance(topic, RemoteTopic):
-            first, n = await topic.append(batch, partition, blob, key, of=of, dedup_bytes=dedup_bytes)
-        else:
-            first, n = await on_topic(topic, topic.append(batch, partition, blob, key, of=of))
+        first, n = await topic.append(batch, partition, blob, key, of=of, dedup_bytes=dedup_bytes)
         self._handle.moved("put_copied_bytes", sum(col.nbytes for col in columns.values()))
         return batches.batch_meta(first, n, partition, columns, other, patch)
 
@@ -257,10 +255,10 @@ class TensorPuts:
         r = None
         if n == 0:  # as put of an empty batch: nothing to lease, nothing stored
             pass
-        elif (remote := await self._through_arena(topic)) is not None:
+        elif (arena := await self._through_arena(topic)) is not None:
             wait = LEASE_TIMEOUT_S if timeout is None else float(timeout)
             try:
-                r = await reservation.in_arena(self._owner, remote.arena, fields, n, partition_id, wait)
+                r = await reservation.in_arena(self._owner, arena, fields, n, partition_id, wait)
             except ConfigError as exc:
                 if not self._copy_instead(exc):
                     raise
@@ -295,11 +293,11 @@ class TensorPuts:
             columns = r._columns()
             if r.batch_size == 0:
                 meta = patch if patch is not None else BatchMeta()
-            elif r._lease is not None and r._places is not None and isinstance(topic, RemoteTopic):
+            elif r._lease is not None and r._places is not None and (arena := topic.arena) is not None:
                 wait = LEASE_TIMEOUT_S if timeout is None else timeout  # only if the broker restarted meanwhile
                 of = None if patch is None else patch.global_indexes
                 args = (r._lease, r._places, plain, codec.pack(plain.rows), r.batch_size, r.partition_id, wait, of, key)
-                first, n = topic.stored(*await topic.arena.put_reserved(*args))
+                first, n = topic.stored(*await arena.put_reserved(*args))
                 self._handle.moved("put_zero_copy_bytes", r.nbytes)
                 meta = batches.batch_meta(first, n, r.partition_id, columns, other, patch)
             else:

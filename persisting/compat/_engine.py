@@ -17,6 +17,8 @@
   own (``puts.Appender``; through a broker every put is durable).
 - ``embedded``: whether the queue's engine runs in this process (no other process reads or writes its topic).
 - ``consumed``: the samples a task has consumed, embedded (what a restart's repair compares the state records to).
+
+Each is one call of the queue's topic (``persisting.client.topic_api.TopicAPI``), which knows its own mode.
 """
 
 from __future__ import annotations
@@ -24,13 +26,11 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
-from persisting import Queue, Sampler, engine
+from persisting import Queue, Sampler
 from persisting.client import _loop
-from persisting.client.data_args import sampler_wire
 from persisting.client.queue import _encode
-from persisting.client.remote import RemoteTopic
 
 T = TypeVar("T")
 _closing: set[asyncio.Future[None]] = set()
@@ -55,14 +55,11 @@ async def mark_consumed(
     """Consume ``indexes``; ``then_put``, (partition, records): a durable put of them after the consumption is
     logged, its range returned (through a broker in the same round trip)."""
     topic = await queue._handle.engine()
-    if isinstance(topic, RemoteTopic):
-        if then_put is None or not topic.riders:  # riders: the put in the same round trip (broker/riders.py)
-            await topic.mark_consumed(partition, task, indexes)
-            return None if then_put is None else await put_records(queue, *then_put)
-        batch, blob = _encode(then_put[1], topic.kinds)
-        return await topic.mark_consumed(partition, task, indexes, (then_put[0], batch, blob))
-    await _loop.call(topic.mark_consumed(partition, task, indexes))
-    return None if then_put is None else await put_records(queue, *then_put)
+    if then_put is None:
+        return await topic.mark_consumed(partition, task, indexes)
+    batch, blob = _encode(then_put[1], topic.kinds)
+    # a broker with riders (broker/riders.py) puts them in the same round trip
+    return await topic.mark_consumed(partition, task, indexes, (then_put[0], batch, blob))
 
 
 async def read_window(queue: Queue, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
@@ -100,54 +97,30 @@ async def take_records(
     fields: list[str],
     batch_size: int = 1,
     note: dict[str, Any] | None = None,
-) -> tuple[list[tuple[int, dict[str, Any]]], range | None] | None:
+) -> tuple[list[tuple[int, dict[str, Any]]], range | None]:
     """A take of up to ``batch_size`` samples and their ``fields`` as stored now (a later write of a field, an
     update, wins), without get_meta's and get_data's field descriptions and batch building, which cost more than
     the take itself for a small record: embedded, in one step on the engine loop; through a broker, in one round
-    trip (get_meta + get_data would be two). None only for a topic that is neither (use get_meta and get_data).
-    ``note`` (through a broker only): a record per sample taken, written by the broker before it replies
-    (``RemoteTopic.take_rows``); its range comes second (always None embedded)."""
+    trip (get_meta + get_data would be two). ``note`` (through a broker only): a record per sample taken, written
+    by the broker before it replies (``TopicAPI.take_rows``); its range comes second (always None embedded)."""
     topic = await queue._handle.engine()
-    if isinstance(topic, RemoteTopic):
-        wire = sampler_wire(sampler)
-        return await topic.take_rows(partition, task, batch_size, timeout, wire, lease_s, fields, note)
-    if not isinstance(topic, engine.Topic):  # engine.X: the topic's modules load at an embedded open only
-        return None
-
-    async def on_loop() -> tuple[list[tuple[int, dict[str, Any]]], None]:
-        held = None if lease_s is None else (lease_s, None)
-        indexes = await topic.take(partition, task, batch_size, timeout, sampler, held)
-        if not indexes:
-            return [], None
-        rows, _kinds = await topic.sample_rows(indexes, fields)
-        return list(zip(indexes, rows, strict=True)), None
-
-    return await _loop.call(on_loop())
+    return await topic.take_rows(partition, task, batch_size, timeout, sampler, lease_s, fields, note)
 
 
 async def put_records(queue: Queue, partition: str, records: list[dict[str, Any]], durable: bool = True) -> range:
-    topic = await queue._handle.engine()
-    if durable or not _is_embedded(topic):
+    if durable:
         return await queue.put_batch(records, partition_id=partition)
+    topic = await queue._handle.engine()
     batch, blob = _encode(records, topic.kinds)
-    first, n = await _loop.call(topic.append(batch, partition, blob, durable=False))
+    first, n = await topic.append(batch, partition, blob, durable=False)  # (a broker's puts are always durable)
     return range(first, first + n)
 
 
 async def consumed(queue: Queue, partition: str, task: str) -> set[int] | None:
     """The global indexes ``task`` consumed in ``partition`` (not those it holds leased); None through a broker."""
-    topic = await queue._handle.engine()
-    if not _is_embedded(topic):
-        return None
-    state = topic._takes._consumption.get((partition, task))
-    return set() if state is None else set(state.done)
+    return await (await queue._handle.engine()).consumed(partition, task)
 
 
 async def embedded(queue: Queue) -> bool:
-    return _is_embedded(await queue._handle.engine())
-
-
-def _is_embedded(topic: object) -> TypeGuard[engine.Topic]:
-    """Whether ``topic`` is the engine's own (``engine.Topic`` loads the topic's modules: a broker's client,
-    whose topic is a ``RemoteTopic``, never asks)."""
-    return not isinstance(topic, RemoteTopic) and isinstance(topic, engine.Topic)
+    """Whether no other process reads or writes the queue's topic (``TopicAPI.exclusive``)."""
+    return (await queue._handle.engine()).exclusive

@@ -186,30 +186,14 @@ class Store:
         taken = await _engine.take_records(
             self.queue, partition, TASK, limit, sampler, lease_s, ["data", "ts"], note=wire_note
         )
-        if taken is not None:  # embedded: take and rows in one step on the engine loop; a broker: in one request
-            records, noted = taken
-            if not records:
-                return None
-            ((index, row),) = records
-            if noted is not None and note is not None:
-                await self.state.seen_up_to(noted.start, [self.state.noted_record(index, note)])
-            return index, bytes(row["data"]), float(row["ts"]), noted is not None
-        meta = await self.queue.get_meta(
-            None,
-            1,
-            TASK,
-            partition,
-            sampler,
-            wait=limit != 0.0,
-            timeout=limit,
-            delivery="ack" if lease else "fetch",
-            lease_seconds=UNACK_LEASE_SECONDS,
-        )
-        if not meta.global_indexes:
+        # embedded: take and rows in one step on the engine loop; a broker: in one request
+        records, noted = taken
+        if not records:
             return None
-        # get_data, not a read of the record: an update is a patch of the sample, which only get_data applies.
-        ((blob, ts),) = await self._current(meta.global_indexes, partition, meta)
-        return meta.global_indexes[0], blob, ts, False
+        ((index, row),) = records
+        if noted is not None and note is not None:
+            await self.state.seen_up_to(noted.start, [self.state.noted_record(index, note)])
+        return index, bytes(row["data"]), float(row["ts"]), noted is not None
 
     async def read_item(self, pqid: int, partition: str = ITEMS) -> Item | None:
         """The item's current bytes without taking it (None: no such live item)."""
