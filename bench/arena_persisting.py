@@ -20,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.broker_process import broker_process
+from bench.common.measure import Tick
+from bench.common.workers import START_TIMEOUT_S
 from persisting import Queue
 
 from .arena_batches import POOL, MiB, Shape, make_pool, read_all, stamp, stamp_of
@@ -35,10 +38,7 @@ from .arena_pair import (
     report_moved,
     run_pair,
 )
-from .broker_server import broker_process
 from .flush_watch import FlushWatch
-from .measure import Tick
-from .workers import START_TIMEOUT_S
 
 
 def arena_producer_main(spec: dict[str, Any]) -> None:

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.broker_process import broker_process
+
 from .arena_batches import POOL, SMALL, make_pool, stamp
-from .broker_server import broker_process
 
 ROUND_TRIP = "Connection.request (put_tensors round trip)"
 COPY = "ArenaClient._write (lease + copy)"

@@ -10,6 +10,9 @@ import faulthandler
 import time
 from typing import Any
 
+from bench.common.measure import Tick
+from bench.common.workers import START_TIMEOUT_S
+
 from .arena_batches import POOL, Shape, make_pool, read_all, stamp, stamp_of
 from .arena_pair import (
     CASE_LIMIT_S,
@@ -22,8 +25,6 @@ from .arena_pair import (
     report_failure,
     run_pair,
 )
-from .measure import Tick
-from .workers import START_TIMEOUT_S
 
 
 def shared_copy(t: Any) -> Any:

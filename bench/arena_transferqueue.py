@@ -13,6 +13,10 @@ import faulthandler
 import time
 from typing import Any
 
+from bench.common.measure import Tick
+from bench.common.tq_cluster import TQ_SETTINGS, tq_attach, tq_detach
+from bench.common.workers import START_TIMEOUT_S
+
 from .arena_batches import POOL, Shape, make_pool, stamp
 from .arena_pair import (
     CASE_LIMIT_S,
@@ -25,9 +29,6 @@ from .arena_pair import (
     report_failure,
     run_pair,
 )
-from .measure import Tick
-from .tq_cluster import TQ_SETTINGS, tq_attach, tq_detach
-from .workers import START_TIMEOUT_S
 
 POLL_S = 0.001  # the consumer's sleep after an empty get_meta
 TASK = "train"

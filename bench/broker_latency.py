@@ -24,13 +24,12 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from bench.common.measure import Tick, nearest_rank
+from bench.common.records import make_records
 from persisting import Queue, SyncQueue
 from persisting.client import _loop
 from persisting.client.connection import Connection, connection
 from persisting.wire import protocol, zsocket
-
-from .measure import Tick, nearest_rank
-from .records import make_records
 
 LATENCY_ROUNDS = 8
 

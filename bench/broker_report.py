@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 
+from bench.broker.throughput import PIPELINED_INFLIGHT, Throughput
+
 from .broker_bench import BrokerBenchResult
 from .broker_latency import LatencySeries
-from .broker_throughput import PIPELINED_INFLIGHT, Throughput
 from .layout import AIM_HEADERS, Section, aims_json, closing_notes, page, report_json
 
 FLOOR = "zmq-raw"

@@ -23,14 +23,13 @@ from typing import Any
 
 import zmq
 
+from bench.common.broker_process import broker_process
+from bench.common.records import make_records
 from persisting import SyncQueue
 from persisting.client.remote import WIRE_CONFIG_KEYS
 from persisting.client.request_keys import put_key
 from persisting.engine import TopicConfig
 from persisting.wire import codec, protocol
-
-from .broker_server import broker_process
-from .records import make_records
 
 WARM_PUTS = 500
 

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common.measure import Tick, nearest_rank
+from bench.common.records import make_records
 from persisting import Queue
 
-from .measure import Tick, nearest_rank
-from .records import make_records
 from .stores import PUT_BATCH
 
 NO_AUTO_FLUSH = 2**62  # batch_size: the engine flushes in the background once this many rows wait

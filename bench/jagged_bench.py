@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .broker_server import broker_process
+from bench.common.broker_process import broker_process
 
 START_TIMEOUT_S = 120.0
 RECV_TIMEOUT_S = 60.0

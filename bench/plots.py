@@ -3,10 +3,13 @@ extra; the Agg backend, no display needed). Each function writes its files and r
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.common.plots import cdf as _cdf
+from bench.common.plots import pyplot as _plt
+from bench.common.plots import run_label as _run_label
+from bench.common.plots import save as _save
 
 from .arena_pair import ArenaBenchResult, Row
 from .broker_bench import BrokerBenchResult
@@ -14,42 +17,6 @@ from .queue_bench import BenchResult
 from .samples_bench import SamplesBenchResult
 
 GB = 1e9
-DPI = 120
-
-
-def _plt() -> Any:
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise SystemExit("--plot needs matplotlib: pip install -e '.[bench]'") from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, folder: Path, name: str, subtitle: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    fig.text(0.01, 0.005, subtitle, fontsize=7, color="0.4", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    path = folder / name
-    fig.savefig(path, dpi=DPI)
-    _plt().close(fig)
-    return path
-
-
-def _cdf(ax: Any, samples: Sequence[float], label: str) -> None:
-    if not samples:
-        return
-    xs = sorted(samples)
-    n = len(xs)
-    ax.step(xs, [(i + 1) / n for i in range(n)], where="post", label=label)
-
-
-def _run_label(meta: dict[str, Any]) -> str:
-    """The run under each chart: revision, CPUs and the command (with ``python`` for the interpreter's path)."""
-    command = str(meta.get("command", "")).replace(sys.executable, "python")
-    return f"{meta.get('persisting revision', '?')}; {meta.get('cpus', '?')} CPUs; {command}"[:200]
 
 
 def plot_arena(result: ArenaBenchResult, folder: Path) -> list[Path]:
@@ -182,24 +149,3 @@ def plot_queue(result: BenchResult, folder: Path) -> list[Path]:
         ax.set_ylabel("flush of 1,000 rows, ms")
         out.append(_save(fig, folder, "queue_flush_cost.png", sub))
     return out
-
-
-def plot_sizes(series: dict[str, list[tuple[int, float]]], meta: dict[str, Any], folder: Path) -> list[Path]:
-    """``bench sizes``: GB/s against the batch size (log x), one line per system; ``series``: system -> (bytes,
-    GB/s) points (the bound, a dashed line)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for system, points in series.items():
-        xs, ys = zip(*sorted(points), strict=True)
-        ax.plot(xs, ys, "--" if system.startswith("bound") else "-", marker="o", ms=3.5, label=system)
-    ticks = sorted({n for points in series.values() for n, _ in points})
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks(ticks, [f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB" for n in ticks], fontsize=7)
-    ax.minorticks_off()
-    ax.set_xlabel("one batch, producer process -> consumer process (every page touched)")
-    ax.set_ylabel("GB/s (median, log scale)")
-    ax.set_title("Hand-over speed by batch size")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return [_save(fig, folder, "sizes_gbps.png", _run_label(meta))]

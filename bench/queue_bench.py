@@ -12,8 +12,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bench.common.records import make_records
+
 from .flush import FlushResult, flush_cost
-from .records import make_records
 from .stores import PUT_BATCH, REFERENCE, STORES, Store, Timing, probe
 
 PROBE_N = 2_000

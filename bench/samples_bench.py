@@ -39,14 +39,23 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from bench.common.broker_process import broker_process, cpu_seconds, log_lines
+from bench.common.measure import Tick, nearest_rank
+from bench.common.workers import (
+    START_TIMEOUT_S,
+    gather,
+    guarded,
+    join_each,
+    queue_past_barrier,
+    span,
+    worker,
+    write_result,
+)
 from persisting import GRPOGroupNSampler, Queue
 from persisting.client.connection import connection
 
-from .broker_server import broker_process, cpu_seconds, log_lines
-from .measure import Tick, nearest_rank
 from .samples_floor import round_trips_per_s
 from .samples_transferqueue import run_tq_reference
-from .workers import START_TIMEOUT_S, gather, guarded, join_each, queue_past_barrier, span, worker, write_result
 
 GROUP_N = 8  # GRPO samples per prompt
 PUT_ROWS = 64  # samples per put: 8 whole groups

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common.workers import START_TIMEOUT_S, gather, guarded, join_each, span, worker, write_result
 from persisting.client.connection import connection
-
-from .workers import START_TIMEOUT_S, gather, guarded, join_each, span, worker, write_result
 
 FLOOR_CALLS = 1_000  # hello round trips per process
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from bench.common.tq_cluster import TQ_SETTINGS
+
 from .layout import AIM_HEADERS, Section, aims_json, closing_notes, page, report_json
 from .samples_bench import (
     BACKLOG,
@@ -22,7 +24,6 @@ from .samples_bench import (
     Series,
 )
 from .samples_floor import FLOOR_CALLS
-from .tq_cluster import TQ_SETTINGS
 
 AIM_P50_MS = 0.5
 AIM_VS_HELLO = 1.5  # issue 22: idle get_meta at most this many hello round trips

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .measure import Tick
-from .tq_cluster import tq_cluster, tq_missing
+from bench.common.measure import Tick
+from bench.common.tq_cluster import tq_cluster, tq_missing
 
 if TYPE_CHECKING:
     from .samples_bench import SamplesBenchResult

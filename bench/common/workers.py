@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.measure import Tick
 from persisting import Queue
-
-from .measure import Tick
 
 START_TIMEOUT_S = 120.0  # every worker must have opened its queue and reached the barrier by then
 

@@ -31,10 +31,9 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from bench.common.broker_process import broker_process
+from bench.flush import flush_cost
 from persisting import Queue
-
-from .broker_server import broker_process
-from .flush import flush_cost
 
 MiB = 1024 * 1024
 BATCH_ROWS = 16

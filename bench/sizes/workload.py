@@ -4,7 +4,7 @@ the same bytes in the same run; then a steady stream of 1 GiB batches; GB/s agai
 
 Decisions (docs/benchmarks/sizes.md says the same for readers):
 
-- **Systems.** *persisting*: one broker subprocess with the DEFAULT settings (``bench/broker_server.py``, no
+- **Systems.** *persisting*: one broker subprocess with the DEFAULT settings (``bench/common/broker_process.py``, no
   ``--arena-bytes``: whatever shared memory the broker has by default), producer and consumer each a spawned
   process with a ``persisting.SyncQueue(topic, broker=address)`` (default ``durability``); the producer ``put``s
   ``{"x": tensor}``, the consumer ``get_batch(["x"], 64, wait=True)`` (take and data in one round trip, as
@@ -49,12 +49,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.common.broker_process import broker_process, log_lines
+from bench.common.measure import RssPoll
+from bench.harness.suite import BenchArgumentError
 from persisting.client import _loop
 from persisting.client.connection import connection
 
-from .broker_server import broker_process, log_lines
-from .measure import RssPoll
-from .sizes_worker import GET_TIMEOUT_S, ROWS, STREAM_QUEUE_MAX, Pair, WorkerError
+from .worker import GET_TIMEOUT_S, ROWS, STREAM_QUEUE_MAX, Pair, WorkerError
 
 MiB = 1 << 20
 DEFAULT_SIZES = "1M,6M,64M,256M,512M,1G,2G,4G"
@@ -299,20 +300,20 @@ def _measure_all(
 
 
 def add_args(p: Any) -> None:
-    """``python -m bench sizes``'s own options (bench/__main__.py adds the common ones)."""
+    """``python -m bench sizes``'s own options (the harness adds the common ones, ``--reps`` among them: measured
+    hand-overs per size and system, after a warm-up one)."""
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"batch sizes, K/M/G = KiB/MiB/GiB (default {DEFAULT_SIZES})")
-    p.add_argument("--reps", type=int, default=3, help="measured hand-overs per size and system, after a warm-up one")
     p.add_argument("--stream-batches", type=int, default=8, help="batches of the steady stream (default 8; 0: none)")
     p.add_argument("--stream-bytes", default="1G", help="each stream batch (default 1G)")
     p.add_argument("--hellos", type=int, default=500, help="timed hello round trips of the bound (default 500)")
 
 
 def settings(args: Any) -> tuple[list[int], int]:
-    """The sizes and the stream batch, checked (SystemExit with why)."""
+    """The sizes and the stream batch, checked (``BenchArgumentError`` says what is wrong)."""
     try:
         sizes, (stream,) = parse_sizes(args.sizes), parse_sizes(args.stream_bytes)
     except ValueError as exc:
-        raise SystemExit(f"python -m bench sizes: {exc}") from None
-    if args.reps < 1 or args.stream_batches < 0 or args.hellos < 1:
-        raise SystemExit("python -m bench sizes: --reps and --hellos must be at least 1, --stream-batches 0+")
+        raise BenchArgumentError(str(exc)) from None
+    if args.stream_batches < 0 or args.hellos < 1:
+        raise BenchArgumentError("--hellos must be at least 1, --stream-batches 0 or more")
     return sizes, stream

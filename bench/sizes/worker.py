@@ -1,6 +1,6 @@
-"""The two spawned processes of ``python -m bench sizes`` (bench/sizes.py): a producer and a consumer, each serving
-the commands the bench process sends over its end of a ``Pipe`` (``Pair``, the bench's side), one at a time, and
-answering each.
+"""The two spawned processes of ``python -m bench sizes`` (bench/sizes/workload.py): a producer and a consumer,
+each serving the commands the bench process sends over its end of a ``Pipe`` (``Pair``, the bench's side), one at
+a time, and answering each.
 
 Both hold a ``torch.multiprocessing.Queue`` each (one for single hand-overs, one bounded for the stream) and, per
 topic, a ``persisting.SyncQueue(topic, broker=address)`` with the default settings, opened before any timing. The
@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.arena_torch import shared_copy
+from bench.common.measure import reset_peak, vm_hwm_bytes, vm_rss_bytes
 from persisting import SyncQueue
-
-from .arena_torch import shared_copy
-from .measure import reset_peak, vm_hwm_bytes, vm_rss_bytes
 
 ROWS = 64  # samples per batch, whatever its size: the per-sample work is the same at every size
 PAGE = 4096
@@ -222,7 +221,7 @@ class WorkerError(RuntimeError):
 
 
 class Pair:
-    """The producer and consumer processes (spawned, ``bench/sizes_worker.py``) and their command pipes."""
+    """The producer and consumer processes (spawned, ``bench/sizes/worker.py``) and their command pipes."""
 
     def __init__(self, address: str) -> None:
         import torch.multiprocessing as tmp

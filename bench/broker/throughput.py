@@ -15,10 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from .broker_server import cpu_seconds
-from .measure import Tick
-from .records import make_records
-from .workers import START_TIMEOUT_S, gather, guarded, join_all, queue_past_barrier, span, watch, worker, write_result
+from bench.common.broker_process import cpu_seconds
+from bench.common.measure import Tick
+from bench.common.records import make_records
+from bench.common.workers import (
+    START_TIMEOUT_S,
+    gather,
+    guarded,
+    join_all,
+    queue_past_barrier,
+    span,
+    watch,
+    worker,
+    write_result,
+)
 
 PIPELINED_INFLIGHT = 4  # requests in flight per process in the pipelined runs
 PUT_BATCH = 100  # records per put_batch in the throughput runs, and the consumers' page size

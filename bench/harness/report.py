@@ -1,0 +1,158 @@
+"""What a suite's run returns: a ``Report`` of ``Table``s of ``Row``s, each row's samples per rep, and the rows it
+is compared with in the same run (its references). The harness takes the medians and the ratios here, once, for
+every suite."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A measured column: ``name`` carries its unit ("GB/s", "write s"); ``higher_is_better`` orients the ratios
+    (a ratio above 1 always means better than the reference); ``digits``: significant digits shown."""
+
+    name: str
+    higher_is_better: bool = True
+    digits: int = 3
+
+
+@dataclass(slots=True)
+class Row:
+    """One measured thing: its ``labels`` (one cell per ``Table.labels``), its ``samples`` (metric name -> one
+    value per rep; a metric measured once is a list of one), text ``cells`` for ``Table.extra`` columns, and the
+    ``group`` of rows it is compared with (e.g. one batch size): references are looked up within it. ``key`` is
+    the name references use (default: the last label)."""
+
+    labels: Sequence[str]
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    cells: dict[str, str] = field(default_factory=dict)
+    group: str = ""
+    key: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.key or (self.labels[-1] if self.labels else "")
+
+    def median(self, metric: str) -> float | None:
+        values = self.samples.get(metric)
+        return statistics.median(values) if values else None
+
+
+@dataclass(slots=True)
+class Table:
+    """Rows with their references. Columns: ``labels``, the median of each of ``metrics``, with ``runs`` a column
+    listing every rep's value of the first metric, one ``vs KEY`` column per key in ``references`` (the ratio of
+    the first metric's medians to the row named KEY in the same group, oriented by ``higher_is_better``; a reference
+    row itself only against the references listed after it), then
+    ``extra`` text columns. A table without metrics is text only: ``labels`` are its headers."""
+
+    heading: str
+    labels: Sequence[str]
+    metrics: Sequence[Metric] = ()
+    references: Sequence[str] = ()
+    extra: Sequence[str] = ()
+    rows: list[Row] = field(default_factory=list)
+    runs: bool = False
+
+    def add(self, *labels: str, group: str = "", key: str = "", **samples: list[float]) -> Row:
+        """A row of ``labels`` with ``samples`` (keyword: the metric's name with spaces and slashes as ``_``)."""
+        names = {_kw(m.name): m.name for m in self.metrics}
+        unknown = set(samples) - set(names)
+        if unknown:
+            raise KeyError(f"table {self.heading!r} has no metric {sorted(unknown)}; its metrics: {sorted(names)}")
+        row = Row(labels, {names[k]: v for k, v in samples.items()}, group=group, key=key)
+        self.rows.append(row)
+        return row
+
+    def reference(self, row: Row, key: str) -> Row | None:
+        return next((r for r in self.rows if r.group == row.group and r.name == key), None)
+
+    def ratio(self, row: Row, key: str) -> float | None:
+        """``row``'s first metric against the row named ``key`` in its group, above 1: better (None: not both)."""
+        ref = self.reference(row, key)
+        if ref is None or ref is row or not self.metrics or self._later(row.name, key):
+            return None
+        metric = self.metrics[0]
+        mine, theirs = row.median(metric.name), ref.median(metric.name)
+        if not mine or not theirs:
+            return None
+        return mine / theirs if metric.higher_is_better else theirs / mine
+
+    def _later(self, name: str, key: str) -> bool:
+        """A reference row is compared only with the references after it (torch.mp with memcpy, not back)."""
+        refs = list(self.references)
+        return name in refs and refs.index(name) >= refs.index(key)
+
+    def headers(self) -> list[str]:
+        out = [*self.labels]
+        for i, m in enumerate(self.metrics):
+            out.append(f"{m.name} (median)" if i == 0 and self.metrics and any(self._reps()) else m.name)
+            if i == 0 and self.runs:
+                out.append(f"runs, {m.name}")
+        return out + [f"vs {key}" for key in self.references] + [*self.extra]
+
+    def cells(self, row: Row) -> list[str]:
+        out = list(row.labels)
+        for i, m in enumerate(self.metrics):
+            out.append(number(row.median(m.name), m.digits))
+            if i == 0 and self.runs:
+                out.append(", ".join(number(v, m.digits) for v in row.samples.get(m.name, ())))
+        out += [times(self.ratio(row, key)) for key in self.references]
+        return out + [row.cells.get(name, "") for name in self.extra]
+
+    def _reps(self) -> list[bool]:
+        return [len(v) > 1 for r in self.rows for v in r.samples.values()]
+
+    def to_json(self) -> dict[str, Any]:
+        rows = []
+        for r in self.rows:
+            entry: dict[str, Any] = {"labels": dict(zip(self.labels, r.labels, strict=False)), "group": r.group}
+            entry["median"] = {m.name: r.median(m.name) for m in self.metrics if m.name in r.samples}
+            entry["samples"] = {k: v for k, v in r.samples.items()}
+            entry["vs"] = {key: self.ratio(r, key) for key in self.references if self.ratio(r, key) is not None}
+            rows.append({**entry, **({"cells": r.cells} if r.cells else {})})
+        return {"heading": self.heading, "rows": rows}
+
+
+@dataclass(slots=True)
+class Report:
+    """A suite's result: ``tables`` in order, ``notes`` (lines after them), ``meta`` (what the run's metadata adds:
+    the records, the broker's command...), ``data`` (more JSON fields), ``charts`` (for ``--plot``: writes the
+    suite's own PNGs to a folder, the run's label under each, and returns their paths; None: the harness draws
+    each measured table), ``wall_s`` (set by the harness when left 0)."""
+
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    charts: Callable[[Path, str], list[Path]] | None = None
+    wall_s: float = 0.0
+
+
+def number(value: float | None, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, thousands separated, no exponent ("" for None)."""
+    if value is None:
+        return ""
+    if value == 0 or abs(value) >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    decimals = max(0, digits - 1 - _magnitude(abs(value)))
+    return f"{value:,.{decimals}f}"
+
+
+def times(ratio: float | None) -> str:
+    return "" if ratio is None else f"{ratio:.2f}x"
+
+
+def _magnitude(value: float) -> int:
+    return math.floor(math.log10(value))
+
+
+def _kw(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
