@@ -5,12 +5,10 @@ metadata and renders the report."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import discover, legacy
@@ -18,6 +16,7 @@ from .meta import git_revision, run_meta
 from .render import FORMATS, default_charts, render
 from .report import Report
 from .suite import BenchArgumentError, Context, Suite
+from .workdir import work_dir
 
 CLOSING_NOTE = "Timings are from one run on a shared machine: compare ratios within it, not across runs."
 
@@ -51,20 +50,6 @@ def parser(suite: Suite) -> argparse.ArgumentParser:
     common.add_argument("--plot", type=Path, metavar="DIR", help="also write PNG charts of the run to DIR")
     common.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     return p
-
-
-@contextlib.contextmanager
-def work_dir(parent: Path | None, prefix: str) -> Iterator[Path]:
-    """A fresh temp folder under ``parent`` (default /tmp), removed afterwards."""
-    import shutil
-
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix=prefix, dir=parent or "/tmp"))
-    try:
-        yield base
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def run_suite(suite: Suite, argv: Sequence[str]) -> int:

@@ -50,7 +50,9 @@ class Table:
     listing every rep's value of the first metric, one ``vs KEY`` column per key in ``references`` (the ratio of
     the first metric's medians to the row named KEY in the same group, oriented by ``higher_is_better``; a reference
     row itself only against the references listed after it), then
-    ``extra`` text columns. A table without metrics is text only: ``labels`` are its headers."""
+    ``extra`` text columns. ``plain_ratio``: the ratios are the medians as they are, mine / the reference's (a cost
+    against its baseline: above 1 costs more), whatever ``higher_is_better`` says. A table without metrics is text
+    only: ``labels`` are its headers."""
 
     heading: str
     labels: Sequence[str]
@@ -59,6 +61,7 @@ class Table:
     extra: Sequence[str] = ()
     rows: list[Row] = field(default_factory=list)
     runs: bool = False
+    plain_ratio: bool = False
 
     def add(self, *labels: str, group: str = "", key: str = "", **samples: list[float]) -> Row:
         """A row of ``labels`` with ``samples`` (keyword: the metric's name with spaces and slashes as ``_``)."""
@@ -82,7 +85,7 @@ class Table:
         mine, theirs = row.median(metric.name), ref.median(metric.name)
         if not mine or not theirs:
             return None
-        return mine / theirs if metric.higher_is_better else theirs / mine
+        return mine / theirs if metric.higher_is_better or self.plain_ratio else theirs / mine
 
     def _later(self, name: str, key: str) -> bool:
         """A reference row is compared only with the references after it (torch.mp with memcpy, not back)."""

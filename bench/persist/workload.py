@@ -1,4 +1,4 @@
-"""``python -m bench persist``: how fast tensor batches leave the arena for Lance, against the disk, in one run.
+"""The ``persist`` suite's workload: how fast tensor batches leave the arena for Lance, against the disk, in one run.
 
 1. Sustained stream: one producer ``put``s float32 tensor batches worth ``--stream-factor`` (4) times the broker's
    arena (``--arena-mib``, 256) through the broker (``durability="process"``, no consumer), then ``flush()``:
@@ -8,10 +8,10 @@
    bytes written to a plain file beside the broker's storage with ``os.write`` and ``os.fdatasync`` every 64 MiB.
 2. Encoding settings: the same tensor table (``--table-mib``) written by one ``lance.write_dataset`` with the
    column's default encoding and with ``lance-encoding:compression=none``: CPU seconds per GB and bytes on disk.
-3. Flush cost against stored data (``bench.flush``): one flush of 1,000 rows into an empty topic vs into a topic
+3. Flush cost against stored data (bench/common/flush.py): one flush of 1,000 rows into an empty topic vs into a topic
    holding ``--flush-prefill`` rows; p50 and p90 of 20 flushes each.
 
-Every figure is the median of ``--runs`` (3) runs; cases alternate within a run to share the machine's noise.
+Every figure is the median of ``--reps`` (3) runs; cases alternate within a run to share the machine's noise.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from bench.common.broker_process import broker_process
-from bench.flush import flush_cost
+from bench.common.flush import flush_cost
 from persisting import Queue
 
 MiB = 1024 * 1024
@@ -44,7 +43,6 @@ PUT_TIMEOUT_S = 120.0
 
 @dataclass
 class PersistResult:
-    meta: dict[str, Any] = field(default_factory=dict)
     stream_bytes: int = 0
     stream: dict[str, list[float]] = field(default_factory=dict)  # label -> GB/s per run ("disk": the reference)
     cores: dict[str, list[float]] = field(default_factory=dict)  # label -> the broker's CPU s / wall s per run
@@ -192,56 +190,3 @@ def run_persist_bench(
             result.flush.append(flush_cost(folder, flush_prefill, 20, seed + run, lambda n: None))
             shutil.rmtree(folder, ignore_errors=True)
     return result
-
-
-def render_persist(result: PersistResult) -> str:
-    med = statistics.median
-    lines = [f"{k}: {v}" for k, v in result.meta.items()]
-    disk = med(result.stream["disk"])
-    lines += [
-        "",
-        f"Sustained stream through the broker into Lance ({result.stream_bytes / 1e9:.2f} GB per run; the disk "
-        "reference runs before every broker run)",
-        "",
-        "| encoders | GB/s (median) | runs | vs file write + fdatasync: medians; median of each run's ratio to "
-        "the reference just before it | broker CPU cores used (median) |",
-        "|---|---:|---|---:|---:|",
-        f"| file write + fdatasync (reference) | {disk:.2f} | {_runs(result.stream['disk'])} | 1.00x | |",
-    ]
-    one = med(result.stream.get("encoders=1", [float("nan")]))
-    for label, values in result.stream.items():
-        if label != "disk":
-            lines.append(
-                f"| {label.removeprefix('encoders=')} | {med(values):.2f} | {_runs(values)} | "
-                f"{med(values) / disk:.2f}x; {_paired(result, label):.2f}x ({med(values) / one:.2f}x of 1 encoder) |"
-                f" {med(result.cores[label]):.2f} |"
-            )
-    lines += ["", "Encoding of a fixed-shape float32 tensor column, one write_dataset", ""]
-    lines += ["| column metadata | CPU s/GB (median) | bytes on disk |", "|---|---:|---:|"]
-    for label, figures in result.encoding.items():
-        lines.append(f"| {label} | {med(f[0] for f in figures):.2f} | {med(f[1] for f in figures):,.0f} |")
-    if result.flush:
-        lines += ["", "Flush of 1,000 rows, 20 flushes per topic per run (medians over runs)", ""]
-        lines += ["| topic | p50 ms | p90 ms |", "|---|---:|---:|"]
-        for attr in ("empty", "full"):
-            series = [getattr(f, attr) for f in result.flush]
-            lines.append(
-                f"| {attr} ({series[0].stored_rows:,} rows) | {med(s.median_s for s in series) * 1e3:.1f} | "
-                f"{med(s.p90_s for s in series) * 1e3:.1f} |"
-            )
-        lines.append(
-            f"| ratio full/empty | {med(f.median_ratio for f in result.flush):.2f}x | "
-            f"{med(f.p90_ratio for f in result.flush):.2f}x |"
-        )
-    return "\n".join(lines)
-
-
-def _paired(result: PersistResult, label: str) -> float:
-    """The median over runs of (GB/s of the run) / (GB/s of the disk reference measured just before it)."""
-    n = int(label.removeprefix("encoders="))
-    disks = [d for d, e in zip(result.stream["disk"], result.pairs, strict=True) if e == n]
-    return statistics.median(v / d for v, d in zip(result.stream[label], disks, strict=True))
-
-
-def _runs(values: list[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.arena_torch import shared_copy
+from bench.arena.torch_peer import shared_copy
 from bench.common.measure import reset_peak, vm_hwm_bytes, vm_rss_bytes
 from persisting import SyncQueue
 

@@ -13,9 +13,8 @@ from typing import Any
 
 from bench.common.measure import Tick, nearest_rank
 from bench.common.records import make_records
+from bench.queue.stores import PUT_BATCH
 from persisting import Queue
-
-from .stores import PUT_BATCH
 
 NO_AUTO_FLUSH = 2**62  # batch_size: the engine flushes in the background once this many rows wait
 PREFILL_BATCH = 10_000

@@ -10,11 +10,8 @@ import faulthandler
 import time
 from typing import Any
 
-from bench.common.measure import Tick
-from bench.common.workers import START_TIMEOUT_S
-
-from .arena_batches import POOL, Shape, make_pool, read_all, stamp, stamp_of
-from .arena_pair import (
+from bench.arena.batches import POOL, Shape, make_pool, read_all, stamp, stamp_of
+from bench.arena.pair import (
     CASE_LIMIT_S,
     RECV_TIMEOUT_S,
     WARMUP,
@@ -25,6 +22,8 @@ from .arena_pair import (
     report_failure,
     run_pair,
 )
+from bench.common.measure import Tick
+from bench.common.workers import START_TIMEOUT_S
 
 
 def shared_copy(t: Any) -> Any:

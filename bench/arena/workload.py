@@ -42,16 +42,15 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from bench.arena.batches import LARGE, POOL, SMALL, MiB, Shape, make_pool
+from bench.arena.pair import ArenaBenchResult, Row
+from bench.arena.persisting_peer import run_arena_case
+from bench.arena.torch_peer import run_torch_case
+from bench.arena.transferqueue_peer import run_tq_case
+from bench.arena.views import run_view_cost
 from bench.common.broker_process import log_lines
 from bench.common.measure import Tick
 from bench.common.tq_cluster import tq_cluster, tq_missing
-
-from .arena_batches import LARGE, POOL, SMALL, MiB, Shape, make_pool
-from .arena_pair import ArenaBenchResult, Row
-from .arena_persisting import run_arena_case
-from .arena_torch import run_torch_case
-from .arena_transferqueue import run_tq_case
-from .arena_views import run_view_cost
 
 
 def run_memcpy(shape: Shape, batches: int, seed: int) -> Row:

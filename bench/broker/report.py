@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 
+from bench.broker.latency import LatencySeries
 from bench.broker.throughput import PIPELINED_INFLIGHT, Throughput
+from bench.broker.workload import BrokerBenchResult
+from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
+from bench.harness import Report
 
-from .broker_bench import BrokerBenchResult
-from .broker_latency import LatencySeries
-from .layout import AIM_HEADERS, Section, aims_json, closing_notes, page, report_json
+from .chart import plot_broker
 
 FLOOR = "zmq-raw"
 LATENCY_HEADERS = ("series", "key", "requests", "p50 us", "p99 us", "mean us", "max us", "p50 vs raw ZMQ")
@@ -205,12 +207,10 @@ def _notes(result: BrokerBenchResult) -> list[str]:
         f"{clean}."
     )
     what = "Broker log lines at WARNING or above (or checks that failed)"
-    return notes + closing_notes(result.wall_s, result.broker_log, what)
+    return notes + closing_notes(result.broker_log, what)
 
 
-def render_broker(result: BrokerBenchResult, fmt: str) -> str:
-    if fmt == "json":
-        return to_json(result)
+def broker_report(result: BrokerBenchResult) -> Report:
     floor = result.series(FLOOR)
     tp_rows = [throughput_cells(t) for t in result.throughput]
     aim_rows = aims(result)
@@ -221,22 +221,19 @@ def render_broker(result: BrokerBenchResult, fmt: str) -> str:
         Section("Settings", lines=_settings_lines(result)),
         Section("Notes", lines=_notes(result)),
     ]
-    return page(fmt, "Broker benchmark", result.meta, sections)
-
-
-def to_json(result: BrokerBenchResult) -> str:
-    floor = result.series(FLOOR)
     latency = []
     for s in result.latency:
         row = s.to_json()
         row["p50_vs_raw_zmq"] = s.p50_us / floor.p50_us if floor is not None else None
         latency.append(row)
-    return report_json(
-        result,
-        latency=latency,
-        throughput=[t.to_json() for t in result.throughput],
-        aims=aims_json(aims(result)),
-        broker_stop_s=result.broker_stop_s,
-        broker_exit=result.broker_exit,
-        broker_log=result.broker_log,
-    )
+    data = {
+        "settings": result.settings,
+        "latency": latency,
+        "throughput": [t.to_json() for t in result.throughput],
+        "aims": aims_json(aim_rows),
+        "broker_stop_s": result.broker_stop_s,
+        "broker_exit": result.broker_exit,
+        "broker_log": result.broker_log,
+    }
+    charts = Sections(data=data, wall_s=result.wall_s, charts=lambda folder, sub: plot_broker(result, folder, sub))
+    return as_report("Broker benchmark", sections, charts)

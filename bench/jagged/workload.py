@@ -1,4 +1,4 @@
-"""``python -m bench jagged``: verl-shaped jagged token batches from a producer process to a consumer process.
+"""The ``jagged`` suite's workload: verl-shaped jagged token batches from a producer process to a consumer process.
 
 One batch is ``samples`` sequences of int64 token ids, lengths uniform in ``[min_len, max_len]`` (seeded), as a
 ``torch.nested`` jagged tensor. Four cases, each a spawned producer and a spawned consumer started before a
@@ -21,8 +21,6 @@ useful throughput counts the token bytes only (8 bytes per real token), so paddi
 
 from __future__ import annotations
 
-import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench.common.broker_process import broker_process
+from bench.harness import Metric, Report, Table
 
 START_TIMEOUT_S = 120.0
 RECV_TIMEOUT_S = 60.0
@@ -176,42 +175,32 @@ CASES = (
 )
 
 
-def run_jagged_bench(base: Path, args: Any) -> list[dict[str, Any]]:
+def run_jagged_bench(base: Path, args: Any) -> dict[str, list[float]]:
+    """Seconds of each run per case (``args.reps`` runs each)."""
     lengths = lengths_of(args.samples, args.min_len, args.max_len, args.seed)
-    tokens = int(lengths.sum())
     times: dict[str, list[float]] = {name: [] for name, _, _ in CASES}
     for rep in range(args.reps):  # cases interleaved, the order rotated per rep: drift hits them alike
         for name, path, padded in CASES[rep % len(CASES) :] + CASES[: rep % len(CASES)]:
             times[name].append(_run_case(path, padded, base, args, lengths, rep))
-    ref = statistics.median(times[CASES[0][0]])
-    rows = []
+    return times
+
+
+def jagged_report(times: dict[str, list[float]], args: Any) -> Report:
+    """ms per batch and useful GB/s per case, medians of the runs; time against ``persisting jagged``."""
+    tokens = int(lengths_of(args.samples, args.min_len, args.max_len, args.seed).sum())
+    ms, gbps = Metric("ms/batch", higher_is_better=False, digits=4), Metric("useful GB/s")
+    table = Table("Producer -> consumer", ("case",), (ms, gbps), (CASES[0][0],), ("MiB moved/batch",), plain_ratio=True)
     for name, _path, padded in CASES:
-        med = statistics.median(times[name])
         moved = args.samples * args.max_len * 8 if padded else tokens * 8 + (args.samples + 1) * 8
-        rows.append(
-            {
-                "case": name,
-                "runs_s": times[name],
-                "median_s": med,
-                "ms_per_batch": med / args.batches * 1e3,
-                "useful_gbps": tokens * 8 * args.batches / med / 1e9,
-                "bytes_per_batch": moved,
-                "vs_persisting_jagged": med / ref,
-            }
-        )
-    return rows
-
-
-def render_jagged(rows: list[dict[str, Any]], args: Any, tokens: int) -> str:
-    head = (
+        row = table.add(name)
+        row.samples = {
+            ms.name: [t / args.batches * 1e3 for t in times[name]],
+            gbps.name: [tokens * 8 * args.batches / t / 1e9 for t in times[name]],
+        }
+        row.cells["MiB moved/batch"] = f"{moved / 2**20:.1f}"
+    records = (
         f"{args.batches} batches of {args.samples} int64 sequences, lengths {args.min_len}-{args.max_len} "
-        f"(seed {args.seed}: {tokens:,} tokens, {tokens * 8 / 2**20:.1f} MiB of tokens per batch), "
-        f"median of {args.reps} runs, cpu count {os.cpu_count()}"
+        f"(seed {args.seed}: {tokens:,} tokens, {tokens * 8 / 2**20:.1f} MiB of tokens per batch)"
     )
-    lines = [head, f"{'case':<20} {'ms/batch':>9} {'useful GB/s':>12} {'MiB moved/batch':>16} {'time vs jagged':>15}"]
-    for r in rows:
-        lines.append(
-            f"{r['case']:<20} {r['ms_per_batch']:>9.2f} {r['useful_gbps']:>12.2f} "
-            f"{r['bytes_per_batch'] / 2**20:>16.1f} {r['vs_persisting_jagged']:>14.2f}x"
-        )
-    return "\n".join(lines)
+    note = f"vs {CASES[0][0]}: time per batch against it (above 1: slower)."
+    return Report("Jagged benchmark", [table], [note], meta={"records": records}, data={"runs_s": times})

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from .arena_batches import LARGE, POOL, SMALL, MiB
-from .arena_pair import ArenaBenchResult, Row
-from .layout import AIM_HEADERS, Section, aims_json, closing_notes, page, report_json
+from bench.arena.batches import LARGE, POOL, SMALL, MiB
+from bench.arena.pair import ArenaBenchResult, Row
+from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
+from bench.harness import Report
+
+from .chart import plot_arena
 
 HANDOVER_AIM_MS = 1.0
 
@@ -164,26 +167,26 @@ def _notes(result: ArenaBenchResult) -> list[str]:
         notes += [f"{r.key}: {r.path}, {r.settings}"]
         notes += [f"{r.key} ERROR: {e}" for e in r.errors]
         notes += [f"{r.key}: {n}" for n in r.notes]
-    return notes + closing_notes(result.wall_s, result.broker_log)
+    return notes + closing_notes(result.broker_log)
 
 
-def render_arena(result: ArenaBenchResult, fmt: str) -> str:
-    if fmt == "json":
-        return report_json(
-            result,
-            rows=[r.to_json() for r in result.rows],
-            aims=aims_json(aims(result)),
-            vs_transferqueue=[dict(zip(PEER_HEADERS, r, strict=True)) for r in peer_ratios(result)],
-            zero_copy_checks=result.checks,
-            broker_log=result.broker_log,
-        )
+def arena_report(result: ArenaBenchResult) -> Report:
     aim_rows = aims(result)
     peer = peer_ratios(result)
     sections = [
         Section("Producer -> consumer", HEADERS, [cells(r) for r in result.rows]),
         Section("Aims", AIM_HEADERS, aim_rows) if aim_rows else None,
         Section("Against TransferQueue", PEER_HEADERS, peer) if peer else None,
-        Section("Zero-copy check", lines=result.checks, console=[f"zero-copy check, {c}" for c in result.checks]),
+        Section("zero-copy check", lines=result.checks),
         Section("Notes", lines=_notes(result)),
     ]
-    return page(fmt, "Arena benchmark", result.meta, sections)
+    data = {
+        "settings": result.settings,
+        "rows": [r.to_json() for r in result.rows],
+        "aims": aims_json(aim_rows),
+        "vs_transferqueue": [dict(zip(PEER_HEADERS, r, strict=True)) for r in peer],
+        "zero_copy_checks": result.checks,
+        "broker_log": result.broker_log,
+    }
+    charts = Sections(data=data, wall_s=result.wall_s, charts=lambda folder, sub: plot_arena(result, folder, sub))
+    return as_report("Arena benchmark", sections, charts)

@@ -12,10 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.arena.batches import MiB, Shape
 from bench.common.measure import Tick, nearest_rank
 from bench.common.workers import START_TIMEOUT_S, abort_barrier, join_each, watch, worker
-
-from .arena_batches import MiB, Shape
 
 RECV_TIMEOUT_S = 60.0  # a consumer that waits this long for the next batch gives up
 CASE_LIMIT_S = 150.0  # a case whose processes run longer is stopped (reported as an error)

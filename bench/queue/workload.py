@@ -1,4 +1,5 @@
-"""The ``queue`` benchmark: every store at every N, in one process, then the flush-cost experiment."""
+"""The ``queue`` suite's workload: every store at every N (``--reps`` runs each), in one process, then the
+flush-cost experiment (bench/common/flush.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bench.common.flush import FlushResult, flush_cost
 from bench.common.records import make_records
-
-from .flush import FlushResult, flush_cost
-from .stores import PUT_BATCH, REFERENCE, STORES, Store, Timing, probe
+from bench.queue.stores import PUT_BATCH, STORES, Store, Timing, probe
 
 PROBE_N = 2_000
 
@@ -24,10 +24,12 @@ PROBE_N = 2_000
 class Row:
     store: Store
     n: int
-    timing: Timing | None = None
+    timings: list[Timing] = field(default_factory=list)  # one per rep
     projected_s: float | None = None  # peers only: the projection that let them run, or skipped them
-    ratio: float | None = None  # SQLiteQueue (reference) write+read time / this store's, same N
-    ratio_projected: bool = False  # the reference was skipped: its projected time was used
+
+    @property
+    def timing(self) -> Timing | None:
+        return self.timings[0] if self.timings else None
 
     @property
     def note(self) -> str:
@@ -72,12 +74,13 @@ def run_queue_bench(
     flush_prefill: int,
     flush_reps: int,
     seed: int,
+    reps: int = 1,
     stores: Sequence[Store] = STORES,
     progress: bool = True,
 ) -> BenchResult:
     t_start = time.perf_counter()
     sizes = sorted(set(ns))
-    total = sum(2 * n * len(stores) for n in sizes)
+    total = sum(2 * n * len(stores) * reps for n in sizes)
     if flush_prefill:
         total += flush_prefill + 2 * PUT_BATCH * (flush_reps + 1)
     rows: list[Row] = []
@@ -93,20 +96,15 @@ def run_queue_bench(
                     bar.set_description(f"{store.key} N={n:,} probe")
                     row.projected_s = _project(store, n, done, base)
                     if row.projected_s is not None and row.projected_s > peer_limit_s:
-                        bar.update(2 * n)
+                        bar.update(2 * n * reps)
                         continue
-                bar.set_description(f"{store.key} N={n:,}")
-                path = base / f"{store.key}-{n}"
-                row.timing = store.run(records, path, bar.update)
-                done[store.key] = row.timing
-                shutil.rmtree(path, ignore_errors=True)
+                for rep in range(reps):
+                    bar.set_description(f"{store.key} N={n:,} rep {rep + 1}")
+                    path = base / f"{store.key}-{n}-{rep}"
+                    row.timings.append(store.run(records, path, bar.update))
+                    shutil.rmtree(path, ignore_errors=True)
+                done[store.key] = row.timings[0]
             del records
-            ref = next((r for r in rows if r.n == n and r.store.key == REFERENCE), None)
-            ref_s = None if ref is None else ref.timing.total_s if ref.timing is not None else ref.projected_s
-            for row in rows:
-                if row.n == n and row.timing is not None and ref is not None and ref_s is not None:
-                    row.ratio = ref_s / row.timing.total_s
-                    row.ratio_projected = ref.timing is None
         flush: FlushResult | None = None
         if flush_prefill:
             bar.set_description(f"flush cost, prefill {flush_prefill:,}")

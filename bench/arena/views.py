@@ -18,10 +18,9 @@ import uuid
 
 import numpy as np
 
+from bench.arena.batches import POOL, Shape, make_pool, read_all
+from bench.arena.pair import Row
 from persisting.tensors.arena import HEADER_BYTES, SHM_DIR, Arena, align_up
-
-from .arena_batches import POOL, Shape, make_pool, read_all
-from .arena_pair import Row
 
 
 def run_view_cost(shape: Shape, batches: int, seed: int) -> list[Row]:

@@ -27,11 +27,10 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bench.broker.latency import LatencySeries, echo_server_main, latency, stop_echo
 from bench.broker.throughput import PIPELINED_INFLIGHT, PUT_BATCH, Throughput, run_persisting_2x2
+from bench.broker_pq import run_persistqueue_2x2
 from bench.common.broker_process import broker_process
-
-from .broker_latency import LatencySeries, echo_server_main, latency, stop_echo
-from .broker_pq import run_persistqueue_2x2
 
 __all__ = ["BrokerBenchResult", "broker_process", "run_broker_bench"]
 

@@ -1,5 +1,5 @@
 """The broker's CPU per request, warm, in one process, without ZeroMQ or a scheduler between requests:
-``python -m bench.broker_steps``.
+``python -m bench broker-steps``.
 
 A broker (``broker.server.Broker``, no arena) on this process's event loop; its replies go to a list instead of the
 socket. Per series, ``--chunk`` (default 1,000) requests encoded the way the client encodes them go through
@@ -8,7 +8,7 @@ the engine, the reply's encode) and the thread's CPU time (``time.thread_time_ns
 ``put_batch`` of one ~100-byte record at ``durability="process"`` (its log frame written with ``pwrite``, as in
 the ``broker`` bench's ``put`` series) and a ``hello``. ``--chunks`` (default 12) of each, interleaved; min and
 median per request. Every reply is checked to be a success. Run it on two checkouts (``PYTHONPATH=<checkout>
-python -m bench.broker_steps`` from that checkout) to compare before and after: CPU time is what the machine's load
+python -m bench broker-steps`` from that checkout) to compare before and after: CPU time is what the machine's load
 disturbs least. In the real ping-pong each of these microseconds costs several (a request between two idle waits
 runs on cold caches, docs/benchmarks/broker.md).
 """
@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness import Probe
 from broker.server import Broker
 from persisting.client.request_keys import put_key
 from persisting.engine import TopicConfig
@@ -74,17 +76,26 @@ async def measure(chunk: int, chunks: int, base: Path) -> dict[str, list[float]]
         await broker.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench broker-steps", description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunk", type=int, default=1000, help="requests per timed chunk")
     parser.add_argument("--chunks", type=int, default=12, help="timed chunks per series (interleaved)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pbs-") as tmp:
         results = asyncio.run(measure(args.chunk, args.chunks, Path(tmp)))
     for label, values in results.items():
         low, mid = min(values), statistics.median(values)
         print(f"{label:20s} broker CPU per request: min {low:6.2f} us, median {mid:6.2f} us")
+    return 0
 
+
+PROBE = Probe(
+    "broker-steps", "the broker's CPU per request, warm, in one process (no ZeroMQ between requests)", parser, main
+)
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

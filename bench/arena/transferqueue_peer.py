@@ -13,12 +13,8 @@ import faulthandler
 import time
 from typing import Any
 
-from bench.common.measure import Tick
-from bench.common.tq_cluster import TQ_SETTINGS, tq_attach, tq_detach
-from bench.common.workers import START_TIMEOUT_S
-
-from .arena_batches import POOL, Shape, make_pool, stamp
-from .arena_pair import (
+from bench.arena.batches import POOL, Shape, make_pool, stamp
+from bench.arena.pair import (
     CASE_LIMIT_S,
     RECV_TIMEOUT_S,
     WARMUP,
@@ -29,6 +25,9 @@ from .arena_pair import (
     report_failure,
     run_pair,
 )
+from bench.common.measure import Tick
+from bench.common.tq_cluster import TQ_SETTINGS, tq_attach, tq_detach
+from bench.common.workers import START_TIMEOUT_S
 
 POLL_S = 0.001  # the consumer's sleep after an empty get_meta
 TASK = "train"

@@ -20,13 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common.broker_process import broker_process
-from bench.common.measure import Tick
-from bench.common.workers import START_TIMEOUT_S
-from persisting import Queue
-
-from .arena_batches import POOL, MiB, Shape, make_pool, read_all, stamp, stamp_of
-from .arena_pair import (
+from bench.arena.batches import POOL, MiB, Shape, make_pool, read_all, stamp, stamp_of
+from bench.arena.pair import (
     CASE_LIMIT_S,
     RECV_TIMEOUT_S,
     WARMUP,
@@ -38,7 +33,11 @@ from .arena_pair import (
     report_moved,
     run_pair,
 )
-from .flush_watch import FlushWatch
+from bench.common.broker_process import broker_process
+from bench.common.flush_watch import FlushWatch
+from bench.common.measure import Tick
+from bench.common.workers import START_TIMEOUT_S
+from persisting import Queue
 
 
 def arena_producer_main(spec: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from bench.common.measure import Tick
 from bench.common.tq_cluster import tq_cluster, tq_missing
 
 if TYPE_CHECKING:
-    from .samples_bench import SamplesBenchResult
+    from bench.samples.workload import SamplesBenchResult
 
 
 def run_tq_reference(n: int, warmup: int, result: SamplesBenchResult, tick: Tick) -> None:
@@ -36,7 +36,7 @@ def _measure(tq: Any, n: int, warmup: int, result: SamplesBenchResult, tick: Tic
     import torch
     from tensordict import TensorDict
 
-    from .samples_bench import FEATURES, GROUP_N, PUT_ROWS, TAKE, whole_groups
+    from bench.samples.workload import FEATURES, GROUP_N, PUT_ROWS, TAKE, whole_groups
 
     with tq_cluster(tq.GRPOGroupNSampler(n_samples_per_prompt=GROUP_N)):
         client = tq.get_client()

@@ -1,5 +1,5 @@
 """The broker's CPU per ``take`` (``get_meta``'s request), in one process, without ZeroMQ or a scheduler between
-steps: ``python -m bench.samples_cpu``.
+steps: ``python -m bench samples-cpu``.
 
 A broker (``broker.server.Broker``) runs on this process's event loop with a 256 MiB arena; a client ``Queue`` on
 the same loop puts 650 tensor batches of 64 samples (``{"x": float32[64, 16], "len": 64 ints}``, the ``samples``
@@ -7,9 +7,9 @@ bench's batches) through its socket. Then, per series, 2,000 decoded requests go
 ``Broker._dispatch`` and the thread's CPU time (``time.thread_time_ns``) is divided by the count: ``take`` of 16
 (``GRPOGroupNSampler(8)``, ``ready_fields=["x"]``, the arguments ``get_meta`` sends, a fresh task per series so
 every take hands out samples), and the reference, ``count`` on the same topic (the general dispatch of a topic
-request: its config checked, the topic found, a reply built). Series are interleaved, ``--runs`` of each (default
+request: its config checked, the topic found, a reply built). Series are interleaved, ``--reps`` of each (default
 6); medians, and the ratio take / count. Below them, ``Topic.take`` and ``Topic.describe`` of the same takes alone
-(one run each). Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench.samples_cpu`` from that checkout)
+(one run each). Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench samples-cpu`` from that checkout)
 to compare before and after: CPU time is what the machine's load disturbs least.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.harness import Probe
 from broker.server import Broker
 from persisting import Queue
 from persisting.engine.config import TopicConfig
@@ -105,18 +107,25 @@ async def measure(base: Path, runs: int) -> dict[str, list[float]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.samples_cpu", description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=6)
-    args = parser.parse_args(argv)
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench samples-cpu", description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=6, help="runs, medians reported (default 6)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="samples-cpu-") as tmp:
-        out = asyncio.run(measure(Path(tmp), args.runs))
+        out = asyncio.run(measure(Path(tmp), args.reps))
     med = {name: statistics.median(values) for name, values in out.items()}
     for name, values in out.items():
         runs = ", ".join(f"{v:.1f}" for v in values)
         print(f"{name:22s} {med[name]:7.1f} us CPU per request (median; runs {runs})")
     print(f"take / count: {med['take'] / med['count']:.2f}x")
+    return 0
 
+
+PROBE = Probe("samples-cpu", "the broker's CPU per take (get_meta's request), in one process", parser, main)
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Where a 6 MiB arena put's time goes, step by step: ``python -m bench.arena_steps [--batches 256] [--in-flight 1]``.
+"""Where a 6 MiB arena put's time goes, step by step: ``python -m bench arena-steps [--batches 256] [--in-flight 1]``.
 
 What ``python -m bench arena``'s 6 MiB stream does (one broker with a 2 GiB arena, a producer ``put``ting the
 6 MiB batches, a consumer process in ``get_batch(wait=True)``), with ``perf_counter_ns`` timers wrapped around
@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -26,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.arena.batches import POOL, SMALL, make_pool, stamp
 from bench.common.broker_process import broker_process
-
-from .arena_batches import POOL, SMALL, make_pool, stamp
+from bench.harness import Probe
 
 ROUND_TRIP = "Connection.request (put_tensors round trip)"
 COPY = "ArenaClient._write (lease + copy)"
@@ -153,11 +154,15 @@ def _overlap(copies: list[tuple[int, int]], trips: list[tuple[int, int]]) -> flo
     return covered / total if total else 0.0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench arena-steps", description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=256)
     ap.add_argument("--in-flight", type=int, default=1, help=f"puts running at once, 1-{POOL}")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if not 1 <= args.in_flight <= POOL or args.batches < 1:
         raise SystemExit(f"--in-flight must be 1 to {POOL}, --batches at least 1")
     base = Path(tempfile.mkdtemp(prefix="arena-steps-"))
@@ -186,6 +191,7 @@ def main() -> None:
     else:
         share = _overlap(timers.spans[COPY], timers.spans[ROUND_TRIP])
         print(f"  copy time with another put's put_tensors at the broker: {share:.0%}")
+    return 0
 
 
 def _line(label: str, took_ns: list[int]) -> None:
@@ -194,5 +200,7 @@ def _line(label: str, took_ns: list[int]) -> None:
     print(f"  {label:55s} median {median:.3f} ms, mean {mean:.3f}, p90 {p90:.3f} (n={len(took_ns)})")
 
 
+PROBE = Probe("arena-steps", "where a 6 MiB arena put's time goes, step by step, timers in the producer", parser, main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""A blocking caller's CPU per put, warm, against a real broker: ``python -m bench.client_steps``.
+"""A blocking caller's CPU per put, warm, against a real broker: ``python -m bench client-steps``.
 
 A ``persisting-broker`` subprocess; in this process a ``SyncQueue`` (``durability="process"``) puts one ~100-byte
 record at a time, and a bare DEALER sends the same put's frames (encoded once, fresh ids and keys) and reads
@@ -6,7 +6,7 @@ the reply, nothing else. Per series, ``--chunk`` (default 1,000) round trips, an
 (``time.thread_time_ns``: its Python and its syscalls, not its waits for the broker) divided by the count;
 ``--chunks`` (default 12) of each, interleaved; min and median per put. The difference between the two is what
 ``SyncQueue.put`` costs the caller over ZeroMQ's own send and receive (checks, encoding, the engine loop's baton,
-the coroutine steps). Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench.client_steps`` from that
+the coroutine steps). Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench client-steps`` from that
 checkout) to compare before and after: CPU time is what the machine's load disturbs least. In the real ping-pong
 each of these microseconds costs more (a request between two idle waits runs on cold caches,
 docs/benchmarks/broker.md).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ import zmq
 
 from bench.common.broker_process import broker_process
 from bench.common.records import make_records
+from bench.harness import Probe
 from persisting import SyncQueue
 from persisting.client.remote import WIRE_CONFIG_KEYS
 from persisting.client.request_keys import put_key
@@ -78,11 +80,15 @@ def measure(chunk: int, chunks: int, base: Path) -> dict[str, list[float]]:
             queue.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench client-steps", description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunk", type=int, default=1000, help="puts per timed chunk")
     parser.add_argument("--chunks", type=int, default=12, help="timed chunks per series (interleaved)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pcs-") as tmp:
         results = measure(args.chunk, args.chunks, Path(tmp))
     for label, values in results.items():
@@ -90,7 +96,12 @@ def main() -> None:
         print(f"{label:16s} caller CPU per put: min {low:6.2f} us, median {mid:6.2f} us")
     over = statistics.median(results["SyncQueue.put"]) - statistics.median(results["bare socket put"])
     print(f"SyncQueue.put over the bare socket: {over:.2f} us of the caller's CPU per put (medians)")
+    return 0
 
+
+PROBE = Probe(
+    "client-steps", "a blocking caller's CPU per put against a real broker, SyncQueue vs a bare socket", parser, main
+)
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

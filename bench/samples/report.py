@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 
+from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
 from bench.common.tq_cluster import TQ_SETTINGS
-
-from .layout import AIM_HEADERS, Section, aims_json, closing_notes, page, report_json
-from .samples_bench import (
+from bench.harness import Report
+from bench.samples.floor import FLOOR_CALLS
+from bench.samples.workload import (
     BACKLOG,
     BACKLOG_CALLS,
     BACKLOG_EVERY_S,
@@ -23,7 +24,8 @@ from .samples_bench import (
     SamplesBenchResult,
     Series,
 )
-from .samples_floor import FLOOR_CALLS
+
+from .chart import plot_samples
 
 AIM_P50_MS = 0.5
 AIM_VS_HELLO = 1.5  # issue 22: idle get_meta at most this many hello round trips
@@ -170,7 +172,7 @@ def _notes(result: SamplesBenchResult) -> list[str]:
         _tq_note(result),
     ]
     notes += [f"ERROR: {e}" for e in result.errors]
-    return notes + closing_notes(result.wall_s, result.broker_log)
+    return notes + closing_notes(result.broker_log)
 
 
 def _tq_note(result: SamplesBenchResult) -> str:
@@ -189,19 +191,18 @@ def _tq_note(result: SamplesBenchResult) -> str:
     )
 
 
-def render_samples(result: SamplesBenchResult, fmt: str) -> str:
-    if fmt == "json":
-        return report_json(
-            result,
-            series=[s.to_json() for s in _series(result)],
-            vs_transferqueue=vs_transferqueue(result),
-            cpu_s=result.cpu_s,
-            workload_s=result.workload_s,
-            workload=dict(workload_rows(result)),
-            aims=aims_json(aims(result)),
-            errors=result.errors,
-            broker_log=result.broker_log,
-        )
+def samples_report(result: SamplesBenchResult) -> Report:
+    data = {
+        "settings": result.settings,
+        "series": [s.to_json() for s in _series(result)],
+        "vs_transferqueue": vs_transferqueue(result),
+        "cpu_s": result.cpu_s,
+        "workload_s": result.workload_s,
+        "workload": dict(workload_rows(result)),
+        "aims": aims_json(aims(result)),
+        "errors": result.errors,
+        "broker_log": result.broker_log,
+    }
     aim_rows = aims(result)
     sections = [
         Section("Latency", HEADERS, rows(result)),
@@ -209,4 +210,5 @@ def render_samples(result: SamplesBenchResult, fmt: str) -> str:
         Section("Aims", AIM_HEADERS, aim_rows) if aim_rows else None,
         Section("Notes", lines=_notes(result)),
     ]
-    return page(fmt, "Samples benchmark (get_meta)", result.meta, sections)
+    charts = Sections(data=data, wall_s=result.wall_s, charts=lambda folder, sub: plot_samples(result, folder, sub))
+    return as_report("Samples benchmark (get_meta)", sections, charts)

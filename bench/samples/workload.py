@@ -51,11 +51,10 @@ from bench.common.workers import (
     worker,
     write_result,
 )
+from bench.samples.floor import round_trips_per_s
+from bench.samples.transferqueue_peer import run_tq_reference
 from persisting import GRPOGroupNSampler, Queue
 from persisting.client.connection import connection
-
-from .samples_floor import round_trips_per_s
-from .samples_transferqueue import run_tq_reference
 
 GROUP_N = 8  # GRPO samples per prompt
 PUT_ROWS = 64  # samples per put: 8 whole groups
