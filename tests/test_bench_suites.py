@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,95 @@ def test_sizes_smoke(tmp_path: Path) -> None:
     assert not list((tmp_path / "work").iterdir())  # its work folder removed
     if plot:
         assert (tmp_path / "charts" / "sizes_gbps.png").stat().st_size > 0
+
+
+def _json(*args: str, timeout: float = 180) -> dict[str, Any]:
+    return json.loads(_bench(*args, "--no-progress", "--format", "json", timeout=timeout).stdout)
+
+
+def _rows(table: dict[str, Any], column: str) -> dict[str, dict[str, Any]]:
+    return {r["labels"][column]: r for r in table["rows"]}
+
+
+def test_queue_smoke(tmp_path: Path) -> None:
+    data = _json("queue", "--n", "300", "--flush-prefill", "1000", "--flush-reps", "2", "--dir", str(tmp_path))
+    write_read, flush, settings = data["tables"]
+    rows = _rows(write_read, "settings")
+    assert {"persisting-sync", "persisting-process", "sqlite-batch", "file"} <= set(rows)
+    assert rows["persisting-process"]["vs"]["sqlite-batch"] > 0 and "sqlite-batch" not in rows["sqlite-batch"]["vs"]
+    assert set(_rows(flush, "topic")) == {"empty", "full"} and _rows(flush, "topic")["full"]["vs"]["empty"] > 0
+    assert data["reference"] == "sqlite-batch" and settings["rows"]
+
+
+def test_broker_smoke(tmp_path: Path) -> None:
+    args = ["broker", "--latency-n", "20", "--warmup", "2", "--records", "200", "--durability", "process"]
+    data = _json(*args, "--pq-records", "0", "--dir", str(tmp_path))
+    latency, throughput, _aims = data["tables"]
+    assert len(latency["rows"]) == 11 and "p50 vs raw ZMQ" in latency["rows"][0]["labels"]
+    assert any(r["labels"]["p50 vs raw ZMQ"].endswith("x") for r in latency["rows"][1:])
+    assert [t["key"] for t in data["throughput"]] == ["persisting-process", "persisting-process-pipelined-4"]
+    assert throughput["rows"] and data["broker_exit"] == 0
+
+
+def test_arena_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    args = ["arena", "--small-batches", "4", "--large-batches", "0", "--paced-batches", "0", "--beyond-batches", "0"]
+    args += ["--no-transferqueue", "--arena-bytes", str(64 << 20), "--in-flight", "1", "--dir", str(tmp_path)]
+    data = _json(*args)
+    keys = {r["key"] for r in data["rows"]}
+    assert {"memcpy-6MiB", "arena-6MiB-stream", "torch-6MiB-stream"} <= keys, keys
+    table = data["tables"][0]
+    assert any(v.endswith("x") for r in table["rows"] for k, v in r["labels"].items() if k.startswith("vs memcpy"))
+
+
+def test_samples_smoke(tmp_path: Path) -> None:
+    args = [
+        "samples",
+        "--puts",
+        "2",
+        "--latency-n",
+        "10",
+        "--warmup",
+        "1",
+        "--no-transferqueue",
+        "--dir",
+        str(tmp_path),
+    ]
+    data = _json(*args)
+    latency = data["tables"][0]
+    assert latency["heading"] == "Latency" and latency["rows"][0]["labels"]["p50 vs hello"] == "1.00x"
+    assert data["workload"]["correct"] == "yes" and not data["errors"]
+
+
+def test_jagged_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    args = ["jagged", "--samples", "4", "--min-len", "4", "--max-len", "16", "--batches", "1", "--reps", "1"]
+    data = _json(*args, "--dir", str(tmp_path))
+    rows = _rows(data["tables"][0], "case")
+    assert set(rows) == {"persisting jagged", "persisting padded", "torch.mp jagged", "torch.mp padded"}
+    assert rows["torch.mp padded"]["vs"]["persisting jagged"] > 0 and rows["persisting jagged"]["median"]["ms/batch"]
+
+
+def test_persist_smoke(tmp_path: Path) -> None:
+    args = ["persist", "--arena-mib", "16", "--stream-factor", "1", "--encoders", "1", "--table-mib", "2"]
+    data = _json(*args, "--flush-prefill", "1000", "--reps", "1", "--dir", str(tmp_path))
+    stream, encoding, flush = data["tables"]
+    one = _rows(stream, "encoders")["1"]
+    assert one["vs"]["disk"] > 0 and one["median"]["GB/s"] > 0
+    assert set(_rows(encoding, "column metadata")) == {"default", "compression=none"}
+    assert _rows(flush, "topic")["full (1,000 rows)"]["vs"]["empty"] > 0
+
+
+def test_imports_smoke(tmp_path: Path) -> None:
+    data = _json("imports", "--reps", "1", "--dir", str(tmp_path))
+    rows = _rows(data["tables"][0], "statement")
+    assert rows["import persisting"]["vs"]["import persistqueue"] > 0
+    assert rows["import persisting"]["median"]["import s"] > 0
+
+
+@pytest.mark.parametrize("name", ["arena-steps", "broker-steps", "client-steps", "samples-cpu"])
+def test_each_probe_parses_its_flags(name: str) -> None:
+    probe = discover.probes()[name]
+    assert probe.parser().prog == f"python -m bench {name}"
+    help_text = _bench(name, "--help").stdout
+    assert help_text.startswith("usage: python -m bench " + name)

@@ -48,8 +48,7 @@ class Row:
 class Table:
     """Rows with their references. Columns: ``labels``, the median of each of ``metrics``, with ``runs`` a column
     listing every rep's value of the first metric, one ``vs KEY`` column per key in ``references`` (the ratio of
-    the first metric's medians to the row named KEY in the same group, oriented by ``higher_is_better``; a reference
-    row itself only against the references listed after it), then
+    the first metric's medians to the row named KEY in the same group, oriented by ``higher_is_better``), then
     ``extra`` text columns. ``plain_ratio``: the ratios are the medians as they are, mine / the reference's (a cost
     against its baseline: above 1 costs more), whatever ``higher_is_better`` says. A table without metrics is text
     only: ``labels`` are its headers."""
@@ -79,18 +78,13 @@ class Table:
     def ratio(self, row: Row, key: str) -> float | None:
         """``row``'s first metric against the row named ``key`` in its group, above 1: better (None: not both)."""
         ref = self.reference(row, key)
-        if ref is None or ref is row or not self.metrics or self._later(row.name, key):
+        if ref is None or ref is row or not self.metrics:
             return None
         metric = self.metrics[0]
         mine, theirs = row.median(metric.name), ref.median(metric.name)
         if not mine or not theirs:
             return None
         return mine / theirs if metric.higher_is_better or self.plain_ratio else theirs / mine
-
-    def _later(self, name: str, key: str) -> bool:
-        """A reference row is compared only with the references after it (torch.mp with memcpy, not back)."""
-        refs = list(self.references)
-        return name in refs and refs.index(name) >= refs.index(key)
 
     def headers(self) -> list[str]:
         out = [*self.labels]
@@ -143,7 +137,7 @@ def number(value: float | None, digits: int = 3) -> str:
     """``value`` to ``digits`` significant digits, thousands separated, no exponent ("" for None)."""
     if value is None:
         return ""
-    if value == 0 or abs(value) >= 10 ** (digits - 1):
+    if value == 0 or abs(value) >= 10 ** (digits - 1) or float(value).is_integer():
         return f"{value:,.0f}"
     decimals = max(0, digits - 1 - _magnitude(abs(value)))
     return f"{value:,.{decimals}f}"

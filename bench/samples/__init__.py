@@ -18,6 +18,7 @@ def _arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--latency-n", type=int, default=2_000, help="timed calls per reference series (hello, get_meta)")
     s.add_argument("--warmup", type=int, default=200, help="untimed calls per reference series first")
     s.add_argument("--get-timeout", type=float, default=0.5, help="the consumers' get_meta(wait=True, timeout=...)")
+    s.add_argument("--no-transferqueue", action="store_true", help="skip the TransferQueue reference (Ray)")
 
 
 def _run(ctx: Context) -> Report:
@@ -39,6 +40,7 @@ def _run(ctx: Context) -> Report:
         get_timeout=a.get_timeout,
         seed=ctx.seed,
         progress=ctx.progress,
+        tq_ref=not a.no_transferqueue,
     )
     report = samples_report(result)
     report.meta["records"] = 'tensor batches {"x": float32[64, 16], "len": 64 ints}: 64 samples = 8 GRPO groups of n=8'

@@ -8,7 +8,7 @@ from bench.common.plots import cdf as _cdf
 from bench.common.plots import pyplot as _plt
 from bench.common.plots import save as _save
 
-from .workload import SamplesBenchResult
+from .result import SamplesBenchResult
 
 
 def plot_samples(result: SamplesBenchResult, folder: Path, sub: str) -> list[Path]:

@@ -8,7 +8,7 @@ from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_re
 from bench.common.tq_cluster import TQ_SETTINGS
 from bench.harness import Report
 from bench.samples.floor import FLOOR_CALLS
-from bench.samples.workload import (
+from bench.samples.result import (
     BACKLOG,
     BACKLOG_CALLS,
     BACKLOG_EVERY_S,

@@ -10,13 +10,11 @@ None; otherwise the row says why."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.common.measure import Tick
 from bench.common.tq_cluster import tq_cluster, tq_missing
-
-if TYPE_CHECKING:
-    from bench.samples.workload import SamplesBenchResult
+from bench.samples.result import FEATURES, GROUP_N, PUT_ROWS, TAKE, SamplesBenchResult, whole_groups
 
 
 def run_tq_reference(n: int, warmup: int, result: SamplesBenchResult, tick: Tick) -> None:
@@ -35,8 +33,6 @@ def run_tq_reference(n: int, warmup: int, result: SamplesBenchResult, tick: Tick
 def _measure(tq: Any, n: int, warmup: int, result: SamplesBenchResult, tick: Tick) -> None:
     import torch
     from tensordict import TensorDict
-
-    from bench.samples.workload import FEATURES, GROUP_N, PUT_ROWS, TAKE, whole_groups
 
     with tq_cluster(tq.GRPOGroupNSampler(n_samples_per_prompt=GROUP_N)):
         client = tq.get_client()
