@@ -36,6 +36,7 @@ import multiprocessing
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,74 @@ def run_tq_cases(ctx: Any, plan: list[tuple[Shape, int]], paced_batches: int, se
         result.settings["transferqueue"] = f"failed: {exc!r}"
 
 
+@dataclass(slots=True)
+class _Run:
+    """One invocation's settings and its result, and the cases it runs for one batch shape."""
+
+    ctx: Any
+    base: Path
+    seed: int
+    result: ArenaBenchResult
+    bar: Any
+    arena_bytes: int
+    paced_batches: int
+    torch_ref: bool
+    plot: bool
+    consumer_reads: bool
+    in_flight: int
+
+    def shape(self, shape: Shape, n: int) -> None:
+        """memcpy and the view costs of ``n`` batches of ``shape``, then every path streamed and paced."""
+        self.bar.set_description(f"memcpy {shape.key}")
+        mem = run_memcpy(shape, n, self.seed)
+        rows = [mem, *run_view_cost(shape, n, self.seed)]
+        for paced, count in ((False, n), (True, self.paced_batches)):
+            if count:
+                rows += self._cases(shape, count, paced)
+        for r in rows:
+            r.memcpy_gbps = mem.gbps
+        self.result.rows += rows
+
+    def _cases(self, shape: Shape, count: int, paced: bool) -> list[Row]:
+        first = not paced  # zero-copy evidence once per shape and path, from the stream run
+        self.bar.set_description(f"arena {shape.key} {'paced' if paced else 'stream'}")
+        # the stream with puts one after another, with in_flight running at once, and written in place (reserve);
+        # a paced run only the first way
+        variants = [(1, False), *([(self.in_flight, False)] if self.in_flight > 1 else []), (1, True)]
+        rows = []
+        for flight, reserve in variants if not paced else [(1, False)]:
+            if flight > 1 or reserve:
+                what = f"{flight} in flight" if flight > 1 else "reserve"
+                self.bar.set_description(f"arena {shape.key} stream, {what}")
+            case = run_arena_case(
+                self.ctx, self.base, shape, count, paced, self.arena_bytes, self.seed, first and flight == 1,
+                self.result, self.bar.update, reserve=reserve, watch_flushes=self.plot, reads=self.consumer_reads,
+                in_flight=flight,
+            )  # fmt: skip
+            rows.append(case)
+        if self.torch_ref:
+            self.bar.set_description(f"torch.mp {shape.key} {'paced' if paced else 'stream'}")
+            rows.append(
+                run_torch_case(shape, count, paced, self.seed, first, self.result, self.bar.update, self.consumer_reads)
+            )
+        return rows
+
+    def beyond(self, batches: int, arena_bytes: int) -> None:
+        """6 MiB batches through an arena smaller than the stream, and the disk's fdatasync of the same bytes."""
+        self.bar.set_description(f"arena {SMALL.key} beyond the arena")
+        row = run_arena_case(
+            self.ctx, self.base, SMALL, batches, False, arena_bytes, self.seed, False, self.result, self.bar.update,
+            beyond=True, watch_flushes=self.plot,
+        )  # fmt: skip
+        mem_small = self.result.row(f"memcpy-{SMALL.key}")
+        row.memcpy_gbps = mem_small.gbps if mem_small is not None else None
+        self.result.rows.append(row)
+        self.bar.set_description(f"fdatasync {SMALL.key}")
+        disk = run_fdatasync(self.base, SMALL, batches, self.seed)
+        disk.memcpy_gbps = row.memcpy_gbps
+        self.result.rows.append(disk)
+
+
 def run_arena_bench(
     base: Path,
     *,
@@ -167,77 +236,17 @@ def run_arena_bench(
         "in_flight": in_flight,
     }
     plan: list[tuple[Shape, int]] = [(SMALL, small_batches), (LARGE, large_batches)]
-    n_paths = 2 if torch_ref else 1
     tq_on = result.settings["transferqueue"] == "measured"
-    n_paths += tq_on
+    n_paths = (2 if torch_ref else 1) + tq_on
     extra = 1 + (in_flight > 1)  # reserve, and the in-flight stream
     total = sum(n * (n_paths + extra) + paced_batches * n_paths for _s, n in plan if n) + beyond_batches
     with tqdm(total=total, unit="batch", file=sys.stderr, disable=not progress) as bar:
+        run = _Run(ctx, base, seed, result, bar, arena_bytes, paced_batches, torch_ref, plot, consumer_reads, in_flight)
         for shape, n in plan:
-            if not n:
-                continue
-            bar.set_description(f"memcpy {shape.key}")
-            mem = run_memcpy(shape, n, seed)
-            rows = [mem, *run_view_cost(shape, n, seed)]
-            for paced, count in ((False, n), (True, paced_batches)):
-                if not count:
-                    continue
-                first = not paced  # zero-copy evidence once per shape and path, from the stream run
-                bar.set_description(f"arena {shape.key} {'paced' if paced else 'stream'}")
-                # the stream with puts one after another, with in_flight running at once, and written in place
-                # (reserve); a paced run only the first way
-                variants = [(1, False), *([(in_flight, False)] if in_flight > 1 else []), (1, True)]
-                for flight, reserve in variants if not paced else [(1, False)]:
-                    if flight > 1 or reserve:
-                        what = f"{flight} in flight" if flight > 1 else "reserve"
-                        bar.set_description(f"arena {shape.key} stream, {what}")
-                    rows.append(
-                        run_arena_case(
-                            ctx,
-                            base,
-                            shape,
-                            count,
-                            paced,
-                            arena_bytes,
-                            seed,
-                            first and flight == 1,
-                            result,
-                            bar.update,
-                            reserve=reserve,
-                            watch_flushes=plot,
-                            reads=consumer_reads,
-                            in_flight=flight,
-                        )
-                    )
-                if torch_ref:
-                    bar.set_description(f"torch.mp {shape.key} {'paced' if paced else 'stream'}")
-                    rows.append(run_torch_case(shape, count, paced, seed, first, result, bar.update, consumer_reads))
-            for r in rows:
-                r.memcpy_gbps = mem.gbps
-            result.rows += rows
+            if n:
+                run.shape(shape, n)
         if beyond_batches:
-            bar.set_description(f"arena {SMALL.key} beyond the arena")
-            row = run_arena_case(
-                ctx,
-                base,
-                SMALL,
-                beyond_batches,
-                False,
-                beyond_arena_bytes,
-                seed,
-                False,
-                result,
-                bar.update,
-                beyond=True,
-                watch_flushes=plot,
-            )
-            mem_small = result.row(f"memcpy-{SMALL.key}")
-            row.memcpy_gbps = mem_small.gbps if mem_small is not None else None
-            result.rows.append(row)
-            bar.set_description(f"fdatasync {SMALL.key}")
-            disk = run_fdatasync(base, SMALL, beyond_batches, seed)
-            disk.memcpy_gbps = row.memcpy_gbps
-            result.rows.append(disk)
+            run.beyond(beyond_batches, beyond_arena_bytes)
         if tq_on:
             bar.set_description("TransferQueue (Ray)")
             run_tq_cases(ctx, plan, paced_batches, seed, result, bar.update)

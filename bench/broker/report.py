@@ -70,72 +70,60 @@ def throughput_cells(t: Throughput) -> list[str]:
 
 
 def aims(result: BrokerBenchResult) -> list[list[str]]:
-    out = []
-    floor, proc, sync = result.series(FLOOR), result.series("put-process"), result.series("put-sync")
-    hello = result.series("broker-hello")
-    if floor is not None and hello is not None:
-        ratio = hello.p50_us / floor.p50_us
-        out.append(
-            [
-                "hello p50 / raw ZMQ p50",
-                f"{ratio:.2f}x ({hello.p50_us:.0f} / {floor.p50_us:.0f} us)",
-                f"<= {HELLO_RATIO_AIM:g}x",
-                "yes" if ratio <= HELLO_RATIO_AIM else "NO",
-            ]
-        )
-    # Rows with no aim: where a ratio's time goes (each against a floor measured in the same run).
-    looped, on_loop = result.series("zmq-loop"), result.series("zmq-raw-loop-server")
-    beside: list[tuple[str, LatencySeries | None, LatencySeries | None]] = [
-        # the floor of a client on asyncio: issue 22 accepts it where the blocking echo's ratio is out of reach
-        ("hello p50 / the loop-read raw echo p50 (the asyncio floor)", hello, looped),
+    return _latency_aims(result) + _throughput_aims(result)
+
+
+def _p50_row(what: str, series: LatencySeries, under: LatencySeries, aim: float | None) -> list[str]:
+    """``series`` p50 over ``under`` p50 against an aim (None: a row that shows where the time goes)."""
+    ratio = series.p50_us / under.p50_us
+    measured = f"{ratio:.2f}x ({series.p50_us:.0f} / {under.p50_us:.0f} us)"
+    if aim is None:
+        return [what, measured, "-", "-"]
+    return [what, measured, f"<= {aim:g}x", "yes" if ratio <= aim else "NO"]
+
+
+def _latency_aims(result: BrokerBenchResult) -> list[list[str]]:
+    floor, on_loop = result.series(FLOOR), result.series("zmq-raw-loop-server")
+    planned: list[tuple[str, str, LatencySeries | None, float | None]] = [
+        ("hello p50 / raw ZMQ p50", "broker-hello", floor, HELLO_RATIO_AIM),
+        # Rows with no aim: where a ratio's time goes (each against a floor measured in the same run). The floor
+        # of a client on asyncio: issue 22 accepts it where the blocking echo's ratio is out of reach.
+        ("hello p50 / the loop-read raw echo p50 (the asyncio floor)", "broker-hello", result.series("zmq-loop"), None),
         # what an event-loop server pays to wake, with no request handled
-        ("raw echo served on a loop (the broker's serving, no work) / raw ZMQ p50", on_loop, floor),
-        ("hello from a bare socket (no client code) / the loop-served echo p50", result.series("raw-hello"), on_loop),
-        ("hello p50, blocking caller / the loop-served echo p50", result.series("blocking-hello"), on_loop),
+        ("raw echo served on a loop (the broker's serving, no work) / raw ZMQ p50", "zmq-raw-loop-server", floor, None),
+        ("hello from a bare socket (no client code) / the loop-served echo p50", "raw-hello", on_loop, None),
+        ("hello p50, blocking caller / the loop-served echo p50", "blocking-hello", on_loop, None),
         (
             'put p50, durability="process", blocking caller / the loop-served echo p50',
-            result.series("blocking-put-process"),
+            "blocking-put-process",
             on_loop,
+            None,
         ),
+        ("hello p50, blocking caller (SyncQueue's path) / raw ZMQ p50", "blocking-hello", floor, HELLO_RATIO_AIM),
+        (
+            'put p50, durability="process", blocking caller / raw ZMQ p50',
+            "blocking-put-process",
+            floor,
+            PROCESS_RATIO_AIM,
+        ),
+        ('put p50, durability="process" / raw ZMQ p50', "put-process", floor, PROCESS_RATIO_AIM),
     ]
-    for what, series, under in beside:
-        if series is not None and under is not None:
-            ratio = series.p50_us / under.p50_us
-            out.append([what, f"{ratio:.2f}x ({series.p50_us:.0f} / {under.p50_us:.0f} us)", "-", "-"])
-    for key, what, aim in (
-        ("blocking-hello", "hello p50, blocking caller (SyncQueue's path) / raw ZMQ p50", HELLO_RATIO_AIM),
-        ("blocking-put-process", 'put p50, durability="process", blocking caller / raw ZMQ p50', PROCESS_RATIO_AIM),
-    ):
+    out = []
+    for what, key, under, aim in planned:
         series = result.series(key)
-        if floor is not None and series is not None:
-            ratio = series.p50_us / floor.p50_us
-            out.append(
-                [
-                    what,
-                    f"{ratio:.2f}x ({series.p50_us:.0f} / {floor.p50_us:.0f} us)",
-                    f"<= {aim:g}x",
-                    "yes" if ratio <= aim else "NO",
-                ]
-            )
-    if floor is not None and proc is not None:
-        ratio = proc.p50_us / floor.p50_us
-        out.append(
-            [
-                'put p50, durability="process" / raw ZMQ p50',
-                f"{ratio:.2f}x ({proc.p50_us:.0f} / {floor.p50_us:.0f} us)",
-                f"<= {PROCESS_RATIO_AIM:g}x",
-                "yes" if ratio <= PROCESS_RATIO_AIM else "NO",
-            ]
-        )
+        if series is not None and under is not None:
+            out.append(_p50_row(what, series, under, aim))
+    sync = result.series("put-sync")
     if sync is not None:
+        met = "yes" if sync.p50_us < SYNC_P50_AIM_US else "NO"
         out.append(
-            [
-                'put p50, durability="sync" (absolute)',
-                f"{sync.p50_us:.0f} us",
-                f"< {SYNC_P50_AIM_US:,.0f} us",
-                "yes" if sync.p50_us < SYNC_P50_AIM_US else "NO",
-            ]
+            ['put p50, durability="sync" (absolute)', f"{sync.p50_us:.0f} us", f"< {SYNC_P50_AIM_US:,.0f} us", met]
         )
+    return out
+
+
+def _throughput_aims(result: BrokerBenchResult) -> list[list[str]]:
+    out = []
     rates = {t.key: t.consume_rate for t in result.throughput}
     for suffix in ("", f"-pipelined-{PIPELINED_INFLIGHT}"):
         sync_rate, process_rate = rates.get(f"persisting-sync{suffix}"), rates.get(f"persisting-process{suffix}")
@@ -148,33 +136,38 @@ def aims(result: BrokerBenchResult) -> list[list[str]]:
                     "yes" if process_rate >= sync_rate else "NO",
                 ]
             )
-    cores = os.cpu_count() or 1
     for t in result.throughput:
         if t.key in ("persisting-sync", f"persisting-sync-pipelined-{PIPELINED_INFLIGHT}"):
-            rate = min(t.produce_rate, t.consume_rate)
-            clean = t.duplicates == 0 and t.lost == 0 and not t.errors
-            what = f"2x2 durable (sync){t.key[len('persisting-sync') :].replace('-', ' ')}"
-            out.append(
-                [
-                    f"{what} records/s, min(produced, consumed)",
-                    f"{rate:,.0f}" + ("" if clean else " (with errors, see notes)"),
-                    f">= {THROUGHPUT_AIM:,.0f}",
-                    "yes" if rate >= THROUGHPUT_AIM and clean else "NO",
-                ]
-            )
-            per = t.cpu_us_per_record
-            if per:
-                # The floor the issue asks for where an aim is out of reach: this code's CPU per record, measured
-                # in the same run, bounds any rate on this machine's cores.
-                ceiling = cores * 1e6 / per
-                out.append(
-                    [
-                        f"{what}: CPU per record (broker + 4 clients) and the {cores}-core ceiling it allows",
-                        f"{per:.1f} us; ceiling {ceiling:,.0f} records/s; run at {rate / ceiling:.2f}x it",
-                        "-",
-                        "-",
-                    ]
-                )
+            out += _durable_rows(t)
+    return out
+
+
+def _durable_rows(t: Throughput) -> list[list[str]]:
+    cores = os.cpu_count() or 1
+    rate = min(t.produce_rate, t.consume_rate)
+    clean = t.duplicates == 0 and t.lost == 0 and not t.errors
+    what = f"2x2 durable (sync){t.key[len('persisting-sync') :].replace('-', ' ')}"
+    out = [
+        [
+            f"{what} records/s, min(produced, consumed)",
+            f"{rate:,.0f}" + ("" if clean else " (with errors, see notes)"),
+            f">= {THROUGHPUT_AIM:,.0f}",
+            "yes" if rate >= THROUGHPUT_AIM and clean else "NO",
+        ]
+    ]
+    per = t.cpu_us_per_record
+    if per:
+        # The floor the issue asks for where an aim is out of reach: this code's CPU per record, measured in the
+        # same run, bounds any rate on this machine's cores.
+        ceiling = cores * 1e6 / per
+        out.append(
+            [
+                f"{what}: CPU per record (broker + 4 clients) and the {cores}-core ceiling it allows",
+                f"{per:.1f} us; ceiling {ceiling:,.0f} records/s; run at {rate / ceiling:.2f}x it",
+                "-",
+                "-",
+            ]
+        )
     return out
 
 

@@ -27,7 +27,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench.broker.latency import LatencySeries, echo_server_main, latency, stop_echo
+from bench.broker.echo import echo_server_main, stop_echo
+from bench.broker.latency import LatencySeries, latency
 from bench.broker.throughput import PIPELINED_INFLIGHT, PUT_BATCH, Throughput, run_persisting_2x2
 from bench.broker_pq import run_persistqueue_2x2
 from bench.common.broker_process import broker_process
@@ -75,15 +76,9 @@ def run_broker_bench(
     log_path = base / "broker.log"
     total = 11 * (latency_n + warmup) + 4 * records * len(durabilities) + 2 * pq_records
     result = BrokerBenchResult([], [])
-    result.settings = {
-        "latency_n": latency_n,
-        "warmup": warmup,
-        "records": records,
-        "put_batch": PUT_BATCH,
-        "durabilities": list(durabilities),
-        "pq_records": pq_records,
-        "pq_limit_s": pq_limit_s,
-    }
+    result.settings = {"latency_n": latency_n, "warmup": warmup, "records": records, "put_batch": PUT_BATCH,
+                       "durabilities": list(durabilities), "pq_records": pq_records,
+                       "pq_limit_s": pq_limit_s}  # fmt: skip
     ctx = multiprocessing.get_context("spawn")
     echo = ctx.Process(target=echo_server_main, args=(echo_addr,), name="zmq-echo", daemon=True)
     loop_echo = ctx.Process(target=echo_server_main, args=(loop_echo_addr, True), name="zmq-loop-echo", daemon=True)
@@ -92,25 +87,17 @@ def run_broker_bench(
         echo.start()
         loop_echo.start()
         try:
-            with broker_process(base / "storage", broker_addr, log_path) as broker:
-                bar.set_description("latency (11 series interleaved)")
-                result.latency, counts = asyncio.run(
-                    latency(broker_addr, echo_addr, loop_echo_addr, latency_n, warmup, seed, bar.update)
-                )
-                for topic, n in counts.items():
-                    if n != latency_n + warmup:
-                        result.broker_log.append(f"topic {topic} holds {n} records, expected {latency_n + warmup}")
-                for inflight in (1, PIPELINED_INFLIGHT):
-                    for durability in durabilities:
-                        bar.set_description(f"persisting 2x2 {durability}, {inflight} in flight")
-                        result.throughput.append(
-                            run_persisting_2x2(
-                                broker_addr, broker.pid, durability, records, work, seed, bar.update, inflight
-                            )
-                        )
-                t_stop = time.perf_counter()
-            result.broker_stop_s = time.perf_counter() - t_stop
-            result.broker_exit = broker.returncode
+            _through_the_broker(
+                base,
+                (broker_addr, echo_addr, loop_echo_addr),
+                latency_n,
+                warmup,
+                records,
+                durabilities,
+                seed,
+                result,
+                bar,
+            )
         finally:
             stop_echo(echo, echo_addr)
             stop_echo(loop_echo, loop_echo_addr)
@@ -122,3 +109,29 @@ def run_broker_bench(
     ]
     result.wall_s = time.perf_counter() - t_start
     return result
+
+
+def _through_the_broker(
+    base: Path, addresses: tuple[str, str, str], latency_n: int, warmup: int, records: int,
+    durabilities: tuple[str, ...], seed: int, result: BrokerBenchResult, bar: Any,
+) -> None:  # fmt: skip
+    """One broker: the latency series, then the 2x2 runs per durability, serial and pipelined; then its stop."""
+    broker_addr, echo_addr, loop_echo_addr = addresses
+    work, log_path = base / "work", base / "broker.log"
+    with broker_process(base / "storage", broker_addr, log_path) as broker:
+        bar.set_description("latency (11 series interleaved)")
+        result.latency, counts = asyncio.run(
+            latency(broker_addr, echo_addr, loop_echo_addr, latency_n, warmup, seed, bar.update)
+        )
+        for topic, n in counts.items():
+            if n != latency_n + warmup:
+                result.broker_log.append(f"topic {topic} holds {n} records, expected {latency_n + warmup}")
+        for inflight in (1, PIPELINED_INFLIGHT):
+            for durability in durabilities:
+                bar.set_description(f"persisting 2x2 {durability}, {inflight} in flight")
+                result.throughput.append(
+                    run_persisting_2x2(broker_addr, broker.pid, durability, records, work, seed, bar.update, inflight)
+                )
+        t_stop = time.perf_counter()
+    result.broker_stop_s = time.perf_counter() - t_stop
+    result.broker_exit = broker.returncode

@@ -32,6 +32,7 @@ import math
 import multiprocessing
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,17 @@ async def _consumer(spec: dict[str, Any], info: dict[str, Any]) -> None:
         info["error"] = f"not done within {CASE_LIMIT_S:g} s"
 
 
+@dataclass(slots=True)
+class _Shared:
+    """What the bench process shares with the workload's processes: the start barrier, the counters, the signal
+    that every producer is done."""
+
+    barrier: Any
+    taken: Any
+    put_count: Any
+    producers_done: Any
+
+
 def _workload(
     broker: str,
     broker_pid: int | None,
@@ -211,72 +223,72 @@ def _workload(
     ctx = multiprocessing.get_context("spawn")
     total = PRODUCERS * puts * PUT_ROWS
     result.total = total
-    barrier = ctx.Barrier(PRODUCERS + CONSUMERS + 1)
-    taken = ctx.Value("q", 0)
-    put_count = ctx.Value("q", 0)
-    producers_done = ctx.Event()
-    common = {"broker": broker, "topic": "samples", "barrier": barrier, "seed": seed}
+    shared = _Shared(ctx.Barrier(PRODUCERS + CONSUMERS + 1), ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event())
+    common = {"broker": broker, "topic": "samples", "barrier": shared.barrier, "seed": seed}
 
     def spawn(role: str, target: Any, i: int, **spec: Any) -> Any:
         name = f"{role}-{i}"
         return worker(ctx, target, {**common, "index": i, **spec, "out": str(work / name)}, name, daemon=True)
 
     prods = [
-        spawn("producer", producer_main, i, puts=puts, put_interval_s=put_interval_s, put_count=put_count)
+        spawn("producer", producer_main, i, puts=puts, put_interval_s=put_interval_s, put_count=shared.put_count)
         for i in range(PRODUCERS)
     ]
     cons = [
-        spawn(
-            "consumer",
-            consumer_main,
-            i,
-            total=total,
-            taken=taken,
-            producers_done=producers_done,
-            get_timeout=get_timeout,
-        )
+        spawn("consumer", consumer_main, i, total=total, taken=shared.taken, producers_done=shared.producers_done,
+              get_timeout=get_timeout)
         for i in range(CONSUMERS)
-    ]
+    ]  # fmt: skip
     for p in [*prods, *cons]:
         p.start()
-    seen = [0]
-
-    async def monitor() -> None:
-        conn = connection(broker)
-        await conn.request("hello", {})  # connected before the clock starts
-        barrier.wait(START_TIMEOUT_S)
-        t_start, broker_cpu0 = time.monotonic(), cpu_seconds(broker_pid)
-        deadline = t_start + CASE_LIMIT_S + 10
-        next_backlog = t_start
-        while any(p.is_alive() for p in cons) and time.monotonic() < deadline:
-            if not producers_done.is_set() and not any(p.is_alive() for p in prods):
-                producers_done.set()
-            if not result.workload_s and taken.value >= total:  # the busy part is over (consumers idle from here)
-                result.workload_s = time.monotonic() - t_start
-                broker_cpu1 = cpu_seconds(broker_pid)
-                if broker_cpu0 is not None and broker_cpu1 is not None:
-                    result.cpu_s["broker"] = broker_cpu1 - broker_cpu0
-                result.cpu_s["bench process"] = time.process_time() - cpu0
-            t0 = time.perf_counter_ns()
-            await conn.request("hello", {})
-            result.hello_live.samples_us.append((time.perf_counter_ns() - t0) / 1e3)
-            if time.monotonic() >= next_backlog:
-                got = taken.value
-                result.max_backlog = max(result.max_backlog, put_count.value - got)
-                tick(got - seen[0])
-                seen[0] = got
-                next_backlog += BACKLOG_EVERY_S
-            await asyncio.sleep(PROBE_INTERVAL_S)
-
-    cpu0 = time.process_time()
+    seen = 0
     try:
-        asyncio.run(monitor())
+        seen = asyncio.run(_monitor(broker, broker_pid, shared, prods, cons, result, tick))
     except Exception as exc:
         result.errors.append(f"start failed: {exc!r}")
-    producers_done.set()
+    shared.producers_done.set()
     result.errors += join_each([*prods, *cons], 10)
-    tick(taken.value - seen[0])
+    tick(shared.taken.value - seen)
+    _collect(prods, cons, work, result)
 
+
+async def _monitor(
+    broker: str, broker_pid: int | None, shared: _Shared, prods: list[Any], cons: list[Any], result: SamplesBenchResult,
+    tick: Tick,
+) -> int:  # fmt: skip
+    """While the consumers run: a hello every ``PROBE_INTERVAL_S`` (timed), the backlog every
+    ``BACKLOG_EVERY_S``, the CPU times once every sample is taken. Returns the samples it ticked."""
+    cpu0 = time.process_time()
+    conn = connection(broker)
+    await conn.request("hello", {})  # connected before the clock starts
+    shared.barrier.wait(START_TIMEOUT_S)
+    t_start, broker_cpu0 = time.monotonic(), cpu_seconds(broker_pid)
+    deadline = t_start + CASE_LIMIT_S + 10
+    next_backlog, seen = t_start, 0
+    while any(p.is_alive() for p in cons) and time.monotonic() < deadline:
+        if not shared.producers_done.is_set() and not any(p.is_alive() for p in prods):
+            shared.producers_done.set()
+        if not result.workload_s and shared.taken.value >= result.total:  # the busy part is over (consumers idle)
+            result.workload_s = time.monotonic() - t_start
+            broker_cpu1 = cpu_seconds(broker_pid)
+            if broker_cpu0 is not None and broker_cpu1 is not None:
+                result.cpu_s["broker"] = broker_cpu1 - broker_cpu0
+            result.cpu_s["bench process"] = time.process_time() - cpu0
+        t0 = time.perf_counter_ns()
+        await conn.request("hello", {})
+        result.hello_live.samples_us.append((time.perf_counter_ns() - t0) / 1e3)
+        if time.monotonic() >= next_backlog:
+            got = shared.taken.value
+            result.max_backlog = max(result.max_backlog, shared.put_count.value - got)
+            tick(got - seen)
+            seen = got
+            next_backlog += BACKLOG_EVERY_S
+        await asyncio.sleep(PROBE_INTERVAL_S)
+    return seen
+
+
+def _collect(prods: list[Any], cons: list[Any], work: Path, result: SamplesBenchResult) -> None:
+    """The workers' result files into ``result``: CPU, counts, latencies, and the check of every index taken."""
     t0s: list[float] = []
     prod_t1: list[float] = []
     take_t1: list[float] = []
@@ -296,13 +308,11 @@ def _workload(
         result.live.samples_us += info["lat_us"]
         result.calls += info["calls"]
         result.empty_calls += info["empty"]
-        mine = 0
-        for batch in info["batches"]:
-            mine += len(batch)
-            every += batch
-            if not whole_groups(batch):
-                result.bad_batches += 1
-        result.per_consumer.append(mine)
+        batches = info["batches"]
+        every += [i for batch in batches for i in batch]
+        result.bad_batches += sum(not whole_groups(batch) for batch in batches)
+        result.per_consumer.append(sum(len(batch) for batch in batches))
+    total = result.total
     result.taken = len(every)
     uniq = set(every)
     result.unique = len(uniq)
