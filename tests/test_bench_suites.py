@@ -84,6 +84,13 @@ def test_a_bad_argument_exits_with_usage() -> None:
     assert out.returncode == 2 and "not a size: '1Q'" in out.stderr, out.stderr
 
 
+def test_a_suite_that_runs_once_refuses_reps() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "broker", "--reps", "3"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and "--reps must be 1: its figures are percentiles" in out.stderr, out.stderr
+
+
 def test_sizes_smoke(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     args = ["sizes", "--sizes", "1M,4M", "--reps", "1", "--stream-batches", "2", "--stream-bytes", "4M"]

@@ -82,6 +82,7 @@ SUITE = Suite(
     run=_run,
     arguments=_arguments,
     reps=1,
+    once="its figures are per-case runs of many batches, percentiles within one run",
     packages=("torch", "transferqueue", "ray"),
     work_prefix="pab-",
 )

@@ -59,5 +59,6 @@ SUITE = Suite(
     run=_run,
     arguments=_arguments,
     reps=1,
+    once="its figures are percentiles of many requests and whole 2x2 runs within one run",
     work_prefix="pbb-",
 )

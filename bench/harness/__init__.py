@@ -18,7 +18,8 @@ How to port (or write) a suite
    repetition is), ``packages`` (versions the metadata names beside the common ones), ``work_prefix`` (the temp
    folder's prefix, short: unix socket paths under it are limited to 107 bytes), ``reps_aliases`` (an old
    spelling of the repetition flag, ``--runs`` or ``--repeat``, accepted hidden, only while a page's figure uses
-   it).
+   it), ``once`` (why a suite runs once, e.g. its figures are percentiles of many calls within the run: then
+   ``--reps`` above 1 is refused with that reason instead of being ignored).
 
 3. **The common flags**, added by the harness after the suite's (``cli.parser``): ``--reps N``, ``--dir DIR``
    (the work folder's parent), ``--seed N``, ``--format console|md|json``, ``--plot DIR``, ``--no-progress``.
@@ -43,6 +44,8 @@ How to port (or write) a suite
    inverted for a lower-is-better metric, so that above 1 always means better than the reference. Do not compute
    medians or ratios in a suite; ``table.ratio(row, key)`` gives the harness's ratio where a suite needs it (an
    aim). A table without metrics is text only (its ``labels`` are its headers; rows hold only labels).
+   ``bench/common/layout.py`` turns a report of pre-formatted sections (the form broker, arena and samples still
+   have: their percentile ratios are computed in their report) into a ``Report``; new suites use metric tables.
 
 6. **Charts.** ``--plot DIR`` works for every suite: without ``Report.charts`` the harness draws each measured
    table (median of its first metric per row); a suite with a better picture sets ``charts(folder, subtitle)``

@@ -39,9 +39,8 @@ def parser(suite: Suite) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m bench {suite.name}", description=suite.help)
     suite.arguments(p)
     common = p.add_argument_group("common to every suite")
-    common.add_argument(
-        "--reps", type=int, default=suite.reps, help=f"repetitions, medians reported (default {suite.reps})"
-    )
+    reps_help = f"this suite runs once: {suite.once}" if suite.once else "repetitions, medians reported"
+    common.add_argument("--reps", type=int, default=suite.reps, help=f"{reps_help} (default {suite.reps})")
     for old in suite.reps_aliases:
         common.add_argument(old, dest="reps", type=int, help=argparse.SUPPRESS)
     common.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp), removed after")
@@ -58,6 +57,8 @@ def run_suite(suite: Suite, argv: Sequence[str]) -> int:
     args = p.parse_args(argv[1:])
     if args.reps < 1:
         p.error("--reps must be at least 1")
+    if suite.once and args.reps != 1:
+        p.error(f"--reps must be 1: {suite.once}; run the command again for another run")
     revision = git_revision()  # before the run: the code measured is the code imported now
     with work_dir(args.dir, suite.work_prefix) as work:
         meta = run_meta(argv, revision, work, args.seed, suite.packages)

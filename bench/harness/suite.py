@@ -31,7 +31,8 @@ class Suite:
     the suite's help says); ``packages``: versions the run's metadata names beside the common ones (where
     installed); ``work_prefix``: the temp folder's prefix (short: brokers put their ipc sockets under it and a unix
     socket path has a limit of 107 bytes); ``reps_aliases``: old spellings of ``--reps`` that a page's figure
-    still uses (accepted, hidden from ``--help``)."""
+    still uses (accepted, hidden from ``--help``); ``once``: why the suite runs once (its figures are percentiles
+    of many calls within one run): ``--reps`` above 1 is then refused with that reason, not silently ignored."""
 
     name: str
     help: str
@@ -41,6 +42,7 @@ class Suite:
     packages: tuple[str, ...] = ()
     work_prefix: str = "pb-"
     reps_aliases: tuple[str, ...] = ()
+    once: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ SUITE = Suite(
     run=_run,
     arguments=_arguments,
     reps=1,
+    once="its figures are percentiles of many calls and one workload within one run",
     packages=("pyzmq", "transferqueue", "ray"),
     work_prefix="psb-",
 )
