@@ -142,6 +142,19 @@ async def _persisting_consumer(spec: dict[str, Any], info: dict[str, Any], pairs
         info["t1"] = time.monotonic()
 
 
+def _persisting_row(durability: str, inflight: int, total: int) -> Throughput:
+    suffix = "" if inflight == 1 else f"-pipelined-{inflight}"
+    pipelined = "" if inflight == 1 else f"; {inflight} requests in flight per process (pipelined)"
+    return Throughput(
+        f"persisting-{durability}{suffix}",
+        "persisting via broker",
+        f'durability="{durability}"; 2 producers put_batch({PUT_BATCH}) of their own records; 2 consumers '
+        f"split the index space in pages of {PUT_BATCH} (consumer c: pages c, c+2, ...) with "
+        f"stream(wait=True){pipelined}; 4 spawned processes, one broker",
+        total,
+    )
+
+
 def run_persisting_2x2(
     broker: str, broker_pid: int, durability: str, total: int, work: Path, seed: int, tick: Tick, inflight: int = 1
 ) -> Throughput:
@@ -163,15 +176,7 @@ def run_persisting_2x2(
         spec = {**common, "index": i, "consumers": consumers, "total": total, "page": PUT_BATCH}
         spec["out"] = str(work / f"{topic}-consumer-{i}")
         procs.append(worker(ctx, persisting_consumer_main, spec, f"consumer-{i}"))
-    pipelined = "" if inflight == 1 else f"; {inflight} requests in flight per process (pipelined)"
-    row = Throughput(
-        f"persisting-{durability}{suffix}",
-        "persisting via broker",
-        f'durability="{durability}"; 2 producers put_batch({PUT_BATCH}) of their own records; 2 consumers '
-        f"split the index space in pages of {PUT_BATCH} (consumer c: pages c, c+2, ...) with "
-        f"stream(wait=True){pipelined}; 4 spawned processes, one broker",
-        total,
-    )
+    row = _persisting_row(durability, inflight, total)
     for p in procs:
         p.start()
     cpu0 = None

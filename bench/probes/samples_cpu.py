@@ -39,6 +39,29 @@ CALLS = 2_000  # requests per series and run
 GRPO = {"name": "grpo", "n": 8}
 
 
+def _requests(task: str) -> dict[str, list[protocol.Request]]:
+    """``CALLS`` take and count requests of ``task``, encoded and decoded as the broker receives them."""
+    c = TopicConfig(durability="process")  # what this client sends with each request (remote.py)
+    config = {
+        "num_buckets": c.num_buckets,
+        "bucket_column": c.bucket_column,
+        "batch_size": c.batch_size,
+        "auto_flush_interval_sec": c.auto_flush_interval_sec,
+        "durability": c.durability,
+    }
+
+    def decoded(op: str, i: int, **args: Any) -> protocol.Request:
+        req = protocol.Request(i, op, {"topic": "cpu", "config": config, **args})
+        return protocol.decode_request(protocol.encode_request(req))
+
+    take = {"partition": "p", "task": task, "batch_size": 16, "wait": 0.0, "sampler": GRPO, "sampler_kw": {}}
+    take |= {"lease_seconds": None, "ready_fields": ["x"], "released": []}
+    return {
+        "take": [decoded("take", i, key=f"{task}-{i}", peer=peer_id(), **take) for i in range(CALLS)],
+        "count": [decoded("count", i) for i in range(CALLS)],
+    }
+
+
 async def measure(base: Path, runs: int) -> dict[str, list[float]]:
     address = f"ipc://{base / 'b.sock'}"
     broker = Broker(base / "storage", address, arena_bytes=256 << 20)
@@ -50,42 +73,8 @@ async def measure(base: Path, runs: int) -> dict[str, list[float]]:
         async with Queue("cpu", broker=address, durability="process") as q:
             for _ in range(PUTS):
                 await q.put({"x": np.zeros((64, 16), np.float32), "len": list(range(64))}, partition_id="p")
-            c = TopicConfig(durability="process")  # what this client sends with each request (remote.py)
-            config = {
-                "num_buckets": c.num_buckets,
-                "bucket_column": c.bucket_column,
-                "batch_size": c.batch_size,
-                "auto_flush_interval_sec": c.auto_flush_interval_sec,
-                "durability": c.durability,
-            }
-
-            def decoded(op: str, i: int, **args: Any) -> protocol.Request:
-                req = protocol.Request(i, op, {"topic": "cpu", "config": config, **args})
-                return protocol.decode_request(protocol.encode_request(req))
-
             for run in range(runs):
-                task = f"t{run}"
-                series = {
-                    "take": [
-                        decoded(
-                            "take",
-                            i,
-                            key=f"{task}-{i}",
-                            partition="p",
-                            task=task,
-                            batch_size=16,
-                            wait=0.0,
-                            sampler=GRPO,
-                            sampler_kw={},
-                            lease_seconds=None,
-                            ready_fields=["x"],
-                            peer=peer_id(),
-                            released=[],
-                        )
-                        for i in range(CALLS)
-                    ],
-                    "count": [decoded("count", i) for i in range(CALLS)],
-                }
+                series = _requests(f"t{run}")
                 for name, reqs in series.items():
                     c0 = time.thread_time_ns()
                     for req in reqs:
