@@ -25,7 +25,7 @@ def test_sizes_smoke(tmp_path: Path) -> None:
     for size in ("1 MiB", "4 MiB"):
         rows = {r["labels"]["system"]: r for r in one["rows"] if r["group"] == size}
         assert set(rows) == {"persisting", "torch.mp", "memcpy", "bound: 1 memcpy + 1 hello"}, rows
-        assert rows["persisting"]["median"]["GB/s"] > 0
+        assert rows["persisting"]["value"]["GB/s"] > 0
         assert set(rows["persisting"]["vs"]) == {"torch.mp", "memcpy"}
     assert {r["labels"]["system"] for r in stream["rows"]} == {"persisting", "torch.mp", "memcpy"}
     assert any(r["labels"]["aim"] == "1 MiB: persisting / torch.mp" for r in aims["rows"])
@@ -53,4 +53,4 @@ def test_jagged_smoke(tmp_path: Path) -> None:
     data = bench_json(*args, "--dir", str(tmp_path))
     rows = rows_by(data["tables"][0], "case")
     assert set(rows) == {"persisting jagged", "persisting padded", "torch.mp jagged", "torch.mp padded"}
-    assert rows["torch.mp padded"]["vs"]["persisting jagged"] > 0 and rows["persisting jagged"]["median"]["ms/batch"]
+    assert rows["torch.mp padded"]["vs"]["persisting jagged"] > 0 and rows["persisting jagged"]["value"]["ms/batch"]

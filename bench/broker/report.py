@@ -8,12 +8,11 @@ from bench.broker.latency import LatencySeries
 from bench.broker.throughput import PIPELINED_INFLIGHT, Throughput
 from bench.broker.workload import BrokerBenchResult
 from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
-from bench.harness import Report
+from bench.harness import Metric, Report, Table
 
 from .chart import plot_broker
 
 FLOOR = "zmq-raw"
-LATENCY_HEADERS = ("series", "key", "requests", "p50 us", "p99 us", "mean us", "max us", "p50 vs raw ZMQ")
 THROUGHPUT_HEADERS = (
     "store",
     "key",
@@ -37,18 +36,20 @@ HELLO_RATIO_AIM = 1.3
 THROUGHPUT_AIM = 100_000.0
 
 
-def latency_cells(s: LatencySeries, floor: LatencySeries | None) -> list[str]:
-    ratio = f"{s.p50_us / floor.p50_us:.2f}x" if floor is not None else "n/a"
-    return [
-        s.label,
-        s.key,
-        f"{len(s.samples_us):,}",
-        f"{s.p50_us:.1f}",
-        f"{s.p99_us:.1f}",
-        f"{s.mean_us:.1f}",
-        f"{s.max_us:.0f}",
-        ratio,
-    ]
+P50 = Metric("p50 us", higher_is_better=False, digits=4, quantile=0.5)
+P99 = Metric("p99 us", higher_is_better=False, digits=4, quantile=0.99)
+MAX = Metric("max us", higher_is_better=False, digits=4, quantile=1.0)
+
+
+def latency_table(result: BrokerBenchResult) -> Table:
+    """One row per series; p50, p99 and max of its calls, and p50 against the raw ZeroMQ echo's."""
+    table = Table("Round trip of one record", ("series", "key"), (P50, P99, MAX), (FLOOR,), ("requests", "mean us"))
+    table.plain_ratio = True  # as the aims read it: this p50 / the floor's, above 1 slower
+    for s in result.latency:
+        row = table.add(s.label, s.key)
+        row.samples = {P50.name: s.samples_us, P99.name: s.samples_us, MAX.name: s.samples_us}
+        row.cells = {"requests": f"{len(s.samples_us):,}", "mean us": f"{s.mean_us:.1f}"}
+    return table
 
 
 def throughput_cells(t: Throughput) -> list[str]:
@@ -182,7 +183,7 @@ def _notes(result: BrokerBenchResult) -> list[str]:
     notes = [
         f"Latency: {s['latency_n']:,} sequential requests per series after {s['warmup']:,} warm-up requests, the "
         "eleven series interleaved in 8 rounds; one ~100-byte record per request; p50/p99 nearest rank. "
-        "p50 vs raw ZMQ = this p50 / the blocking raw echo's p50.",
+        f"vs {FLOOR} = this p50 / the blocking raw echo's p50 (above 1: slower).",
         "Throughput: produced rec/s = records acknowledged / (earliest worker start -> last producer done); "
         "consumed rec/s = distinct records read / (earliest worker start -> last record read). lost = acknowledged "
         "but never read (nor left in the queue); left = still in the queue after the run; order = each producer's "
@@ -207,8 +208,8 @@ def broker_report(result: BrokerBenchResult) -> Report:
     floor = result.series(FLOOR)
     tp_rows = [throughput_cells(t) for t in result.throughput]
     aim_rows = aims(result)
-    sections = [
-        Section("Round trip of one record", LATENCY_HEADERS, [latency_cells(s, floor) for s in result.latency]),
+    sections: list[Section | Table | None] = [
+        latency_table(result),
         Section("2 producers x 2 consumers", THROUGHPUT_HEADERS, tp_rows) if tp_rows else None,
         Section("Aims", AIM_HEADERS, aim_rows) if aim_rows else None,
         Section("Settings", lines=_settings_lines(result)),

@@ -1,6 +1,7 @@
-"""Reports built as sections of pre-formatted cells (``Section``), turned into the harness's ``Report``: the form the
-broker, arena and samples suites had before the harness; their measured tables compute their own ratios (a
-``Table`` of metrics lets the harness do that: see bench/sizes/ and bench/queue/)."""
+"""Reports built as sections of pre-formatted cells (``Section``) beside harness tables, turned into the harness's
+``Report``: the form the broker, arena and samples suites had before the harness. Their latency tables are
+harness tables (the harness takes the percentiles and the ratios); the rest are aims, workload counters and
+per-case rows whose figures their reports compute."""
 
 from __future__ import annotations
 
@@ -34,13 +35,16 @@ class Sections:
     wall_s: float = 0.0
 
 
-def as_report(title: str, sections: Iterable[Section | None], more: Sections) -> Report:
-    """The harness's report of ``sections`` in order (a ``None`` section: nothing measured, left out)."""
+def as_report(title: str, sections: Iterable[Section | Table | None], more: Sections) -> Report:
+    """The harness's report of ``sections`` in order (a ``Table``: as it is; a ``None`` section: nothing measured,
+    left out)."""
     tables, notes = [], []
     for s in sections:
         if s is None:
             continue
-        if s.headers:
+        if isinstance(s, Table):
+            tables.append(s)
+        elif s.headers:
             tables.append(Table(s.heading, tuple(s.headers), rows=[Row(tuple(r)) for r in s.rows]))
         elif s.heading == "Notes":
             notes += list(s.lines)

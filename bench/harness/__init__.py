@@ -43,9 +43,12 @@ How to port (or write) a suite
    the row whose ``key`` (default: its last label) is KEY *in the same group* (e.g. the same batch size),
    inverted for a lower-is-better metric, so that above 1 always means better than the reference. Do not compute
    medians or ratios in a suite; ``table.ratio(row, key)`` gives the harness's ratio where a suite needs it (an
-   aim). A table without metrics is text only (its ``labels`` are its headers; rows hold only labels).
-   ``bench/common/layout.py`` turns a report of pre-formatted sections (the form broker, arena and samples still
-   have: their percentile ratios are computed in their report) into a ``Report``; new suites use metric tables.
+   aim). A metric with ``quantile=q`` takes the nearest-rank quantile of its samples instead of their median:
+   for rows whose samples are many calls timed within one run (``p50 us``; bench/broker/report.py). A table
+   without metrics is text only (its ``labels`` are its headers; rows hold only labels).
+   ``bench/common/layout.py`` turns a report of pre-formatted sections beside harness tables (the form broker,
+   arena and samples still have for their aims, counters and per-case rows) into a ``Report``; new suites use
+   metric tables.
 
 6. **Charts.** ``--plot DIR`` works for every suite: without ``Report.charts`` the harness draws each measured
    table (median of its first metric per row); a suite with a better picture sets ``charts(folder, subtitle)``

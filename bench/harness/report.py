@@ -15,11 +15,23 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class Metric:
     """A measured column: ``name`` carries its unit ("GB/s", "write s"); ``higher_is_better`` orients the ratios
-    (a ratio above 1 always means better than the reference); ``digits``: significant digits shown."""
+    (a ratio above 1 always means better than the reference); ``digits``: significant digits shown; ``quantile``:
+    None for the median of the samples (one per rep), else the nearest-rank quantile (0 < q <= 1) of them, for a
+    row whose samples are many calls timed within one run ("p50 us", "p99 us")."""
 
     name: str
     higher_is_better: bool = True
     digits: int = 3
+    quantile: float | None = None
+
+    def of(self, samples: Sequence[float]) -> float | None:
+        """This metric's figure of ``samples`` (None: no samples)."""
+        if not samples:
+            return None
+        if self.quantile is None:
+            return statistics.median(samples)
+        ordered = sorted(samples)
+        return ordered[max(0, math.ceil(self.quantile * len(ordered)) - 1)]
 
 
 @dataclass(slots=True)
@@ -46,10 +58,10 @@ class Row:
 
 @dataclass(slots=True)
 class Table:
-    """Rows with their references. Columns: ``labels``, the median of each of ``metrics``, with ``runs`` a column
+    """Rows with their references. Columns: ``labels``, the figure of each of ``metrics``, with ``runs`` a column
     listing every rep's value of the first metric, one ``vs KEY`` column per key in ``references`` (the ratio of
-    the first metric's medians to the row named KEY in the same group, oriented by ``higher_is_better``), then
-    ``extra`` text columns. ``plain_ratio``: the ratios are the medians as they are, mine / the reference's (a cost
+    the first metric's figures to the row named KEY in the same group, oriented by ``higher_is_better``), then
+    ``extra`` text columns. ``plain_ratio``: the ratios are the figures as they are, mine / the reference's (a cost
     against its baseline: above 1 costs more), whatever ``higher_is_better`` says. A table without metrics is text
     only: ``labels`` are its headers."""
 
@@ -72,6 +84,9 @@ class Table:
         self.rows.append(row)
         return row
 
+    def value(self, row: Row, metric: Metric) -> float | None:
+        return metric.of(row.samples.get(metric.name, ()))
+
     def reference(self, row: Row, key: str) -> Row | None:
         return next((r for r in self.rows if r.group == row.group and r.name == key), None)
 
@@ -81,7 +96,7 @@ class Table:
         if ref is None or ref is row or not self.metrics:
             return None
         metric = self.metrics[0]
-        mine, theirs = row.median(metric.name), ref.median(metric.name)
+        mine, theirs = self.value(row, metric), self.value(ref, metric)
         if not mine or not theirs:
             return None
         return mine / theirs if metric.higher_is_better or self.plain_ratio else theirs / mine
@@ -89,7 +104,8 @@ class Table:
     def headers(self) -> list[str]:
         out = [*self.labels]
         for i, m in enumerate(self.metrics):
-            out.append(f"{m.name} (median)" if i == 0 and self.metrics and any(self._reps()) else m.name)
+            median = m.quantile is None and i == 0 and any(self._reps())
+            out.append(f"{m.name} (median)" if median else m.name)
             if i == 0 and self.runs:
                 out.append(f"runs, {m.name}")
         return out + [f"vs {key}" for key in self.references] + [*self.extra]
@@ -97,7 +113,7 @@ class Table:
     def cells(self, row: Row) -> list[str]:
         out = list(row.labels)
         for i, m in enumerate(self.metrics):
-            out.append(number(row.median(m.name), m.digits))
+            out.append(number(self.value(row, m), m.digits))
             if i == 0 and self.runs:
                 out.append(", ".join(number(v, m.digits) for v in row.samples.get(m.name, ())))
         out += [times(self.ratio(row, key)) for key in self.references]
@@ -110,8 +126,10 @@ class Table:
         rows = []
         for r in self.rows:
             entry: dict[str, Any] = {"labels": dict(zip(self.labels, r.labels, strict=False)), "group": r.group}
-            entry["median"] = {m.name: r.median(m.name) for m in self.metrics if m.name in r.samples}
-            entry["samples"] = {k: v for k, v in r.samples.items()}
+            entry["value"] = {m.name: self.value(r, m) for m in self.metrics if m.name in r.samples}
+            # samples of a quantile metric are many calls: the figures stand for them
+            many = {m.name for m in self.metrics if m.quantile is not None}
+            entry["samples"] = {k: v for k, v in r.samples.items() if k not in many}
             entry["vs"] = {key: self.ratio(r, key) for key in self.references if self.ratio(r, key) is not None}
             rows.append({**entry, **({"cells": r.cells} if r.cells else {})})
         return {"heading": self.heading, "rows": rows}

@@ -6,7 +6,7 @@ import os
 
 from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
 from bench.common.tq_cluster import TQ_SETTINGS
-from bench.harness import Report
+from bench.harness import Metric, Report, Table
 from bench.samples.floor import FLOOR_CALLS
 from bench.samples.result import (
     BACKLOG,
@@ -30,36 +30,34 @@ from .chart import plot_samples
 AIM_P50_MS = 0.5
 AIM_VS_HELLO = 1.5  # issue 22: idle get_meta at most this many hello round trips
 AIM_TAKEN_PER_S = 100_000  # issue 22: samples taken per s in the workload
-HEADERS = ("series", "calls timed", "p50 ms", "p99 ms", "p50 vs hello")
+P50 = Metric("p50 ms", higher_is_better=False, digits=3, quantile=0.5)
+P99 = Metric("p99 ms", higher_is_better=False, digits=3, quantile=0.99)
+LABELS = {
+    "hello": "protocol `hello` round trip (the floor), idle broker",
+    "hello-fresh": "protocol `hello` round trip, idle broker, before any put (no arena extents)",
+    "get_meta-idle": f"get_meta {TAKE} (GRPO n={GROUP_N}), 64-128 samples ready, 1 caller, idle broker",
+    "get_meta-backlog": f"get_meta {TAKE} (GRPO n={GROUP_N}), {BACKLOG:,} samples ready, 1 caller, idle broker",
+    "get_meta-live": f"get_meta {TAKE} (GRPO n={GROUP_N}, wait=True), {CONSUMERS} consumers during "
+    f"{PRODUCERS} producers' puts; calls that returned samples",
+    "hello-live": f"protocol `hello` round trip during the workload (bench process, one per "
+    f"{PROBE_INTERVAL_S * 1e3:g} ms)",
+    "tq-get_meta-idle": f"TransferQueue 0.1.11 get_meta {TAKE} (GRPOGroupNSampler(n_samples_per_prompt={GROUP_N})),"
+    " 64-128 samples ready, 1 caller, idle controller",
+}
 
 
-def _ms(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1e3:.3f}"
-
-
-def rows(result: SamplesBenchResult) -> list[list[str]]:
-    floor = result.hello.p(0.5)
-    out = []
-    labels = {
-        "hello": "protocol `hello` round trip (the floor), idle broker",
-        "hello-fresh": "protocol `hello` round trip, idle broker, before any put (no arena extents)",
-        "get_meta-idle": f"get_meta {TAKE} (GRPO n={GROUP_N}), 64-128 samples ready, 1 caller, idle broker",
-        "get_meta-backlog": f"get_meta {TAKE} (GRPO n={GROUP_N}), {BACKLOG:,} samples ready, 1 caller, idle broker",
-        "get_meta-live": f"get_meta {TAKE} (GRPO n={GROUP_N}, wait=True), {CONSUMERS} consumers during "
-        f"{PRODUCERS} producers' puts; calls that returned samples",
-        "hello-live": f"protocol `hello` round trip during the workload (bench process, one per "
-        f"{PROBE_INTERVAL_S * 1e3:g} ms)",
-        "tq-get_meta-idle": f"TransferQueue 0.1.11 get_meta {TAKE} (GRPOGroupNSampler(n_samples_per_prompt={GROUP_N})),"
-        " 64-128 samples ready, 1 caller, idle controller",
-    }
-    state = result.settings.get("transferqueue", "not measured")
+def latency_table(result: SamplesBenchResult) -> Table:
+    """One row per series: p50 and p99 of its calls, and its p50 against the idle broker's ``hello`` p50."""
+    table = Table("Latency", ("series",), (P50, P99), ("hello",), ("calls timed", "note"), plain_ratio=True)
     for s in _series(result):
-        p50 = s.p(0.5)
-        ratio = f"{p50 / floor:.2f}x" if p50 is not None and floor else "-"
-        out.append([labels[s.key], f"{len(s.samples_us):,}", _ms(p50), _ms(s.p(0.99)), ratio])
+        row = table.add(LABELS[s.key], key=s.key)
+        ms = [us / 1e3 for us in s.samples_us]
+        row.samples = {P50.name: ms, P99.name: ms}
+        row.cells["calls timed"] = f"{len(s.samples_us):,}"
+    state = result.settings.get("transferqueue", "not measured")
     if state != "measured":
-        out.append(["TransferQueue 0.1.11 get_meta", "-", state, "-", "-"])
-    return out
+        table.add("TransferQueue 0.1.11 get_meta").cells["note"] = state
+    return table
 
 
 def _series(result: SamplesBenchResult) -> tuple[Series, ...]:
@@ -204,8 +202,8 @@ def samples_report(result: SamplesBenchResult) -> Report:
         "broker_log": result.broker_log,
     }
     aim_rows = aims(result)
-    sections = [
-        Section("Latency", HEADERS, rows(result)),
+    sections: list[Section | Table | None] = [
+        latency_table(result),
         Section("Workload", ("workload", "value"), workload_rows(result)),
         Section("Aims", AIM_HEADERS, aim_rows) if aim_rows else None,
         Section("Notes", lines=_notes(result)),
