@@ -44,7 +44,8 @@ def test_arena_smoke(tmp_path: Path) -> None:
     keys = {r["key"] for r in data["rows"]}
     assert {"memcpy-6MiB", "arena-6MiB-stream", "torch-6MiB-stream"} <= keys, keys
     table = data["tables"][0]
-    assert any(v.endswith("x") for r in table["rows"] for k, v in r["labels"].items() if k.startswith("vs memcpy"))
+    stream = next(r for r in table["rows"] if r["cells"]["key"] == "arena-6MiB-stream")
+    assert stream["vs"]["memcpy"] > 0 and stream["value"]["GB/s"] > 0 and stream["group"] == "6 MiB"
 
 
 def test_jagged_smoke(tmp_path: Path) -> None:

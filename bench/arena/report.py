@@ -1,53 +1,44 @@
-"""The ``arena`` benchmark's report: an ArenaBenchResult as console tables, reStructuredText, or JSON."""
+"""The ``arena`` suite's report: the cases against memcpy of the same batch size, the aims, TransferQueue against
+persisting, the zero-copy check, and the notes."""
 
 from __future__ import annotations
 
 from bench.arena.batches import LARGE, POOL, SMALL, MiB
 from bench.arena.pair import ArenaBenchResult, Row
 from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
-from bench.harness import Report
+from bench.harness import Metric, Report, Table
 
 from .chart import plot_arena
 
 HANDOVER_AIM_MS = 1.0
 
-HEADERS = (
-    "path",
-    "mode",
-    "batch",
-    "batches",
-    "GB/s",
-    "vs memcpy",
-    "hand-over p50 ms",
-    "p99 ms",
-    "from put start p50 ms",
-    "copied",
-    "key",
-)
+GBPS = Metric("GB/s")
+HANDOVER = Metric("hand-over p50 ms", higher_is_better=False, quantile=0.5)
+P99 = Metric("p99 ms", higher_is_better=False, quantile=0.99)
+FROM_START = Metric("from put start p50 ms", higher_is_better=False, quantile=0.5)
 # latency only paced: streaming, it is mostly the backlog a producer runs up ahead of its consumer
 PEER_HEADERS = ("ratio", "GB/s", "TransferQueue's from-put-start p50 / persisting's (paced)")
 
 
-def _fmt_ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
-
-
-def cells(r: Row) -> list[str]:
-    ratio = f"{r.gbps / r.memcpy_gbps:.2f}x" if r.memcpy_gbps else "-"
-    size = f"{r.batch_bytes / MiB:g} MiB"
-    return [
-        r.path,
-        r.mode,
-        size,
-        f"{r.received:,}" + ("" if r.received == r.batches else f" of {r.batches:,}"),
-        f"{r.gbps:.2f}",
-        ratio,
-        _fmt_ms(r.p(0.5)),
-        _fmt_ms(r.p(0.99)),
-        _fmt_ms(r.p(0.5, r.from_start_ms)),
-        "-" if r.copied_bytes is None else f"{r.copied_bytes / (r.received * r.batch_bytes or 1):.0%}",
-        r.key,
-    ]
+def cases_table(result: ArenaBenchResult) -> Table:
+    """One row per case; GB/s against memcpy of the same batch size in this run (the harness's ratio)."""
+    table = Table(
+        "Producer -> consumer",
+        ("path", "mode", "batch", "batches"),
+        (GBPS, HANDOVER, P99, FROM_START),
+        ("memcpy",),
+        ("copied", "key"),
+    )
+    for r in result.rows:
+        size = f"{r.batch_bytes / MiB:g} MiB"
+        batches = f"{r.received:,}" + ("" if r.received == r.batches else f" of {r.batches:,}")
+        key = "memcpy" if r.key.startswith("memcpy-") else r.key
+        row = table.add(r.path, r.mode, size, batches, group=size, key=key)
+        row.samples = {GBPS.name: [r.gbps], HANDOVER.name: r.latency_ms, P99.name: r.latency_ms}
+        row.samples[FROM_START.name] = r.from_start_ms
+        copied = "-" if r.copied_bytes is None else f"{r.copied_bytes / (r.received * r.batch_bytes or 1):.0%}"
+        row.cells = {"copied": copied, "key": r.key}
+    return table
 
 
 def _aim(what: str, value: float | None, target: float, unit: str = "x") -> list[str]:
@@ -173,8 +164,8 @@ def _notes(result: ArenaBenchResult) -> list[str]:
 def arena_report(result: ArenaBenchResult) -> Report:
     aim_rows = aims(result)
     peer = peer_ratios(result)
-    sections = [
-        Section("Producer -> consumer", HEADERS, [cells(r) for r in result.rows]),
+    sections: list[Section | Table | None] = [
+        cases_table(result),
         Section("Aims", AIM_HEADERS, aim_rows) if aim_rows else None,
         Section("Against TransferQueue", PEER_HEADERS, peer) if peer else None,
         Section("zero-copy check", lines=result.checks),

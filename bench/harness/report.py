@@ -120,7 +120,9 @@ class Table:
         return out + [row.cells.get(name, "") for name in self.extra]
 
     def _reps(self) -> list[bool]:
-        return [len(v) > 1 for r in self.rows for v in r.samples.values()]
+        """Per row: whether its first metric has several samples (then its column is a median)."""
+        first = self.metrics[0].name if self.metrics else ""
+        return [len(r.samples.get(first, ())) > 1 for r in self.rows]
 
     def to_json(self) -> dict[str, Any]:
         rows = []
