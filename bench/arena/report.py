@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.arena.batches import LARGE, POOL, SMALL, MiB
 from bench.arena.pair import ArenaBenchResult, Row
-from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
+from bench.common.sections import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
 from bench.harness import Metric, Report, Table
 
 from .chart import plot_arena

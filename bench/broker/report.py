@@ -7,7 +7,7 @@ import os
 from bench.broker.latency import LatencySeries
 from bench.broker.throughput import PIPELINED_INFLIGHT, Throughput
 from bench.broker.workload import BrokerBenchResult
-from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
+from bench.common.sections import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
 from bench.harness import Metric, Report, Table
 
 from .chart import plot_broker

@@ -46,7 +46,7 @@ How to port (or write) a suite
    aim). A metric with ``quantile=q`` takes the nearest-rank quantile of its samples instead of their median:
    for rows whose samples are many calls timed within one run (``p50 us``; bench/broker/report.py). A table
    without metrics is text only (its ``labels`` are its headers; rows hold only labels).
-   ``bench/common/layout.py`` turns a report of pre-formatted sections beside harness tables (the form broker,
+   ``bench/common/sections.py`` turns a report of pre-formatted sections beside harness tables (the form broker,
    arena and samples still have for their aims, counters and per-case rows) into a ``Report``; new suites use
    metric tables.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from bench.common.layout import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
+from bench.common.sections import AIM_HEADERS, Section, Sections, aims_json, as_report, closing_notes
 from bench.common.tq_cluster import TQ_SETTINGS
 from bench.harness import Metric, Report, Table
 from bench.samples.floor import FLOOR_CALLS
