@@ -65,6 +65,14 @@ def test_the_harness_renders_console_md_andbench_json() -> None:
     assert data["tables"][0]["rows"][0]["value"]["GB/s"] == 3.0
 
 
+def test_the_harness_draws_each_measured_table_without_suite_charts(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from bench.harness.render import default_charts
+
+    (path,) = default_charts(Report("A title", [_table(), Table("text only", ("a",))]), "run", tmp_path)
+    assert path.name == "a_title_1.png" and path.stat().st_size > 0
+
+
 def test_a_bad_argument_exits_with_usage() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench", "sizes", "--sizes", "1Q", "--no-progress"],
