@@ -1,11 +1,9 @@
-"""Benchmarks for persisting against its peers, one run each: ``python -m bench queue|broker|arena|samples``.
+"""Benchmarks of persisting against its peers and the machine's limits: ``python -m bench`` lists them.
 
-The ``queue`` benchmark writes and reads back small records (about 100 bytes) through persisting's ``Queue``
-(``durability="sync"`` and ``"process"``) and, in the same run, through persist-queue 1.1.0 (``SQLiteQueue``
-and the file-based ``Queue``); it then measures how a flush of 1,000 rows costs on an empty topic against a
-topic that already holds many rows. ``broker`` (``broker_bench``), ``arena`` (``arena_bench``) and ``samples``
-(``samples_bench``) measure through a broker subprocess they start. Timings are only compared within one run: the
-ratios are the result.
+Layout: ``harness/`` runs every suite (common flags, medians, same-run ratios, metadata, rendering; its docstring
+is the how-to for writing a suite); each other folder is one suite (``sizes/``, ``queue/``, ``broker/``...) with
+its workload, its peers and its report; ``common/`` holds what several suites share; ``probes/`` holds diagnostics
+of one step. Timings are only compared within one run: the ratios are the result.
 """
 
 __all__: list[str] = []

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import persistqueue
 
-from .broker_throughput import PUT_BATCH, Throughput
-from .measure import Tick
-from .records import make_records
-from .workers import START_TIMEOUT_S, gather, guarded, join_all, span, watch, worker, write_result
+from bench.broker.throughput import PUT_BATCH, Throughput
+from bench.common.measure import Tick
+from bench.common.records import make_records
+from bench.common.workers import START_TIMEOUT_S, gather, guarded, join_all, span, watch, worker, write_result
 
 PQ_POLL_S = 0.001  # sleep between empty polls: its blocking get waits on a put event that is per process, and so
 # would poll only every 10 s across processes

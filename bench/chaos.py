@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.common.broker_process import _await_ready
 from persisting import Queue
 from persisting.client import connection
 from persisting.tensors.arena import default_path
 from persisting.testing import wire_fuzz
 
 from . import chaos_worker as worker
-from .broker_server import _await_ready
 
 ARENA_BYTES = 32 * 1024 * 1024
 KILL_AFTER_S = (0.2, 2.5)  # a client is SIGKILLed this long after it was started

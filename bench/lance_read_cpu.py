@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common.broker_process import broker_process
 from persisting import SyncQueue
-
-from .broker_server import broker_process
 
 SAMPLE_FLOATS = 4 * 1024 * 1024  # 16 MiB per sample, as bench.multimodal_big
 

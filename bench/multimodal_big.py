@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.broker_process import broker_process
+from bench.common.measure import RssPoll, reset_peak, vm_hwm_bytes
 from persisting import Queue
-
-from .broker_server import broker_process
-from .measure import RssPoll, reset_peak, vm_hwm_bytes
 
 MiB = 1024 * 1024
 RSS_POLL_S = 0.02  # how often the broker's RSS is read during the get

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .broker_server import broker_process
+from bench.common.broker_process import broker_process
 
 TASKS = ("reward", "reference", "train")
 TOKENS = 1024
@@ -110,7 +110,7 @@ def producer_main(spec: dict[str, Any]) -> None:
         else:
             from tensordict import TensorDict
 
-            from .tq_cluster import tq_attach, tq_detach
+            from bench.common.tq_cluster import tq_attach, tq_detach
 
             client = tq_attach(spec["address"])
             try:
@@ -185,7 +185,7 @@ async def _persisting_get(spec: dict[str, Any], task: str, i: int) -> None:
 
 
 def _tq_get(spec: dict[str, Any], task: str) -> None:
-    from .tq_cluster import tq_attach, tq_detach
+    from bench.common.tq_cluster import tq_attach, tq_detach
 
     client = tq_attach(spec["address"])
     try:
@@ -341,7 +341,7 @@ def _persisting_case(ctx: Any, manager: Any, args: argparse.Namespace, case: str
 
 
 def _tq_case(ctx: Any, manager: Any, args: argparse.Namespace, logical: int) -> list[dict[str, Any]]:
-    from .tq_cluster import tq_cluster, tq_missing
+    from bench.common.tq_cluster import tq_cluster, tq_missing
 
     why = tq_missing()
     if why is not None:

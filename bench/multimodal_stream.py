@@ -5,7 +5,7 @@ stream beyond the arena, and the memory it takes.
    arena (``--stream-arena-mib``, 256) through a broker (``durability="process"``, no consumer), then
    ``flush()``: the arena fills, so the stream runs at the speed its batches leave for Lance. GB/s = payload /
    (first put -> flush returned). One broker per case with ``PERSISTING_LANCE_ENCODERS`` = 1, 2 and every core
-   (``bench.persist_bench``'s stream run). Reference just before each case: the same bytes written to a plain
+   (``bench.persist.workload``'s stream run). Reference just before each case: the same bytes written to a plain
    file with ``os.write`` + ``os.fdatasync`` every 64 MiB.
 2. Memory: one producer streams ``--memory-factor`` (20) times the arena to 3 consumer processes (tasks reward,
    reference, train; each takes every batch with ``get_batch`` and drops it). Peak RSS (VmHWM) of the broker,
@@ -30,12 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.broker_process import broker_process
+from bench.common.measure import reset_peak, vm_hwm_bytes
+from bench.persist.workload import BATCH_ROWS, _batch, _disk, _stream_run
 from persisting import Queue
 from persisting.client.connection import connection
-
-from .broker_server import broker_process
-from .measure import reset_peak, vm_hwm_bytes
-from .persist_bench import BATCH_ROWS, _batch, _disk, _stream_run
 
 MiB = 1024 * 1024
 TASKS = ("reward", "reference", "train")

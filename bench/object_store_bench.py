@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.records import make_records
 from persisting import Queue
-
-from .records import make_records
 
 NO_AUTO_FLUSH = 2**62
 PUT_BATCH = 1_000

@@ -73,7 +73,7 @@ def _rollout_worker(backend: str, worker: int, attach: str, prompts: int, n: int
                     outbox: Any) -> None:  # fmt: skip
     tq = _tq(backend)
     if backend == "transferqueue":
-        from bench.tq_cluster import tq_attach
+        from bench.common.tq_cluster import tq_attach
 
         tq_attach(attach)
     else:
@@ -187,7 +187,7 @@ def run_one(backend: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     attach = ""
     broker_pid = None
     if backend == "transferqueue":
-        from bench.tq_cluster import tq_cluster
+        from bench.common.tq_cluster import tq_cluster
 
         cluster = tq_cluster()
         attach = cluster.__enter__()
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     backends = [args.only] if args.only else ["persisting", "transferqueue"]
     if "transferqueue" in backends:
-        from bench.tq_cluster import tq_missing
+        from bench.common.tq_cluster import tq_missing
 
         missing = tq_missing()
         if missing:
