@@ -1,10 +1,10 @@
-"""``python -m bench storage``: flush and read throughput of a topic on a local S3 server (moto's, a subprocess on
+"""The workload of ``python -m bench storage``: flush and read throughput of a topic on a local S3 server (moto's, a subprocess on
 127.0.0.1) beside the same topic on local disk, in one run.
 
 Per store and workload: ``put_batch`` of every record (acknowledged from the local log), then one timed
 ``flush()`` (the Lance appends: local files with fsync, or S3 PUTs); then a fresh ``Queue`` reads everything in
 pages (for S3 with an empty ``local_path``: a fresh node reading what was flushed). Repeated ``--reps`` times on new
-topics; medians. Workloads: small records (~100 B) and tensor records (one float32 array of ``--tensor-kib`` each).
+topics, the stores alternating. Workloads: small records (~100 B) and tensor records (one float32 array of ``--tensor-kib`` each).
 moto keeps objects in its own process memory and serves them over HTTP on loopback, so the S3 figures show the
 request path (HTTP, signing, Lance's object-store I/O), not a real network or a real bucket's latency.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,30 +33,14 @@ READ_PAGE = 10_000
 
 @dataclass
 class StoreSeries:
+    """One store and workload: its records' count and payload bytes, each rep's flush and read seconds."""
+
     store: str
     workload: str
     rows: int
     payload_bytes: int
     flush_s: list[float] = field(default_factory=list)
     read_s: list[float] = field(default_factory=list)
-
-    def row(self, local: StoreSeries | None) -> dict[str, Any]:
-        flush, read = statistics.median(self.flush_s), statistics.median(self.read_s)
-        mb = self.payload_bytes / 1e6
-        out = {
-            "store": self.store,
-            "workload": self.workload,
-            "rows": self.rows,
-            "MB": round(mb, 1),
-            "flush s (median)": round(flush, 3),
-            "flush MB/s": round(mb / flush, 1),
-            "read s (median)": round(read, 3),
-            "read MB/s": round(mb / read, 1),
-        }
-        if local is not None:
-            out["flush vs local"] = f"{statistics.median(local.flush_s) / flush:.2f}x"
-            out["read vs local"] = f"{statistics.median(local.read_s) / read:.2f}x"
-        return out
 
 
 def _workloads(n_small: int, n_tensor: int, tensor_kib: int, seed: int) -> dict[str, tuple[list[dict[str, Any]], int]]:
@@ -105,7 +88,7 @@ async def _one(
 
 def run_storage_bench(
     base: Path, *, n_small: int, n_tensor: int, tensor_kib: int, reps: int, seed: int
-) -> list[dict[str, Any]]:
+) -> list[StoreSeries]:
     from persisting.testing.s3_server import start_s3_server
 
     server = start_s3_server()
@@ -127,17 +110,6 @@ def run_storage_bench(
                     target.flush_s.append(flush_s)
                     target.read_s.append(read_s)
             series += [local, s3]
-        rows = []
-        for k in range(0, len(series), 2):
-            rows += [series[k].row(None), series[k + 1].row(series[k])]
-        return rows
+        return series
     finally:
         server.stop()
-
-
-def render_storage(rows: list[dict[str, Any]]) -> str:
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
-    return "\n".join(lines)
