@@ -1,10 +1,11 @@
-"""The workload of ``python -m bench storage``: flush and read throughput of a topic on a local S3 server (moto's, a subprocess on
-127.0.0.1) beside the same topic on local disk, in one run.
+"""The workload of ``python -m bench storage``: flush and read throughput of a topic on a local S3 server (moto's,
+a subprocess on 127.0.0.1) beside the same topic on local disk, in one run.
 
 Per store and workload: ``put_batch`` of every record (acknowledged from the local log), then one timed
 ``flush()`` (the Lance appends: local files with fsync, or S3 PUTs); then a fresh ``Queue`` reads everything in
 pages (for S3 with an empty ``local_path``: a fresh node reading what was flushed). Repeated ``--reps`` times on new
-topics, the stores alternating. Workloads: small records (~100 B) and tensor records (one float32 array of ``--tensor-kib`` each).
+topics, the stores alternating. Workloads: small records (~100 B) and tensor records (one float32 array of
+``--tensor-kib`` each).
 moto keeps objects in its own process memory and serves them over HTTP on loopback, so the S3 figures show the
 request path (HTTP, signing, Lance's object-store I/O), not a real network or a real bucket's latency.
 """
