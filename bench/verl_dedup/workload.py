@@ -1,14 +1,14 @@
-"""``python -m bench verl-dedup``: the TransferQueue layer's dedup (``persisting.dedup``) on a verl GRPO step, on and
-off, in the same run.
+"""The workload of ``python -m bench verl-dedup``: the TransferQueue layer's dedup (``persisting.dedup``) on a verl GRPO
+step, on and off, in the same run.
 
-A step: ``--prompts`` prompts x ``--n`` responses, each response with jagged int64 prompts/responses (prompt
-128-511, response 256-1023 tokens), a NonTensorStack of dicts (verl's ``extra_fields``) and, in the multimodal
-shape, ``multi_modal_inputs``: a dict per response holding its prompt's ``pixel_values`` (``--image-mib`` MiB of
-float32; a clone per response, as a collate leaves equal values in distinct tensors) and ``image_grid_thw``. The
-text-only shape has no image: what dedup costs a run that has nothing to dedup. One process (it starts the broker,
-``init(conf)``) ``kv_batch_put``s the step, ``kv_batch_get``s it back (every field), and clears it; ``--steps``
-steps after a warm-up, timed from the put to the end of the get. Each (shape, dedup) runs ``--repeat`` times in
-fresh processes with a broker of its own, alternating; the table gives the medians. Bytes: what the broker's dedup
+A step: ``--prompts`` prompts x ``--n`` responses, each response with jagged int64 prompts/responses (prompt 128-511,
+response 256-1023 tokens), a NonTensorStack of dicts (verl's ``extra_fields``) and, in the multimodal shape,
+``multi_modal_inputs``: a dict per response holding its prompt's ``pixel_values`` (``--image-mib`` MiB of float32; a
+clone per response, as a collate leaves equal values in distinct tensors) and ``image_grid_thw``. The text-only shape
+has no image: what dedup costs a run that has nothing to dedup. One process (it starts the broker, ``init(conf)``)
+``kv_batch_put``s the step, ``kv_batch_get``s it back (every field), and clears it; ``--steps`` steps after a
+warm-up, timed from the put to the end of the get. Each (shape, dedup) runs ``--reps`` times in fresh processes with
+a broker of its own (``python -m bench.verl_dedup.workload SHAPE MODE``), alternating. Bytes: what the broker's dedup
 counters say was put and stored of the deduped fields, and the bytes of the storage folder (write-ahead log and
 Lance) after the broker stopped.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+SHAPES = ("multimodal", "text-only")
 MODES = {"off": False, "auto": "auto"}
 
 
@@ -79,13 +78,13 @@ def run_one(shape: str, mode: str, args: argparse.Namespace, work: Path) -> dict
             got = tq.kv_batch_get(keys=keys, partition_id="train")
             took = time.perf_counter() - start
             if got.batch_size[0] != len(keys):
-                raise SystemExit(f"read {got.batch_size[0]} samples of {len(keys)}")
+                raise RuntimeError(f"read {got.batch_size[0]} samples of {len(keys)}")
             tq.kv_clear(keys=keys, partition_id="train")
             if step:  # the first step warms up (imports, the broker's first Lance files)
                 times.append(took)
         plane = tq.interface._plane
         if plane is None:
-            raise SystemExit("init() made no data plane")
+            raise RuntimeError("init() made no data plane")
         address = plane.address
         status = subprocess.run([sys.executable, "-m", "broker", "status", "--json", "--socket", address],
                                 capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
@@ -94,59 +93,37 @@ def run_one(shape: str, mode: str, args: argparse.Namespace, work: Path) -> dict
     finally:
         tq.close()
     disk = sum(f.stat().st_size for f in storage.rglob("*") if f.is_file())
+    # the median of one run's steps: the run's figure (the harness takes the median over runs)
     return {"step_s": statistics.median(times), "disk": disk, **counters}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench verl-dedup", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8)")
-    p.add_argument("--n", type=int, default=4, help="responses per prompt (default 4)")
-    p.add_argument("--image-mib", type=float, default=1.0, help="pixel_values per prompt, MiB (default 1)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per run, after one warm-up (default 5)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per (shape, dedup); the median is given (default 3)")
-    p.add_argument("--arena-mib", type=int, default=512, help="the broker's arena (default 512)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--one", nargs=2, metavar=("SHAPE", "MODE"), help=argparse.SUPPRESS)
-    return p
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """The step's shape: the suite's flags and this module's."""
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8, 1+)")
+    p.add_argument("--n", type=int, default=4, help="responses per prompt (default 4, 1+)")
+    p.add_argument("--image-mib", type=float, default=1.0, help="pixel_values per prompt, MiB (default 1, above 0)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run, after one warm-up (default 5, 1+)")
+    p.add_argument("--arena-mib", type=int, default=512, help="the broker's arena, MiB (default 512, 1+)")
 
 
-def _mib(n: float) -> str:
-    return f"{n / (1 << 20):,.1f} MiB"
+def workload_argv(args: argparse.Namespace) -> list[str]:
+    """``args``'s step shape as this module's command line (and the seed)."""
+    out = [f"--seed={args.seed}"]
+    for name in ("prompts", "n", "image_mib", "steps", "arena_mib"):
+        out.append(f"--{name.replace('_', '-')}={getattr(args, name)}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
-    if args.one:
-        with tempfile.TemporaryDirectory(prefix="pvd-") as work:
-            print(json.dumps(run_one(args.one[0], args.one[1], args, Path(work))))
-        return 0
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for _ in range(args.repeat):
-        for shape in ("multimodal", "text-only"):
-            for mode in MODES:  # alternating: a slow spell of the machine hits every row
-                proc = subprocess.run([sys.executable, "-m", "bench.verl_dedup", *argv, "--one", shape, mode],
-                                      cwd=ROOT, capture_output=True, text=True, timeout=1800)  # fmt: skip
-                if proc.returncode != 0:
-                    raise SystemExit(f"{shape} {mode} failed:\n{proc.stderr[-4000:]}")
-                runs.setdefault((shape, mode), []).append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    print(f"python -m bench verl-dedup {shlex.join(argv)}")
-    print(f"{args.prompts} prompts x n={args.n}, multimodal: {args.image_mib} MiB pixel_values per prompt; "
-          f"median of {args.repeat} runs of {args.steps} steps")  # fmt: skip
-    print(f"{'shape':<11} {'dedup':<5} {'put+get ms':>11} {'vs off':>7} {'on disk':>12} {'vs off':>7} "
-          f"{'deduped put':>12} {'stored':>11}")  # fmt: skip
-    for shape in ("multimodal", "text-only"):
-        ref = runs[(shape, "off")]
-        ref_s = statistics.median(r["step_s"] for r in ref)
-        ref_disk = statistics.median(r["disk"] for r in ref)
-        for mode in MODES:
-            rs = runs[(shape, mode)]
-            step_s = statistics.median(r["step_s"] for r in rs)
-            disk = statistics.median(r["disk"] for r in rs)
-            put = statistics.median(r.get("put_bytes", 0) for r in rs)
-            stored = statistics.median(r.get("stored_bytes", 0) for r in rs)
-            print(f"{shape:<11} {mode:<5} {step_s * 1e3:>11.1f} {step_s / ref_s:>6.2f}x {_mib(disk):>12} "
-                  f"{disk / ref_disk:>6.2f}x {_mib(put):>12} {_mib(stored):>11}")  # fmt: skip
+    p = argparse.ArgumentParser(prog="python -m bench.verl_dedup.workload", description=__doc__.split("\n\n")[0])
+    p.add_argument("shape", choices=SHAPES)
+    p.add_argument("mode", choices=tuple(MODES))
+    add_workload_args(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated data (default 0)")
+    p.add_argument("--dir", type=Path, help="work under this folder (default: a temp dir in /tmp)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="pvd-", dir=args.dir) as work:
+        print(json.dumps(run_one(args.shape, args.mode, args, Path(work))))
     return 0
 
 
