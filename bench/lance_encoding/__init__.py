@@ -39,7 +39,7 @@ def _tables(rows: list[dict[str, Any]], title: str) -> list[Table]:
     for r in rows:
         if "runs" in r:
             meta = ", ".join(f"{k}={v}" for k, v in r["meta"].items()) or "(none)"
-            samples = {"CPU_s_GB": [c for c, _ in r["runs"]], "GB_s": [g for _, g in r["runs"]]}
+            samples: dict[str, Any] = {"CPU_s_GB": [c for c, _ in r["runs"]], "GB_s": [g for _, g in r["runs"]]}
             writes.add(r["layout"], r["dtype"], meta, r["format"], **samples)
         elif "typed_storage" in r:
             typed.add(r["format"], r["typed_storage"])

@@ -42,7 +42,7 @@ def grpo_tables(rows: list[dict[str, Any]]) -> tuple[list[Table], list[str]]:
         if not ok:
             notes.append(f"{case}: not measured: {rs[0]['error']}")
             continue
-        samples = {
+        samples: dict[str, Any] = {
             "hand_over_s": [r["handover_s"] for r in ok],
             "stored_MiB": [r["stored_bytes"] / MiB for r in ok],
             "stored_put": [r["stored_bytes"] / logical for r in ok],
@@ -56,7 +56,7 @@ def grpo_tables(rows: list[dict[str, Any]]) -> tuple[list[Table], list[str]]:
         "Bytes stored: persisting's Lance files of the step after a flush; torch and TransferQueue: the bytes they "
         "hold by design (every sample's tensors as put), not measured. Peak RSS: VmHWM, with the shared memory in it "
         "(the arena's pages a process mapped, one copy for all of them; torch's shared tensors; the JSON output has "
-        "each process's RssShmem). Arena: the broker's first shared-memory segment; more grow within its budget."
+        "Arena: the broker's first shared-memory segment; more grow within its budget."
     )
     return [step, *_hash_table(hashes)], notes
 

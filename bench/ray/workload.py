@@ -47,7 +47,9 @@ def _check(x: np.ndarray, i: int) -> None:
 Times = dict[str, list[tuple[float, float]]]  # case -> (put s, get s) per rep
 
 
-def run_ray_bench(base: Path, *, batches: dict[str, int], reps: int, say: Callable[[str], None]) -> dict[str, Times]:
+def run_ray_bench(
+    base: Path, *, batches: dict[str, int], reps: int, say: Callable[[str], None] = print
+) -> dict[str, Times]:
     """Batch size label -> its cases' seconds per rep (``batches``: size label -> batches per run)."""
     import ray
     from ray.cluster_utils import Cluster
@@ -63,9 +65,9 @@ def run_ray_bench(base: Path, *, batches: dict[str, int], reps: int, say: Callab
         pray.start(str(base / "storage"), arena_bytes=768 * 2**20)
         tasks = _tasks(ray, pray)
         out = {}
-        for label, n in batches.items():
-            say(f"{label}: {n} batches, {reps} reps after a warm-up")
-            out[label] = _one_size(ray, tasks, label, n, reps)
+        for label, count in batches.items():
+            say(f"{label}: {count} batches, {reps} reps after a warm-up")
+            out[label] = _one_size(ray, tasks, label, count, reps)
         return out
     finally:
         try:

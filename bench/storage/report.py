@@ -3,6 +3,8 @@ server against local disk in the same run."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.harness import Metric, Report, Table
 from bench.harness.report import number
 
@@ -23,7 +25,7 @@ def _table(step: str, series: list[StoreSeries]) -> Table:
     for s in series:
         seconds = s.flush_s if step == "flush" else s.read_s
         mb = s.payload_bytes / 1e6
-        samples = {f"{step}_MB_s": [mb / t for t in seconds], f"{step}_s": seconds}
+        samples: dict[str, Any] = {f"{step}_MB_s": [mb / t for t in seconds], f"{step}_s": seconds}
         row = table.add(s.workload, s.store, group=s.workload, **samples)
         row.cells.update({"rows": f"{s.rows:,}", "MB": number(mb)})
     return table
