@@ -7,6 +7,7 @@ suite's rows and, where it has one, its same-run reference ratio. Ray, verl and 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ def _bench(tmp_path: Path, *args: str) -> dict[str, Any]:
     assert out.returncode == 0, out.stderr[-3000:]
     assert not list(work.iterdir())  # the run's folder removed
     data: dict[str, Any] = json.loads(out.stdout)
-    assert data["meta"]["command"].endswith(" ".join(cmd[3:])) and "persisting revision" in data["meta"]
+    assert data["meta"]["command"].endswith(shlex.join(cmd[3:])) and "persisting revision" in data["meta"]
     return data
 
 

@@ -31,10 +31,9 @@ def _run(ctx: Context) -> Report:
         for shape in SHAPES:
             for mode in MODES:  # alternating: a slow spell of the machine hits every row
                 ctx.say(f"run {rep + 1} of {ctx.reps}: {shape}, dedup {mode}")
-                argv = [shape, mode, *workload_argv(a), f"--dir={ctx.work}"]
-                runs.setdefault((shape, mode), []).append(
-                    run_json("bench.verl_dedup.workload", argv, f"{shape} {mode}")
-                )
+                # no --dir: the run works in its own folder in /tmp (its broker's socket path must stay short)
+                argv = [shape, mode, *workload_argv(a)]
+                runs.setdefault((shape, mode), []).append(run_json("bench.verl_dedup.workload", argv, shape))
     return _report(runs, a)
 
 
