@@ -1,143 +1,26 @@
-"""``python -m bench storage``: flush and read throughput of a topic on a local S3 server (moto's, a subprocess on
-127.0.0.1) beside the same topic on local disk, in one run.
-
-Per store and workload: ``put_batch`` of every record (acknowledged from the local log), then one timed
-``flush()`` (the Lance appends: local files with fsync, or S3 PUTs); then a fresh ``Queue`` reads everything in
-pages (for S3 with an empty ``local_path``: a fresh node reading what was flushed). Repeated ``--reps`` times on new
-topics; medians. Workloads: small records (~100 B) and tensor records (one float32 array of ``--tensor-kib`` each).
-moto keeps objects in its own process memory and serves them over HTTP on loopback, so the S3 figures show the
-request path (HTTP, signing, Lance's object-store I/O), not a real network or a real bucket's latency.
-"""
+"""Transitional: the names bench/harness/legacy.py's ``storage`` entry imports, in the types it expects, until that
+entry goes (the ``storage`` suite, bench/storage/, runs ``python -m bench storage``; legacy's entry is never
+reached)."""
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import statistics
-import time
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bench.common.records import make_records
-from persisting import Queue
-
-NO_AUTO_FLUSH = 2**62
-PUT_BATCH = 1_000
-# A log frame over msgpack's default 100 MiB buffer does not replay (a limit of the engine's log today): tensor
-# records go in puts of at most this much.
-PUT_BATCH_BYTES = 32 * 1024 * 1024
-READ_PAGE = 10_000
-
-
-@dataclass
-class StoreSeries:
-    store: str
-    workload: str
-    rows: int
-    payload_bytes: int
-    flush_s: list[float] = field(default_factory=list)
-    read_s: list[float] = field(default_factory=list)
-
-    def row(self, local: StoreSeries | None) -> dict[str, Any]:
-        flush, read = statistics.median(self.flush_s), statistics.median(self.read_s)
-        mb = self.payload_bytes / 1e6
-        out = {
-            "store": self.store,
-            "workload": self.workload,
-            "rows": self.rows,
-            "MB": round(mb, 1),
-            "flush s (median)": round(flush, 3),
-            "flush MB/s": round(mb / flush, 1),
-            "read s (median)": round(read, 3),
-            "read MB/s": round(mb / read, 1),
-        }
-        if local is not None:
-            out["flush vs local"] = f"{statistics.median(local.flush_s) / flush:.2f}x"
-            out["read vs local"] = f"{statistics.median(local.read_s) / read:.2f}x"
-        return out
-
-
-def _workloads(n_small: int, n_tensor: int, tensor_kib: int, seed: int) -> dict[str, tuple[list[dict[str, Any]], int]]:
-    small = make_records(n_small, seed)
-    small_bytes = sum(8 + len(r["text"]) + 8 for r in small)
-    width = tensor_kib * 1024 // 4
-    rng = np.random.default_rng(seed)
-    tensors = [{"id": i, "x": rng.random(width, dtype=np.float32)} for i in range(n_tensor)]
-    return {
-        f"records ~100 B x {n_small:,}": (small, small_bytes),
-        f"float32[{width}] x {n_tensor:,}": (tensors, n_tensor * width * 4),
-    }
-
-
-async def _one(
-    store: str,
-    records: list[dict[str, Any]],
-    row_bytes: int,
-    path: str,
-    options: dict[str, Any],
-    local: Path,
-    name: str,
-) -> tuple[float, float]:
-    kw: dict[str, Any] = {"storage_options": options, "local_path": local / "writer"} if options else {}
-    step = max(1, min(PUT_BATCH, PUT_BATCH_BYTES // max(1, row_bytes)))
-    async with Queue(name, storage_path=path, batch_size=NO_AUTO_FLUSH, **kw) as q:
-        for k in range(0, len(records), step):
-            await q.put_batch(records[k : k + step])
-        t0 = time.perf_counter()
-        await q.flush()
-        flush_s = time.perf_counter() - t0
-    kw = {"storage_options": options, "local_path": local / "reader"} if options else {}
-    t0 = time.perf_counter()
-    async with Queue(name, storage_path=path, batch_size=NO_AUTO_FLUSH, **kw) as q:
-        got = 0
-        while got < len(records):
-            page = await q.get(limit=READ_PAGE, offset=got)
-            if not page:
-                raise RuntimeError(f"{store}: read {got} of {len(records)} records back")
-            got += len(page)
-    read_s = time.perf_counter() - t0
-    shutil.rmtree(local, ignore_errors=True)
-    return flush_s, read_s
+from bench.harness.render import render
+from bench.storage import workload
+from bench.storage.report import storage_report
 
 
 def run_storage_bench(
     base: Path, *, n_small: int, n_tensor: int, tensor_kib: int, reps: int, seed: int
 ) -> list[dict[str, Any]]:
-    from persisting.testing.s3_server import start_s3_server
-
-    server = start_s3_server()
-    try:
-        bucket = server.new_bucket()
-        series: list[StoreSeries] = []
-        for workload, (records, nbytes) in _workloads(n_small, n_tensor, tensor_kib, seed).items():
-            local = StoreSeries("local disk", workload, len(records), nbytes)
-            s3 = StoreSeries("S3 (moto, loopback)", workload, len(records), nbytes)
-            for rep in range(reps):  # alternate the stores so that they share the machine's noise
-                name = f"w{len(series)}-{rep}"
-                for target, path, options in (
-                    (local, str(base / "disk"), {}),
-                    (s3, f"s3://{bucket}/bench", server.options()),
-                ):
-                    flush_s, read_s = asyncio.run(
-                        _one(target.store, records, nbytes // len(records), path, options, base / "local", name)
-                    )
-                    target.flush_s.append(flush_s)
-                    target.read_s.append(read_s)
-            series += [local, s3]
-        rows = []
-        for k in range(0, len(series), 2):
-            rows += [series[k].row(None), series[k + 1].row(series[k])]
-        return rows
-    finally:
-        server.stop()
+    series = workload.run_storage_bench(
+        base, n_small=n_small, n_tensor=n_tensor, tensor_kib=tensor_kib, reps=reps, seed=seed
+    )
+    return [asdict(s) for s in series]
 
 
 def render_storage(rows: list[dict[str, Any]]) -> str:
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
-    return "\n".join(lines)
+    return render(storage_report([workload.StoreSeries(**r) for r in rows]), {}, "md")

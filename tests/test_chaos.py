@@ -1,4 +1,4 @@
-"""The chaos harness (``python -m bench.chaos``) at a small count: a few SIGKILLs of producers, consumers and the
+"""The chaos harness (``python -m bench chaos``) at a small count: a few SIGKILLs of producers, consumers and the
 broker and a few hundred fuzzed frames must lose, duplicate and leak nothing. ``PERSISTING_CHAOS_TRIALS`` and
 ``PERSISTING_CHAOS_FRAMES`` scale it; docs/benchmarks/chaos.md has a run at 100 trials and 10,000 frames."""
 
@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from bench import chaos
+from bench.chaos import workload as chaos
 
 TRIALS = int(os.environ.get("PERSISTING_CHAOS_TRIALS", "2"))
 FRAMES = int(os.environ.get("PERSISTING_CHAOS_FRAMES", "200"))

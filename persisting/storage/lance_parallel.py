@@ -61,7 +61,7 @@ def check_encoders(value: Any, name: str = "encoders") -> int:
 
 # A big append is cut into pieces of about this much payload even where fewer encoders run: pylance 14 spends
 # 0.8 CPU s/GB encoding a fixed-shape float32 column in 8-16 MiB pieces against 1.4 at 32 MiB and 2.6 at 64 MiB
-# (``python -m bench.lance_encoding``, pieces table), and the fsync of one piece's file (on a syncing thread)
+# (``python -m bench lance-encoding``, pieces table), and the fsync of one piece's file (on a syncing thread)
 # overlaps the encoding of the next instead of following the whole append.
 PIPELINE_BYTES = 16 * 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""What payload lifetime costs (docs/concepts/dedup.md "Lifetime"): ``python -m bench.dedup_lifetime``.
+"""What payload lifetime costs (docs/concepts/dedup.md "Lifetime"): ``python -m bench dedup-lifetime``.
 
 Embedded mode, one process, durability="sync" (the default). Each step puts one GRPO step (``--prompts`` x
 ``--responses`` samples; each prompt's image, float32 3 x 64 x 64 = 48 KiB, repeated for its responses; token ids
@@ -7,9 +7,10 @@ clears the step's samples by index (as verl's ``kv_clear`` does). Timed per call
 steps go into a topic without dedup, in the same run, interleaved step by step: that is the reference (its puts
 and clears carry no references, so they count none). Then ``--open-samples`` samples (4 per image) are put into a
 fresh topic of each kind, closed, and opened again ``--open-repeats`` times (timed: the open, with its rebuild of
-the references from Lance; median). Reported: medians over the steps, the median of ``--runs`` runs, and the
-ratio deduped / reference. Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench.dedup_lifetime``, or
-a copy of this file beside each checkout's ``persisting/``) to compare before and after.
+the references from Lance; median). Reported: medians over the steps, the median of ``--reps`` runs, and the
+ratio deduped / reference. Run it on two checkouts (``PYTHONPATH=<checkout> python -m bench.probes.dedup_lifetime``,
+or a copy of this file beside each checkout's ``persisting/``) to compare before and after. A probe, not a suite:
+its own output, so that a copy of this one file runs beside any checkout.
 """
 
 from __future__ import annotations
@@ -77,24 +78,41 @@ def one_run(root: Path, args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--responses", type=int, default=8)
-    parser.add_argument("--open-samples", type=int, default=8192)
-    parser.add_argument("--open-repeats", type=int, default=5)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args(argv)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench dedup-lifetime", description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=60, help="GRPO steps put and cleared per run (default 60)")
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8)")
+    p.add_argument("--responses", type=int, default=8, help="responses per prompt (default 8)")
+    p.add_argument("--open-samples", type=int, default=8192, help="samples in the topics reopened (default 8192)")
+    p.add_argument("--open-repeats", type=int, default=5, help="timed opens per kind and run (default 5)")
+    p.add_argument("--reps", type=int, default=3, help="runs, medians reported (default 3)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if min(args.steps, args.prompts, args.responses, args.open_samples, args.open_repeats, args.reps) < 1:
+        raise SystemExit("every count must be at least 1")
     runs: list[dict[str, Any]] = []
-    for _ in range(args.runs):
+    for _ in range(args.reps):
         with tempfile.TemporaryDirectory(prefix="dedup-lifetime-") as tmp:
             runs.append(one_run(Path(tmp), args))
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     for what in ("put", "clear", "open"):
         d, p = med[f"{what}_dedup_ms"], med[f"{what}_plain_ms"]
         print(f"{what:5s}  dedup {d:8.3f} ms  reference (no dedup) {p:8.3f} ms  ratio {d / p:5.2f}x")
+    return 0
+
+
+try:  # beside a checkout without the harness (a copy of this file), the probe runs alone
+    from bench.harness import Probe
+except ImportError:
+    pass
+else:
+    PROBE = Probe(
+        "dedup-lifetime", "what payload lifetime costs: put, clear and open with dedup vs without", parser, main
+    )
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -14,8 +14,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,44 +104,44 @@ def _results(out: Any, workers: list[Any]) -> list[dict[str, Any]]:
     return results
 
 
-def _proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a live process, from /proc (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_once(lib: str, base: Path, n: int) -> dict[str, Any]:
     """One 2 + 2 run of ``lib`` under ``base``: counts, the wall, per-phase seconds and CPU seconds."""
-    ctx = mp.get_context("spawn")
-    broker = proc = None
-    if lib != "persist-queue":
-        from tests.broker_fixture import make_broker
+    if lib == "persist-queue":
+        return _measured(lib, base, n, None, None)
+    # imported here: a spawned worker imports this module, and only the library it measures may weigh on it
+    from bench.common.broker_process import broker_process
 
-        proc = make_broker(base / f"broker-{time.monotonic_ns()}")
-        proc.start()
-        broker = proc.address
+    folder = base / f"broker-{time.monotonic_ns()}"
+    (folder / "s").mkdir(parents=True)
+    address = f"ipc://{folder}/s/b.sock"
+    with broker_process(folder / "storage", address, folder / "broker.log", log_level="WARNING") as proc:
+        return _measured(lib, base, n, address, proc.pid)
+
+
+def _measured(lib: str, base: Path, n: int, broker: str | None, pid: int | None) -> dict[str, Any]:
+    from bench.common.broker_process import cpu_seconds
+
+    ctx = mp.get_context("spawn")
     path = str(base / f"mp-{lib}-{time.monotonic_ns()}")
     out = ctx.Queue()
-    try:
-        broker_cpu0 = 0.0 if proc is None or proc.proc is None else _proc_cpu_s(proc.proc.pid)
-        t0 = time.monotonic()
-        workers = [ctx.Process(target=_worker, args=(lib, "put", path, broker, k * n, n, out)) for k in range(2)]
-        workers += [ctx.Process(target=_worker, args=(lib, "get", path, broker, 0, 0, out)) for _ in range(2)]
-        for w in workers:
-            w.start()
-        results = _results(out, workers)
-        t_results = time.monotonic()
-        for w in workers:
-            w.join()
-        wall = time.monotonic() - t0
-        broker_cpu = 0.0 if proc is None or proc.proc is None else _proc_cpu_s(proc.proc.pid) - broker_cpu0
-    finally:
-        if proc is not None:
-            proc.stop()
-            proc.ensure_dead()
+    broker_cpu0 = cpu_seconds(pid) or 0.0
+    t0 = time.monotonic()
+    workers = [ctx.Process(target=_worker, args=(lib, "put", path, broker, k * n, n, out)) for k in range(2)]
+    workers += [ctx.Process(target=_worker, args=(lib, "get", path, broker, 0, 0, out)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    results = _results(out, workers)
+    t_results = time.monotonic()
+    for w in workers:
+        w.join()
+    wall = time.monotonic() - t0
+    broker_cpu = (cpu_seconds(pid) or 0.0) - broker_cpu0
+    return _summary(results, n, t0, wall, t_results, broker_cpu)
+
+
+def _summary(
+    results: list[dict[str, Any]], n: int, t0: float, wall: float, t_results: float, broker_cpu: float
+) -> dict[str, Any]:
     got = [v for r in results for v in r["got"]]
     distinct = set(got)
     prods = [r for r in results if r["role"] == "put"]
@@ -174,62 +174,11 @@ def run_once(lib: str, base: Path, n: int) -> dict[str, Any]:
     }
 
 
-def run(base: Path, n: int, repeat: int) -> dict[str, Any]:
-    """``repeat`` rounds, the libraries alternating within each; per library every run and the median run."""
+def run(base: Path, n: int, reps: int, say: Callable[[str], None]) -> dict[str, list[dict[str, Any]]]:
+    """``reps`` rounds, the libraries alternating within each: library -> one result per round."""
     runs: dict[str, list[dict[str, Any]]] = {lib: [] for lib in LIBRARIES}
-    for _ in range(repeat):
+    for r in range(reps):
         for lib in LIBRARIES:
+            say(f"2 + 2 processes: {lib}, run {r + 1} of {reps}")
             runs[lib].append(run_once(lib, base, n))
-    out: dict[str, Any] = {}
-    for lib, rs in runs.items():
-        median = sorted(rs, key=lambda r: r["wall_s"])[len(rs) // 2]
-        every = {f"{k}_runs": [r[k] for r in rs] for k in ("wall_s", "delivered", "twice", "lost", "errors")}
-        out[lib] = {**median, **every, "median_wall_s": statistics.median(r["wall_s"] for r in rs)}
-    ref = out["persist-queue"]["median_wall_s"]
-    out["persisting"]["vs_persist_queue"] = round(ref / out["persisting"]["median_wall_s"], 2)
-    return out
-
-
-HEAD = [
-    "2 producers + 2 consumers, SQLiteAckQueue",
-    "records",
-    "delivered",
-    "twice",
-    "lost",
-    "errors retried",
-    "wall s: median (runs)",
-]
-PHASES = (
-    ("spawn_s", "spawn"),
-    ("import_s", "import"),
-    ("open_s", "open + 1st call"),
-    ("puts_s", "puts"),
-    ("records_s", "to last ack"),
-    ("tail_s", "idle tail"),
-    ("teardown_s", "teardown"),
-    ("producers_cpu_s", "CPU producers"),
-    ("consumers_cpu_s", "CPU consumers"),
-    ("broker_cpu_s", "CPU broker"),
-)
-
-
-def rows(result: dict[str, Any]) -> tuple[list[list[Any]], list[list[Any]]]:
-    """The headline rows and the phase rows (seconds, of each library's median run)."""
-
-    def runs(values: list[Any]) -> str:
-        return ", ".join(map(str, values))
-
-    head = [
-        [
-            lib,
-            r["records"],
-            runs(r["delivered_runs"]),
-            runs(r["twice_runs"]),
-            runs(r["lost_runs"]),
-            runs(r["errors_runs"]),
-            f"{r['median_wall_s']} ({runs(r['wall_s_runs'])})",
-        ]
-        for lib, r in result.items()
-    ]
-    phases = [[label, *(result[lib][key] for lib in result)] for key, label in PHASES]
-    return head, phases
+    return runs

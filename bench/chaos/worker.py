@@ -1,7 +1,7 @@
 """A client process of ``python -m bench chaos``, killed with SIGKILL at a random moment by the harness.
 
-    python -m bench.chaos_worker ADDRESS produce WORKER STOP_FILE   put batches until STOP_FILE exists
-    python -m bench.chaos_worker ADDRESS consume WORKER STOP_FILE   take tensor batches (delivery="ack") until then
+    python -m bench.chaos.worker ADDRESS produce WORKER STOP_FILE   put batches until STOP_FILE exists
+    python -m bench.chaos.worker ADDRESS consume WORKER STOP_FILE   take tensor batches (delivery="ack") until then
 
 A producer alternates a put_batch of 4 records (topic ``chaos-records``, field ``id``: str) and a tensor batch of
 4 samples (topic ``chaos-tensors``, partition ``p``: ``obs`` float32[4, 1024] through the arena, ``id`` int64),

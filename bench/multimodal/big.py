@@ -1,4 +1,4 @@
-"""``python -m bench multimodal --parts big`` (alone: ``python -m bench.multimodal_big``): one batch of
+"""The ``big`` part of ``python -m bench multimodal`` (``--parts big``): one batch of
 ``--big-gib`` (2) GiB through a broker whose arena is ``--big-arena-mib`` (256) MiB, 8x smaller.
 
 A producer (this process) ``put``s one float32 batch (``BIG_SAMPLE_MIB`` per sample) into a fresh broker; a
@@ -7,7 +7,7 @@ file of the topic and comes back in pieces of at most 64 MiB: docs/concepts/batc
 (put called -> the consumer holds every byte); the put alone and the get alone beside it. Reference in the same
 run: memcpy of the same bytes (``numpy.copyto`` into a destination faulted in beforehand). After the timing the
 consumer checks every byte; peak RSS (VmHWM) of the broker and of the consumer (from its first request on) show
-what each held. Median of ``--reps`` runs.
+what each held. ``--reps`` runs.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,16 +29,6 @@ from persisting import Queue
 MiB = 1024 * 1024
 RSS_POLL_S = 0.02  # how often the broker's RSS is read during the get
 BIG_SAMPLE_MIB = 16
-
-
-def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--big-gib", type=float, default=2.0, help="the batch, GiB (default 2)")
-    parser.add_argument("--big-arena-mib", type=int, default=256, help="the broker's arena, MiB (default 256)")
-    parser.add_argument(
-        "--after-flush",
-        action="store_true",
-        help="the consumer asks only once the batch is flushed to Lance (its spool file gone): the read from Lance",
-    )
 
 
 def _batch(nbytes: int) -> np.ndarray:
@@ -143,65 +131,6 @@ def _one(base: Path, arena_bytes: int, batch: np.ndarray, rep: int, after_flush:
     }
 
 
-def run(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
+def run(args: argparse.Namespace, base: Path, reps: int) -> list[dict[str, Any]]:
     batch = _batch(int(args.big_gib * 1024 * MiB))
-    flushed = bool(getattr(args, "after_flush", False))
-    return [_one(base, args.big_arena_mib * MiB, batch, rep, flushed) for rep in range(args.reps)]
-
-
-def render(rows: list[dict[str, Any]]) -> str:
-    rows = [r for r in rows if r.get("part") == "big"]
-    if not rows:
-        return ""
-    med = statistics.median
-
-    def m(key: str) -> float:
-        return med(r[key] for r in rows)
-
-    gib, arena = rows[0]["bytes"] / 1024**3, rows[0]["arena_bytes"] / MiB
-    ratios = [r["gbps"] / r["memcpy_gbps"] for r in rows]
-    get_ratios = [r["get_gbps"] / r["memcpy_gbps"] for r in rows]
-    flushed = bool(rows[0].get("after_flush"))
-    whole = "put -> flush -> consumer holds it all" if flushed else "put -> consumer holds it all"
-    get = "get alone (after the flush: from Lance)" if flushed else "get alone (after the put: from the spool file)"
-    lines = [
-        f"One {gib:.2f} GiB float32 batch through a {arena:.0f} MiB arena, producer -> consumer process "
-        f"(median of {len(rows)}; every byte checked: {all(r['exact'] for r in rows)})",
-        "",
-        "| what | GB/s (median) | runs | vs memcpy of the same bytes |",
-        "|---|---:|---|---:|",
-        f"| memcpy (reference, same run) | {m('memcpy_gbps'):.2f} | {_runs(rows, 'memcpy_gbps')} | 1.00x |",
-        f"| {whole} | {m('gbps'):.3f} | {_runs(rows, 'gbps')} | {med(ratios):.3f}x |",
-        f"| put alone (acknowledged) | {m('put_gbps'):.3f} | {_runs(rows, 'put_gbps')} | |",
-        f"| {get} | {m('get_gbps'):.3f} | {_runs(rows, 'get_gbps')} | {med(get_ratios):.3f}x |",
-        "",
-        f"Peak RSS (median): broker {m('broker_peak_rss') / MiB:,.0f} MiB, consumer {m('consumer_peak_rss') / MiB:,.0f}"
-        f" MiB (the batch is {gib * 1024:,.0f} MiB; the consumer's one result tensor is the one copy it needs)",
-    ]
-    if flushed:
-        lines[-1] += (
-            f". The broker's RSS during the get alone (VmRSS every {RSS_POLL_S * 1000:.0f} ms): "
-            f"{m('broker_get_start_rss') / MiB:,.0f} MiB as it began (what the flush left), "
-            f"{m('broker_get_peak_rss') / MiB:,.0f} MiB at most (the arena is {arena:.0f} MiB)"
-        )
-    return "\n".join(lines)
-
-
-def _runs(rows: list[dict[str, Any]], key: str) -> str:
-    return ", ".join(f"{r[key]:.3f}" for r in rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.multimodal_big", description=__doc__.split("\n\n")[0])
-    add_args(parser)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="mmbig-", dir=args.dir) as tmp:
-        rows = run(args, Path(tmp))
-    print(render(rows))
-    return 0 if all(r["exact"] for r in rows) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return [_one(base, args.big_arena_mib * MiB, batch, rep, args.after_flush) for rep in range(reps)]

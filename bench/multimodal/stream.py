@@ -1,5 +1,5 @@
-"""``python -m bench multimodal --parts stream`` (alone: ``python -m bench.multimodal_stream``): a sustained
-stream beyond the arena, and the memory it takes.
+"""The ``stream`` part of ``python -m bench multimodal`` (``--parts stream``): a sustained stream beyond the arena,
+and the memory it takes.
 
 1. Persistence: one producer ``put``s float32 batches of 16 MiB worth ``--stream-factor`` (4) times the broker's
    arena (``--stream-arena-mib``, 256) through a broker (``durability="process"``, no consumer), then
@@ -12,7 +12,7 @@ stream beyond the arena, and the memory it takes.
    of the producer (from this case on) and of the consumers, and the most arena bytes in use (``status``,
    polled every 50 ms), each against the arena size: what each holds beyond the arena is the constant reported.
 
-Median of ``--reps`` runs; cases alternate within a run.
+``--reps`` runs; cases alternate within a run.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
-import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,13 +36,6 @@ from persisting.client.connection import connection
 
 MiB = 1024 * 1024
 TASKS = ("reward", "reference", "train")
-
-
-def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stream-arena-mib", type=int, default=256, help="the broker's arena, MiB (default 256)")
-    parser.add_argument("--stream-factor", type=int, default=4, help="persistence: stream this many arenas")
-    parser.add_argument("--memory-factor", type=int, default=20, help="memory: stream this many arenas")
-    parser.add_argument("--encoders", default=None, help="comma-separated encoder counts (default 1,2,all cores)")
 
 
 def _encoders(args: argparse.Namespace) -> list[int]:
@@ -135,14 +126,14 @@ def _memory_run(base: Path, arena_bytes: int, batch: np.ndarray, batches: int, r
     }
 
 
-def run(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
+def run(args: argparse.Namespace, base: Path, reps: int) -> list[dict[str, Any]]:
     arena_bytes = args.stream_arena_mib * MiB
     batch = _batch(0)
     rows: list[dict[str, Any]] = []
     stream_batches = max(1, args.stream_factor * arena_bytes // batch.nbytes)
     memory_batches = max(1, args.memory_factor * arena_bytes // batch.nbytes)
     encoders = _encoders(args)
-    for rep in range(args.reps):
+    for rep in range(reps):
         for n in encoders if rep % 2 == 0 else encoders[::-1]:
             os.sync()  # the previous case's dirty pages are not this one's
             disk = _disk(base, batch, stream_batches)
@@ -155,65 +146,3 @@ def run(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
         os.sync()
         rows.append(_memory_run(base, arena_bytes, batch, memory_batches, rep))
     return rows
-
-
-def render(rows: list[dict[str, Any]]) -> str:
-    med = statistics.median
-    stream = [r for r in rows if r.get("part") == "stream"]
-    memory = [r for r in rows if r.get("part") == "stream-memory"]
-    lines: list[str] = []
-    if stream:
-        arena = stream[0]["arena_bytes"]
-        lines += [
-            f"Sustained stream of {stream[0]['bytes'] / 1e9:.2f} GB ({stream[0]['bytes'] / arena:.0f}x the "
-            f"{arena / MiB:.0f} MiB arena) into Lance through the broker (median of "
-            f"{len({r['rep'] for r in stream})}; the file reference runs just before each case)",
-            "",
-            "| encoders | GB/s (median) | runs | file write + fdatasync GB/s (median) | ratio (median of each run's "
-            "ratio) | broker CPU cores used |",
-            "|---|---:|---|---:|---:|---:|",
-        ]
-        for n in sorted({r["encoders"] for r in stream}):
-            case = [r for r in stream if r["encoders"] == n]
-            runs = ", ".join(f"{r['gbps']:.2f}" for r in case)
-            lines.append(
-                f"| {n} | {med(r['gbps'] for r in case):.2f} | {runs} | "
-                f"{med(r['disk_gbps'] for r in case):.2f} | {med(r['gbps'] / r['disk_gbps'] for r in case):.2f}x | "
-                f"{med(r['broker_cores'] for r in case):.2f} |"
-            )
-    if memory:
-        arena = memory[0]["arena_bytes"]
-
-        def m(key: str) -> float:
-            return med(r[key] for r in memory)
-
-        lines += [
-            "",
-            f"Memory while 1 producer streams {memory[0]['bytes'] / 1e9:.2f} GB ({memory[0]['bytes'] / arena:.0f}x "
-            f"the arena) to 3 consumer processes (median of {len(memory)}; every consumer took every batch: "
-            f"{all(r['all_taken'] for r in memory)}; {m('gbps'):.2f} GB/s)",
-            "",
-            "| what | peak (median) | beyond the arena |",
-            "|---|---:|---:|",
-            f"| arena bytes in use | {m('arena_most_used') / MiB:,.0f} MiB | (arena {arena / MiB:,.0f} MiB) |",
-        ]
-        for key, label in (("broker_peak_rss", "broker RSS"), ("producer_peak_rss", "producer RSS"),
-                           ("consumer_peak_rss", "consumer RSS (the largest of 3)")):  # fmt: skip
-            lines.append(f"| {label} | {m(key) / MiB:,.0f} MiB | {(m(key) - arena) / MiB:+,.0f} MiB |")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.multimodal_stream", description=__doc__.split("\n\n")[0])
-    add_args(parser)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="mmstream-", dir=args.dir) as tmp:
-        rows = run(args, Path(tmp))
-    print(render(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,9 +1,9 @@
-"""``python -m bench.chaos [--trials 100] [--frames 10000] [--seed N] [--dir DIR]``: kill -9 at random moments.
+"""``python -m bench chaos [--trials 100] [--frames 10000] [--seed N] [--dir DIR]``: kill -9 at random moments.
 
 One broker (a real subprocess with an arena) on fresh storage, then four phases, each seeded (the seeds are
-printed; ``--seed`` replays a run's schedule, not its timing):
+in the report; ``--seed`` replays a run's schedule, not its timing):
 
-1. producers: ``--trials`` producer processes (bench/chaos_worker.py), two at a time, each SIGKILLed after a
+1. producers: ``--trials`` producer processes (bench/chaos/worker.py), two at a time, each SIGKILLed after a
    random 0.2-2.5 s (while importing, connecting, between puts or inside one);
 2. consumers: ``--trials`` consumer processes taking tensor batches with acknowledged delivery, holding zero-copy
    views, SIGKILLed the same way, while one producer keeps putting;
@@ -20,7 +20,6 @@ left after the broker's clean stop, and broker log bytes per bad frame.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import os
@@ -28,8 +27,8 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from persisting.client import connection
 from persisting.tensors.arena import default_path
 from persisting.testing import wire_fuzz
 
-from . import chaos_worker as worker
+from . import worker
 
 ARENA_BYTES = 32 * 1024 * 1024
 KILL_AFTER_S = (0.2, 2.5)  # a client is SIGKILLed this long after it was started
@@ -106,8 +105,8 @@ class Broker:
 
 def _spawn(address: str, role: str, wid: int, stop: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A worker; its stderr goes to ``worker-<wid>.err`` beside ``stop`` (read when it fails)."""
-    cmd = [sys.executable, "-m", "bench.chaos_worker", address, role, str(wid), str(stop)]
-    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "bench.chaos.worker", address, role, str(wid), str(stop)]
+    root = Path(__file__).resolve().parents[2]
     with (stop.parent / f"worker-{wid}.err").open("wb") as err:
         return subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **(env or {})})
 
@@ -209,23 +208,48 @@ def _orphans(names: list[str]) -> list[str]:
     return [n for n in names if Path("/dev/shm", n).exists() and n not in mapped]
 
 
-def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run(base: Path, trials: int, frames: int, seed: int, say: Callable[[str], None] = _stderr) -> dict[str, Any]:
+    """The four phases under ``base`` (a short path: the broker's ipc socket lives under it), then the figures
+    (name -> value; ``_details``: the failed workers' and unanswered frames' lines)."""
     rng = random.Random(seed)
     fuzz_seed = rng.randrange(2**32)
-    print(f"chaos: seed {seed} (fuzz seed {fuzz_seed}), {trials} trials per phase, {frames} fuzzed frames", flush=True)
+    say(f"seed {seed} (fuzz seed {fuzz_seed}), {trials} trials per phase, {frames} fuzzed frames")
     shm_before = _shm()
     broker = Broker(base)
     broker.start()
     tally = Tally()
     t0 = time.monotonic()
+    stuck, restart_s = _kill_phases(broker, trials, rng, tally, base, say)
+    figures = _after(broker, tally, frames, fuzz_seed, shm_before)
+    return {
+        "seed": seed,
+        "fuzz seed": fuzz_seed,
+        "minutes": round((time.monotonic() - t0) / 60, 1),
+        "producers killed": tally.killed["produce"],
+        "consumers killed": tally.killed["consume"],
+        "broker kill -9 + restart": tally.killed["broker"],
+        "broker restart s (median)": round(sorted(restart_s)[len(restart_s) // 2], 2) if restart_s else 0,
+        "workers that did not stop when asked": stuck,
+        **figures,
+    }
+
+
+def _kill_phases(
+    broker: Broker, trials: int, rng: random.Random, tally: Tally, base: Path, say: Callable[[str], None]
+) -> tuple[int, list[float]]:
+    """Producers, consumers, then the broker killed ``trials`` times each: (workers stuck, restart seconds)."""
     _kill_clients(broker.address, "produce", trials, rng, tally, base)
-    print(f"  producers: {tally.killed['produce']} killed, {len(tally.acked)} samples acknowledged", flush=True)
+    say(f"producers: {tally.killed['produce']} killed, {len(tally.acked)} samples acknowledged")
 
     stop = base / "stop-consumers"
     feeder = [_spawn(broker.address, "produce", 3000, stop)]
     _kill_clients(broker.address, "consume", trials, rng, tally, base)
     stuck = _finish(feeder, stop, tally)
-    print(f"  consumers: {tally.killed['consume']} killed, {len(tally.done)} samples acknowledged by them", flush=True)
+    say(f"consumers: {tally.killed['consume']} killed, {len(tally.done)} samples acknowledged by them")
 
     stop = base / "stop-broker-phase"
     env = {"PERSISTING_REQUEST_TIMEOUT": CLIENT_REQUEST_TIMEOUT_S}
@@ -240,8 +264,12 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
         restart_s.append(broker.start())
     time.sleep(1.0)
     stuck += _finish(background, stop, tally)
-    print(f"  broker: {tally.killed['broker']} kill -9 + restarts", flush=True)
+    say(f"broker: {tally.killed['broker']} kill -9 + restarts")
+    return stuck, restart_s
 
+
+def _after(broker: Broker, tally: Tally, frames: int, fuzz_seed: int, shm_before: set[str]) -> dict[str, Any]:
+    """Drain, count what is stored and held, fuzz, stop the broker cleanly: the figures."""
     asyncio.run(_drain(broker.address, tally))
     stored = asyncio.run(_stored(broker.address))
     train = asyncio.run(_train(broker.address))
@@ -257,13 +285,6 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
     acked, tensor_acked = set(tally.acked), {i for i in tally.acked if _is_tensor_id(i)}
     arena = status.get("arena", {})
     return {
-        "seed": seed,
-        "fuzz seed": fuzz_seed,
-        "minutes": round((time.monotonic() - t0) / 60, 1),
-        "producers killed": tally.killed["produce"],
-        "consumers killed": tally.killed["consume"],
-        "broker kill -9 + restart": tally.killed["broker"],
-        "broker restart s (median)": round(sorted(restart_s)[len(restart_s) // 2], 2) if restart_s else 0,
         "samples acknowledged to producers": len(acked),
         "puts retried after BrokerUnavailableError (same key)": tally.retried,
         "acknowledged lost": len(acked - set(stored)),
@@ -276,7 +297,6 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
         "tensor samples a killed consumer took, its DONE line lost": len(tensor_acked - set(tally.done)),
         "tensor samples acknowledged twice by consumers": sum(1 for i in tensor_acked if tally.done[i] > 1),
         "corrupt views seen by consumers": tally.corrupt,
-        "workers that did not stop when asked": stuck,
         "workers that failed (exit code not 0)": len(tally.failed),
         "arena bytes leaked (leased_bytes)": arena.get("leased_bytes"),
         "arena holds left open": arena.get("holds"),
@@ -293,46 +313,3 @@ def run(base: Path, trials: int, frames: int, seed: int) -> dict[str, Any]:
         "tracebacks in the broker log": tracebacks,
         "_details": [*tally.failed, *(f"no reply to fuzz frame: {f}" for f in fz.missing_frames)],
     }
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
-    parser.add_argument("--trials", type=int, default=100, help="kill -9 trials per phase (default 100)")
-    parser.add_argument("--frames", type=int, default=10_000, help="fuzzed frames (default 10000)")
-    parser.add_argument("--seed", type=int, default=None, help="default: random (printed)")
-    parser.add_argument("--dir", type=Path, default=None, help="work under this folder (default: a temp dir)")
-    args = parser.parse_args(argv)
-    if args.trials < 1 or args.frames < 0:
-        raise SystemExit("--trials must be at least 1, --frames at least 0")
-    seed = args.seed if args.seed is not None else random.randrange(2**32)
-    if args.dir is not None:
-        args.dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="pch-", dir=args.dir) as tmp:  # short: the ipc path limit is 107 bytes
-        result = run(Path(tmp), args.trials, args.frames, seed)
-    print(f"\npython -m bench.chaos {' '.join(argv)}\n")
-    details = result.pop("_details")
-    print("| figure | value |\n|---|---|")
-    for key, value in result.items():
-        print(f"| {key} | {value} |")
-    bad = (
-        "acknowledged lost",
-        "duplicated",
-        "tensor samples not consumed after the drain (broker's count)",
-        "acknowledged tensor samples no consumer took",
-        "corrupt views seen by consumers",
-        "arena bytes leaked (leased_bytes)",
-        "arena leases left open",
-        "frames without a reply",
-        "workers that failed (exit code not 0)",
-        "tracebacks in the broker log",
-    )
-    failed = [k for k in bad if result[k]]
-    for line in details:
-        print(line)
-    if failed:
-        print(f"\nFAILED: {', '.join(failed)} (replay the schedule with --seed {seed})")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,22 +1,20 @@
-"""``python -m bench.lance_encoding``: what Lance's encoder costs per GB of a dense tensor column, by file format
-(``data_storage_version``), field metadata and Arrow layout, and whether each format keeps the typed storage
-(``persisting/queue/tensor_columns.py``: null variable-shape tensors are null structs, all-null columns are added).
+"""The workload of ``python -m bench lance-encoding``: what Lance's encoder costs per GB of a dense tensor column, by
+file format (``data_storage_version``), field metadata and Arrow layout, and whether each format keeps the typed
+storage (``persisting/queue/tensor_columns.py``: null variable-shape tensors are null structs, all-null columns are
+added).
 
-Each case: ``lance.write_dataset`` of ``--mib`` MiB in one column (rows of 1 MiB) to a new dataset, then fsync of
-its files. CPU s/GB: this process's CPU time (Lance's threads included) per GB of payload; GB/s: payload / wall
-time. Median of ``--reps``. "typed storage": a struct column with a null row written, then a column of nulls
-only added, and both read back as written. Pieces: the writer's setting (fixed-shape float32, compression off,
-``stable``) appended with ``lance.fragment.write_fragments`` (what ``lance_parallel`` does) in pieces of 16, 64 and
-256 MiB: CPU s/GB of the whole ``--mib``.
+Each case: ``lance.write_dataset`` of ``--mib`` MiB in one column (rows of 1 MiB) to a new dataset, then fsync of its
+files. CPU s/GB: this process's CPU time (Lance's threads included) per GB of payload; GB/s: payload / wall time;
+``--reps`` writes each. "typed storage": a struct column with a null row written, then a column of nulls only added,
+and both read back as written. Pieces: the writer's setting (fixed-shape float32, compression off, ``stable``)
+appended with ``lance.fragment.write_fragments`` (what ``lance_parallel`` does) in pieces of 16, 64 and 256 MiB: CPU
+s/GB of the whole ``--mib``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -77,7 +75,7 @@ def _write(folder: Path, fmt: str, array: pa.Array, meta: dict[str, str]) -> tup
     _sync_tree(path)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     if ds.to_table().column("x").type != array.type:
-        raise AssertionError(f"{fmt}: the column came back as {ds.to_table().column('x').type}")
+        raise RuntimeError(f"{fmt}: the column came back as {ds.to_table().column('x').type}")
     return cpu / (table.nbytes / 1e9), table.nbytes / wall / 1e9
 
 
@@ -118,57 +116,14 @@ def _pieces(folder: Path, rows: int, reps: int) -> list[dict[str, Any]]:
     return [{"piece_mib": mib, "cpu": r} for mib, r in runs.items()]
 
 
-def run(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
-    rows = max(1, args.mib * MiB // ROW_BYTES)
+def run(mib: int, reps: int, folder: Path) -> list[dict[str, Any]]:
+    rows = max(1, mib * MiB // ROW_BYTES)
     out: list[dict[str, Any]] = []
     for layout, dtype, meta in CASES:
         array = _column(layout, dtype, rows)
         for fmt in FORMATS:
-            runs = [_write(folder, fmt, array, meta) for _ in range(args.reps)]
+            runs = [_write(folder, fmt, array, meta) for _ in range(reps)]
             out.append({"layout": layout, "dtype": dtype, "meta": meta, "format": fmt, "runs": runs})
     for fmt in FORMATS:
         out.append({"format": fmt, "typed_storage": _typed_storage(folder, fmt)})
-    return out + _pieces(folder, rows, args.reps)
-
-
-def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    med = statistics.median
-    lines = [
-        f"lance {lance.__version__}, pyarrow {pa.__version__}: write_dataset of {args.mib} MiB in one column "
-        f"(rows of 1 MiB) + fsync, median of {args.reps}",
-        "",
-        "| layout | dtype | field metadata | format | CPU s/GB (median) | runs | GB/s (median) |",
-        "|---|---|---|---|---:|---|---:|",
-    ]
-    for r in (r for r in rows if "runs" in r):
-        meta = ", ".join(f"{k}={v}" for k, v in r["meta"].items()) or "(none)"
-        cpu = ", ".join(f"{c:.2f}" for c, _ in r["runs"])
-        lines.append(
-            f"| {r['layout']} | {r['dtype']} | {meta} | {r['format']} | {med(c for c, _ in r['runs']):.2f} | "
-            f"{cpu} | {med(g for _, g in r['runs']):.2f} |"
-        )
-    lines += ["", "| format | keeps the typed storage (null structs, columns added as nulls) |", "|---|---|"]
-    lines += [f"| {r['format']} | {r['typed_storage']} |" for r in rows if "typed_storage" in r]
-    lines += ["", "| appended in pieces of (write_fragments) | CPU s/GB (median) | runs |", "|---|---:|---|"]
-    lines += [
-        f"| {r['piece_mib']} MiB | {med(r['cpu']):.2f} | {', '.join(f'{c:.2f}' for c in r['cpu'])} |"
-        for r in rows
-        if "piece_mib" in r
-    ]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.lance_encoding", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mib", type=int, default=256, help="payload per write, MiB (default 256)")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="lance-encoding-", dir=args.dir) as tmp:
-        rows = run(args, Path(tmp))
-    print(render(rows, args))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return out + _pieces(folder, rows, reps)
