@@ -74,13 +74,12 @@ class Connections:
                 self.disconnects += 1
                 self.connected = max(0, self.connected - 1)
 
-    def hello(self, identity: bytes, args: dict[str, Any], kernel_peer: Peer | None = None) -> None:
+    def hello(self, identity: bytes, raw: Any, kernel_peer: Peer | None = None) -> None:
         """A hello from ``identity``: its process listed under ``kernel_peer`` (the kernel's word, peers.py)
-        where there is one, else under the ``peer`` it says it is."""
+        where there is one, else under the ``peer`` it says it is (``raw``: [pid, start time])."""
         if kernel_peer is not None:
             peer = kernel_peer
         else:
-            raw = args.get("peer")
             if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
                 return  # an older client: counted as a connection, not listed
             peer = (raw[0], raw[1])
