@@ -56,8 +56,17 @@ class Route:
 
 
 ROUTES = (
-    Route("hello", about.hello, q.Hello, dict, "a client's first request: the broker's settings", cached=False),
-    Route("status", about.status, q.NoArgs, dict, "the broker's state (broker/status.py documents its keys)"),
+    Route(
+        "hello",
+        about.hello,
+        q.Hello,
+        dict,
+        "a client's first request: {broker, pid, storage_path, max_message_bytes, arena (its path, size_bytes, "
+        "generation, largest_batch_bytes; empty where the kernel does not name the client), event_loop, features, "
+        "arena_stats}",
+        cached=False,
+    ),
+    Route("status", about.status, q.NoArgs, dict, "the broker's state, one map (what `persisting-broker status --json` prints)"),
     Route("topics", about.topics, q.NoArgs, list, "the stats of every open topic"),
     Route("put_batch", records.put_batch, q.PutBatch, r.Range, "append rows (1 buffer: msgpack rows)"),
     Route("read", records.read, q.Read, r.Read, "a page of records (+1 buffer: rows); a long-poll with wait"),
