@@ -1,6 +1,6 @@
 """A take answered with its data (get_batch through the broker) while a clear of its samples lands: the answer
-holds the samples still there, with their data, instead of failing. Driven in-process on the real take handler, TensorMemory
-and Topic, with the clear injected at the moment the race needs (during the take's first await)."""
+holds the samples still there, with their data, instead of failing. Driven in-process on the real take handler,
+TensorMemory and Topic, with the clear injected at the moment the race needs (during the take's first await)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import msgpack
 import pytest
+
 from broker.requests.context import Call
 from broker.requests.take import take
 from broker.tensor_memory import TensorMemory
-
 from persisting.engine import Topic, TopicConfig
 from persisting.queue import LanceBackend
 from persisting.wire import codec

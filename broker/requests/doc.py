@@ -86,7 +86,7 @@ def _fields(struct: type[msgspec.Struct], skip: frozenset[str] = frozenset()) ->
             default = "required"
         else:
             value = f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
-            default = "nil" if value is None else protocol.shown(value).lower() if isinstance(value, bool) else repr(value)
+            default = "nil" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
         rows.append(f"| `{f.encode_name}` | {_type(f.type)} | {default} |")
     return rows
 

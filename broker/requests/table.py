@@ -66,7 +66,7 @@ ROUTES = (
         "arena_stats}",
         cached=False,
     ),
-    Route("status", about.status, q.NoArgs, dict, "the broker's state, one map (what `persisting-broker status --json` prints)"),
+    Route("status", about.status, q.NoArgs, dict, "the broker's state (what `persisting-broker status --json` prints)"),
     Route("topics", about.topics, q.NoArgs, list, "the stats of every open topic"),
     Route("put_batch", records.put_batch, q.PutBatch, r.Range, "append rows (1 buffer: msgpack rows)"),
     Route("read", records.read, q.Read, r.Read, "a page of records (+1 buffer: rows); a long-poll with wait"),
