@@ -3,7 +3,7 @@
 The ROUTER socket's monitor reports each accepted and each closed connection; their difference is the number of
 connected clients. ZeroMQ tells no identity with these events (ROUTER_NOTIFY, which would, is a draft option
 that the released libzmq builds leave out), so client processes are listed from their ``hello``: each sends its
-``peer`` ([pid, start time], as the tensor plane names processes), and the list drops a process once /proc says
+``peer`` ([pid, start time], as the arena names processes), and the list drops a process once /proc says
 it exited. Nothing here runs per request: only on connection events and hellos.
 
 A message over ``--max-message-bytes`` never reaches the broker: ZeroMQ drops it and closes that connection (the

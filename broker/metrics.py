@@ -167,7 +167,7 @@ class BrokerMetrics:
             if isinstance(result, TakenWithData | TakenWithDataNoted):
                 self.data_bytes.labels(args.topic).inc(_data_bytes(result.data, reply.buffers))
             if isinstance(result, TakenNoted | TakenWithDataNoted) and args.note is not None and result.noted:
-                self._rider_put(args.topic, args.note.partition, result.noted.count, 0)  # (riders.py)
+                self._rider_put(args.topic, args.note.partition, result.noted.count, 0)  # (requests/riders.py)
         elif isinstance(args, MarkConsumed) and isinstance(result, Range) and args.then_put is not None:
             self._rider_put(args.topic, args.then_put.partition, result.count, sum(len(b) for b in call.buffers))
         elif isinstance(args, GetData):

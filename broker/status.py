@@ -1,6 +1,6 @@
 """The broker's state as one map: what ``persisting-broker status`` prints (``--json``: this map) and what the
 metrics endpoint turns into gauges at scrape time. Built on the broker's loop from the engine's public methods
-(``Topic.stats()``, ``Topic.partitions()``), the tensor plane's stats and the connection counts.
+(``Topic.stats()``, ``Topic.partitions()``), the arena's stats and the connection counts.
 
 Keys (times are seconds; ``*_at`` are Unix times)::
 

@@ -29,7 +29,7 @@ _CONFIG_KEYS: dict[str, type | tuple[type, ...]] = {
 
 
 class Topics:
-    """The open topics of a broker by name; their one owner (the status map and the plane read them)."""
+    """The open topics of a broker by name; their one owner (the status map and the arena read them)."""
 
     def __init__(
         self,
