@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
@@ -28,7 +28,7 @@ from persisting.engine import Location, ObjectStoreTopic, Topic, object_store_to
 from persisting.errors import ConfigError, PersistingError, ProtocolError, ProtocolVersionError
 from persisting.wire import protocol, zsocket
 from persisting.wire.protocol import Reply, Request
-from persisting.wire.requests import GivebackArgs, Hello, SampleArgs, TopicArgs
+from persisting.wire.requests import Hello, TopicArgs
 
 from . import complaints, givebacks, inline, status
 from .complaints import Complaints
@@ -265,15 +265,23 @@ class Broker:
     # -- requests -----------------------------------------------------------------------------------
 
     async def _handle(self, identity: bytes, req: Request, sender: Peer | None = None, cached: bool = True) -> None:
-        """Run a decoded request (``_start`` marked it running in the reply cache if ``cached``) and send its
-        reply."""
+        """Run a decoded request on its route (requests/table.py) and send its reply; ``_start`` marked it running
+        in the reply cache if ``cached``."""
         name = (identity, req.id)
         metrics = self.metrics
         started = time.perf_counter() if metrics is not None else 0.0
+        route = TABLE[req.op]  # decode_request lets known operations only through
         call: Call[Any] | None = None
         try:
-            call = await self._call(req, sender, identity)
-            reply = await TABLE[req.op].handler(self, call)
+            args = route.decode(req.args)
+            topic = None
+            if route.topic:
+                topic_args = cast(TopicArgs, args)  # (or SampleArgs: both name a topic and its config)
+                topic = self._topics.opened(topic_args.topic, topic_args.config)
+                if topic is None:
+                    topic = await self._topics.get(topic_args.topic, topic_args.config)
+            call = self._call(route.givebacks, req, args, sender, topic, identity)
+            reply = await route.handler(self, call)
         except ProtocolError as exc:
             self._complain(identity, exc)
             reply = protocol.error_reply(req.id, exc)
@@ -295,30 +303,31 @@ class Broker:
         if call is not None:
             if metrics is not None:
                 metrics.request(call, reply, time.perf_counter() - started)
-            self.dedup.request(call.args, reply)
+            if route.dedup_counted:
+                self.dedup.request(call.args, reply)
         out = protocol.encode_reply(reply)
         if cached:
             self._recent.done(name, out)
         self._send([identity, *out])
 
-    async def _call(self, req: Request, sender: Peer | None, identity: bytes = b"") -> Call[Any]:
-        """The request's one route (requests/table.py): its args decoded into the operation's struct, the topic it
-        names opened, what rides along given back."""
-        route = TABLE.get(req.op)
-        if route is None:
-            raise ProtocolError(f"unknown operation {protocol.shown(req.op)}")
-        args = route.decode(req.args)
-        topic = None
-        if route.topic and isinstance(args, TopicArgs | SampleArgs):
-            topic = await self._topics.get(args.topic, args.config)
+    def _call(
+        self, givebacks_ride: bool, req: Request, args: Any, sender: Peer | None, topic: Topic | None, identity: bytes
+    ) -> Call[Any]:
+        """The request as its handler gets it, after what rides along on it is given back."""
         memory = self.memory
-        if route.givebacks and memory.extents is not None and isinstance(args, GivebackArgs):
+        if givebacks_ride and memory.extents is not None:
             givebacks.apply(args, memory.extents, memory.arena, sender)
         return Call(req.id, req.op, args, req.buffers, sender, topic, identity)
 
     async def _dispatch(self, req: Request, sender: Peer | None = None) -> Reply:
-        """A request answered without the socket (in-process callers: bench/samples_cpu.py)."""
-        return await TABLE[req.op].handler(self, await self._call(req, sender))
+        """A request answered without the socket, errors raised (in-process callers: bench/samples_cpu.py)."""
+        route = TABLE[req.op]
+        args = route.decode(req.args)
+        topic = None
+        if route.topic:
+            topic_args = cast(TopicArgs, args)
+            topic = await self._topics.get(topic_args.topic, topic_args.config)
+        return await route.handler(self, self._call(route.givebacks, req, args, sender, topic, b""))
 
     def hello(self, call: Call[Any]) -> Reply:
         """A hello: it changes nothing but the list of clients, so a copy sent twice may run twice (no reply

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from persisting.engine import DURABILITY_MODES, ArenaResolver, ObjectStoreTopic, Topic, TopicConfig
 from persisting.errors import ConfigError, ProtocolError
 from persisting.queue.lance_backend import LanceBackend
@@ -48,23 +50,35 @@ class Topics:
         self._remote_for = remote_for  # an object-store topic's lease and settings (None: local storage)
         self.open: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
-        self._configs: dict[tuple[Any, ...], TopicConfig] = {}  # checked configs, by the request's config items
+        self._configs: dict[bytes, TopicConfig] = {}  # checked configs, by their msgpack bytes
 
-    def _config_of(self, raw: dict[str, Any]) -> TopicConfig:
-        """The request's topic config, checked; a client sends the same one with every request, so the check
-        (a TopicConfig built and validated, several microseconds) runs once per distinct config."""
-        try:
-            key = tuple([(k, type(v), v) for k, v in raw.items()])  # True == 1, but only 1 is a valid int
-            config = self._configs.get(key)
-        except TypeError:  # an unhashable value: checked (and refused) below
-            key, config = (), None
+    def _config_of(self, raw: msgspec.Raw) -> TopicConfig:
+        """The request's topic config (its msgpack map, as sent), checked; a client sends the same bytes with every
+        request, so the decode and the check (a TopicConfig built and validated, several microseconds) run once
+        per distinct config. (Its bytes tell True from 1, which compare equal: only 1 is a valid int.)"""
+        key = bytes(raw)
+        config = self._configs.get(key)
         if config is None:
-            config = _topic_config(raw, self._backend_options)
-            if key and len(self._configs) < CONFIGS_KEPT:
+            try:
+                values = protocol.loads(key)
+            except Exception as exc:
+                raise ProtocolError(f"topic config is not valid msgpack: {protocol.shown(str(exc))}") from exc
+            if not isinstance(values, dict):
+                raise ProtocolError(f"topic config must be a map, got {protocol.shown(values)}")
+            config = _topic_config(values, self._backend_options)
+            if len(self._configs) < CONFIGS_KEPT:
                 self._configs[key] = config
         return config
 
-    async def get(self, name: str, raw: dict[str, Any]) -> Topic:
+    def opened(self, name: str, raw: msgspec.Raw) -> Topic | None:
+        """The topic ``name`` if it is open with the settings ``raw`` asks for, without a coroutine (the common
+        case: each request of a client names a topic open with its config); None: ask ``get``."""
+        topic = self.open.get(name)
+        if topic is not None and self._config_of(raw) is topic.config:
+            return topic
+        return None
+
+    async def get(self, name: str, raw: msgspec.Raw) -> Topic:
         """The topic ``name``, opened with the settings ``raw`` asks for if it is not open yet."""
         config = self._config_of(raw)
         topic = self.open.get(name)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import msgpack
+import msgspec
 import pytest
 
 from broker.requests.context import Call
@@ -42,7 +43,9 @@ def test_get_batch_drops_a_sample_cleared_while_it_was_read(tmp_path: Path, when
                 return await original(*args, **kwargs)
 
             setattr(topic, when if when == "describe" else "sample_rows", clear_first)
-            args = Take(topic="race", config={}, partition="p", task="t", batch_size=4, fields=["v"], key="k1")
+            args = Take(
+                topic="race", config=msgspec.Raw(b"\x80"), partition="p", task="t", batch_size=4, fields=["v"], key="k1"
+            )
             reply = await take(services, Call(1, "take", args, topic_or_none=topic))  # type: ignore[arg-type]
             indexes, _described, result = reply.result.indexes, reply.result.described, reply.result.data
             rows = msgpack.unpackb(reply.buffers[0], raw=False)

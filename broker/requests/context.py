@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from persisting.engine import Topic
 from persisting.errors import ProtocolError
+from persisting.tensors.arena import Peer
 from persisting.wire.protocol import Reply
 from persisting.wire.requests import Args
 
-if TYPE_CHECKING:
-    from persisting.tensors.arena import Peer
-
-    from ..tensor_memory import TensorMemory
+from ..tensor_memory import TensorMemory
 
 A = TypeVar("A", bound=Args)
 

@@ -35,23 +35,24 @@ class Route:
     cached: bool = True  # a copy of the request sent again is answered from the reply cache (broker/replies.py)
     topic: bool = field(init=False)  # the dispatch opens the topic the args name
     givebacks: bool = field(init=False)  # holds and leases ride along (applied before the handler)
+    dedup_counted: bool = field(init=False)  # a put whose dedup savings the status map counts (broker/status.py)
     _decode: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topic", issubclass(self.args, q.TopicArgs | q.SampleArgs))
         object.__setattr__(self, "givebacks", issubclass(self.args, q.GivebackArgs))
+        object.__setattr__(self, "dedup_counted", issubclass(self.args, q.PutBatch | q.PutTensors))
         object.__setattr__(self, "_decode", msgspec.msgpack.Decoder(self.args).decode)
 
     def decode(self, raw: Any) -> q.Args:
         """The request's arguments as this route's struct: from the envelope's raw ``args`` (the broker's path),
         or from a map (an in-process caller)."""
         try:
-            if isinstance(raw, msgspec.Raw):
-                return self._decode(raw)
-            return msgspec.convert(raw, self.args)
+            # a map from an in-process caller goes through its msgpack bytes too (a topic's config stays those)
+            return self._decode(raw if isinstance(raw, msgspec.Raw) else msgspec.msgpack.encode(raw))
         except msgspec.ValidationError as exc:
             raise q.args_error(self.op, exc) from exc
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, msgspec.EncodeError, TypeError) as exc:  # (TypeError: a map msgpack cannot hold)
             raise ProtocolError(f"operation {self.op!r}: args are not valid msgpack ({exc})") from exc
 
 

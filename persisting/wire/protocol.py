@@ -154,6 +154,11 @@ def encode_reply(reply: Reply) -> list[bytes]:
     return [_encode(env), *reply.buffers]
 
 
+def loads(data: bytes) -> Any:
+    """A msgpack value (msgspec's decode: maps with any keys, extension types as ``msgspec.msgpack.Ext``)."""
+    return _decode(data)
+
+
 def encoded(value: Any) -> msgspec.Raw:
     """``value`` encoded now, to go into envelopes as it is (a topic's config, sent with every request)."""
     return msgspec.Raw(_encode(value))

@@ -6,6 +6,9 @@ refused by that decode, and ``args_error`` words the refusal as the ``ProtocolEr
 struct cannot say (a value of the right type that is still wrong: ``batch_size`` below 0, a sampler's name) the
 handler checks. Arguments a struct does not name are ignored, as they always were: a newer client may send more.
 
+A topic's ``config`` stays msgpack bytes here: a client sends the same config with every request, and the broker
+decodes and checks each distinct one once (broker/topics.py).
+
 ``REQUESTS`` is the wire's catalogue: every operation's name and its arguments. The broker's request table
 (broker/requests/table.py) gives each one its handler and reply; docs/reference/protocol.md is generated from
 that table. Replies are typed in replies.py.
@@ -36,7 +39,7 @@ class TopicArgs(Args, kw_only=True):
     again on the first request it gets)."""
 
     topic: str
-    config: dict[str, Any]
+    config: msgspec.Raw  # a map; decoded and checked once per distinct config (broker/topics.py)
 
 
 class Released(msgspec.Struct, array_like=True):
@@ -61,7 +64,7 @@ class SampleArgs(GivebackArgs, kw_only=True):
     """A request about the samples of a topic (with givebacks riding along)."""
 
     topic: str
-    config: dict[str, Any]
+    config: msgspec.Raw  # a map; decoded and checked once per distinct config (broker/topics.py)
 
 
 # -- connection and broker ----------------------------------------------------------------------------------------
