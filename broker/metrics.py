@@ -42,17 +42,14 @@ from persisting.errors import ConfigError
 from persisting.tensors.column import storage_dtype
 from persisting.wire.protocol import Reply
 from persisting.wire.replies import (
-    KeyedTensorRange,
     Range,
-    RangeLeased,
     RunEntry,
-    Taken,
     TakenNoted,
     TakenWithData,
     TakenWithDataNoted,
     Views,
 )
-from persisting.wire.requests import TENSOR_FIELD_ITEMS, GetData, MarkConsumed, PutBatch, PutTensors, Take
+from persisting.wire.requests import TENSOR_FIELD_ITEMS, Args, GetData, MarkConsumed, PutBatch, PutTensors, Take
 
 from .complaints import KINDS
 from .requests.context import Call
@@ -60,7 +57,6 @@ from .requests.context import Call
 log = logging.getLogger("persisting.broker")
 
 MAX_SERIES_PER_FAMILY = 1000
-TAKEN = (Taken, TakenNoted, TakenWithData, TakenWithDataNoted)
 OTHER = "_other"
 SCRAPE_STATE_TIMEOUT_S = 5.0
 MAX_HTTP_REQUEST_BYTES = 8192
@@ -142,6 +138,13 @@ class BrokerMetrics:
         self._flushed: dict[str, tuple[int, float, int]] = {}  # topic -> (flushes, seconds, records) seen
         self._state = _StateCollector(state)
         r.register(self._state)
+        self._counted: dict[type[Args], Callable[[Call[Any], Any, list[bytes]], None]] = {
+            PutBatch: self._put,
+            PutTensors: self._put,
+            Take: self._taken,
+            MarkConsumed: self._consumed,
+            GetData: self._data,
+        }
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the broker's state is read on (scrapes ask it from their own thread)."""
@@ -151,27 +154,36 @@ class BrokerMetrics:
 
     def request(self, call: Call[Any], reply: Reply, seconds: float) -> None:
         self.request_seconds.labels(call.op).observe(seconds)
-        if not reply.ok:
-            return
-        args, result = call.args, reply.result
-        if isinstance(args, PutBatch | PutTensors) and isinstance(result, Range | RangeLeased | KeyedTensorRange):
-            labels = self._capped_puts(args.topic, args.partition)
-            nbytes = sum(len(b) for b in call.buffers)
-            if isinstance(args, PutTensors):
-                nbytes += sum(f[5] for f in args.fields if len(f) == TENSOR_FIELD_ITEMS and type(f[5]) is int)
-            self.put_samples.labels(*labels).inc(result.count)
-            self.put_bytes.labels(*labels).inc(nbytes)
-        elif isinstance(args, Take) and isinstance(result, TAKEN):
-            labels = self._capped_takes(args.topic, args.partition, args.task)
-            self.taken_samples.labels(*labels).inc(len(result.indexes))
-            if isinstance(result, TakenWithData | TakenWithDataNoted):
-                self.data_bytes.labels(args.topic).inc(_data_bytes(result.data, reply.buffers))
-            if isinstance(result, TakenNoted | TakenWithDataNoted) and args.note is not None and result.noted:
-                self._rider_put(args.topic, args.note.partition, result.noted.count, 0)  # (requests/riders.py)
-        elif isinstance(args, MarkConsumed) and isinstance(result, Range) and args.then_put is not None:
-            self._rider_put(args.topic, args.then_put.partition, result.count, sum(len(b) for b in call.buffers))
-        elif isinstance(args, GetData):
-            self.data_bytes.labels(args.topic).inc(_data_bytes(result, reply.buffers))
+        if reply.ok:
+            counted = self._counted.get(type(call.args))  # what a request of this kind adds to the counters
+            if counted is not None:
+                counted(call, reply.result, reply.buffers)
+
+    def _put(self, call: Call[PutBatch | PutTensors], result: Any, buffers: list[bytes]) -> None:
+        args = call.args
+        nbytes = sum(len(b) for b in call.buffers)
+        if isinstance(args, PutTensors):
+            nbytes += sum(f[5] for f in args.fields if len(f) == TENSOR_FIELD_ITEMS and type(f[5]) is int)
+        labels = self._capped_puts(args.topic, args.partition)
+        self.put_samples.labels(*labels).inc(result.count)
+        self.put_bytes.labels(*labels).inc(nbytes)
+
+    def _taken(self, call: Call[Take], result: Any, buffers: list[bytes]) -> None:
+        args = call.args
+        labels = self._capped_takes(args.topic, args.partition, args.task)
+        self.taken_samples.labels(*labels).inc(len(result.indexes))
+        if isinstance(result, TakenWithData | TakenWithDataNoted):
+            self.data_bytes.labels(args.topic).inc(_data_bytes(result.data, buffers))
+        if isinstance(result, TakenNoted | TakenWithDataNoted) and args.note is not None and result.noted:
+            self._rider_put(args.topic, args.note.partition, result.noted.count, 0)  # (requests/riders.py)
+
+    def _consumed(self, call: Call[MarkConsumed], result: Any, buffers: list[bytes]) -> None:
+        spec = call.args.then_put
+        if spec is not None and isinstance(result, Range):  # a then_put's records (requests/riders.py)
+            self._rider_put(call.args.topic, spec.partition, result.count, sum(len(b) for b in call.buffers))
+
+    def _data(self, call: Call[GetData], result: Any, buffers: list[bytes]) -> None:
+        self.data_bytes.labels(call.args.topic).inc(_data_bytes(result, buffers))
 
     def _rider_put(self, topic: str, partition: str, samples: int, nbytes: int) -> None:
         labels = self._capped_puts(topic, partition)
