@@ -1,5 +1,5 @@
 """The broker's shared memory for tensor batches: the arena, its segments and extents, and the re-adoption of what a
-killed broker left there (the requests that move tensor batches: broker/requests/tensors.py, reads.py).
+killed broker left there (the requests that move tensor batches: broker/requests/tensors.py, broker/requests/reads.py).
 
 A producer leases an extent, writes its batch there itself (the only copy a tensor gets), and sends
 ``put_tensors`` with the layout; the broker checks the layout against the lease, logs a reference (not the
