@@ -36,7 +36,7 @@ from .connections import Connections
 from .peers import Peers
 from .replies import RecentRequests
 from .requests.context import Call
-from .requests.table import TABLE
+from .requests.table import TABLE, Route
 from .tensor_memory import TensorMemory
 from .topics import Topics
 
@@ -210,15 +210,15 @@ class Broker:
                 self._send([identity, *protocol.encode_reply(protocol.error_reply(inline.guess_id(body), exc))])
                 return
             name = (identity, req.id)
-            cached = TABLE[req.op].cached  # decode_request let known operations only through
-            if cached:
+            route = TABLE[req.op]  # decode_request lets known operations only through
+            if route.cached:
                 answered = self._recent.answered(name)
                 if answered is not None:
                     self._send([identity, *answered])  # a copy of a request answered already: the same answer
                     return
                 if not self._recent.start(name):
                     return  # a copy of a request still running: that one answers
-            task = inline.start(self._handle(identity, req, sender, cached))
+            task = inline.start(self._handle(identity, req, route, sender))
         except Exception:
             log.exception("a request failed outside its error handling")
             return
@@ -264,13 +264,13 @@ class Broker:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def _handle(self, identity: bytes, req: Request, sender: Peer | None = None, cached: bool = True) -> None:
+    async def _handle(self, identity: bytes, req: Request, route: Route, sender: Peer | None = None) -> None:
         """Run a decoded request on its route (requests/table.py) and send its reply; ``_start`` marked it running
-        in the reply cache if ``cached``."""
+        in the reply cache if the route's replies are cached."""
         name = (identity, req.id)
         metrics = self.metrics
         started = time.perf_counter() if metrics is not None else 0.0
-        route = TABLE[req.op]  # decode_request lets known operations only through
+        cached = route.cached
         call: Call[Any] | None = None
         try:
             args = route.decode(req.args)
