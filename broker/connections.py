@@ -3,7 +3,7 @@
 The ROUTER socket's monitor reports each accepted and each closed connection; their difference is the number of
 connected clients. ZeroMQ tells no identity with these events (ROUTER_NOTIFY, which would, is a draft option
 that the released libzmq builds leave out), so client processes are listed from their ``hello``: each sends its
-``peer`` ([pid, start time], as the tensor plane names processes), and the list drops a process once /proc says
+``peer`` ([pid, start time], as the arena names processes), and the list drops a process once /proc says
 it exited. Nothing here runs per request: only on connection events and hellos.
 
 A message over ``--max-message-bytes`` never reaches the broker: ZeroMQ drops it and closes that connection (the
@@ -74,13 +74,12 @@ class Connections:
                 self.disconnects += 1
                 self.connected = max(0, self.connected - 1)
 
-    def hello(self, identity: bytes, args: dict[str, Any], kernel_peer: Peer | None = None) -> None:
+    def hello(self, identity: bytes, raw: Any, kernel_peer: Peer | None = None) -> None:
         """A hello from ``identity``: its process listed under ``kernel_peer`` (the kernel's word, peers.py)
-        where there is one, else under the ``peer`` it says it is."""
+        where there is one, else under the ``peer`` it says it is (``raw``: [pid, start time])."""
         if kernel_peer is not None:
             peer = kernel_peer
         else:
-            raw = args.get("peer")
             if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
                 return  # an older client: counted as a connection, not listed
             peer = (raw[0], raw[1])

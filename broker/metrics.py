@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
@@ -38,9 +39,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from persisting.errors import ConfigError
-from persisting.wire.protocol import Reply, Request
+from persisting.tensors.column import storage_dtype
+from persisting.wire.protocol import Reply
+from persisting.wire.replies import (
+    Range,
+    RunEntry,
+    TakenNoted,
+    TakenWithData,
+    TakenWithDataNoted,
+    Views,
+)
+from persisting.wire.requests import TENSOR_FIELD_ITEMS, Args, GetData, MarkConsumed, PutBatch, PutTensors, Take
 
 from .complaints import KINDS
+from .requests.context import Call
 
 log = logging.getLogger("persisting.broker")
 
@@ -126,6 +138,13 @@ class BrokerMetrics:
         self._flushed: dict[str, tuple[int, float, int]] = {}  # topic -> (flushes, seconds, records) seen
         self._state = _StateCollector(state)
         r.register(self._state)
+        self._counted: dict[type[Args], Callable[[Call[Any], Any, list[bytes]], None]] = {
+            PutBatch: self._put,
+            PutTensors: self._put,
+            Take: self._taken,
+            MarkConsumed: self._consumed,
+            GetData: self._data,
+        }
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the broker's state is read on (scrapes ask it from their own thread)."""
@@ -133,32 +152,41 @@ class BrokerMetrics:
 
     # -- from the broker's loop ---------------------------------------------------------------------
 
-    def request(self, req: Request, reply: Reply, seconds: float) -> None:
-        self.request_seconds.labels(req.op).observe(seconds)
-        if not reply.ok:
-            return
-        op, args = req.op, req.args
-        if op == "put_batch" or op == "put_tensors":
-            labels = self._capped_puts(str(args.get("topic")), str(args.get("partition")))
-            nbytes = sum(len(b) for b in req.buffers)
-            if op == "put_tensors":
-                nbytes += sum(f[5] for f in args.get("fields", ()) if isinstance(f, list) and len(f) == 6)
-            self.put_samples.labels(*labels).inc(reply.result[1])
-            self.put_bytes.labels(*labels).inc(nbytes)
-        elif op == "take":
-            labels = self._capped_takes(str(args.get("topic")), str(args.get("partition")), str(args.get("task")))
-            self.taken_samples.labels(*labels).inc(len(reply.result[0]))
-            if len(reply.result) > 2:
-                self.data_bytes.labels(str(args.get("topic"))).inc(_data_bytes(reply.result[2], reply.buffers))
-            if "note" in args and isinstance(reply.result[-1], list):  # the records a note wrote (riders.py)
-                self._rider_put(args, args["note"], reply.result[-1][1], 0)
-        elif op == "mark_consumed" and isinstance(reply.result, list):  # a then_put's records (riders.py)
-            self._rider_put(args, args["then_put"], reply.result[1], sum(len(b) for b in req.buffers))
-        elif op == "get_data":
-            self.data_bytes.labels(str(args.get("topic"))).inc(_data_bytes(reply.result, reply.buffers))
+    def request(self, call: Call[Any], reply: Reply, seconds: float) -> None:
+        self.request_seconds.labels(call.op).observe(seconds)
+        if reply.ok:
+            counted = self._counted.get(type(call.args))  # what a request of this kind adds to the counters
+            if counted is not None:
+                counted(call, reply.result, reply.buffers)
 
-    def _rider_put(self, args: dict[str, Any], rider: dict[str, Any], samples: int, nbytes: int) -> None:
-        labels = self._capped_puts(str(args.get("topic")), str(rider.get("partition")))
+    def _put(self, call: Call[PutBatch | PutTensors], result: Any, buffers: list[bytes]) -> None:
+        args = call.args
+        nbytes = sum(len(b) for b in call.buffers)
+        if isinstance(args, PutTensors):
+            nbytes += sum(f[5] for f in args.fields if len(f) == TENSOR_FIELD_ITEMS and type(f[5]) is int)
+        labels = self._capped_puts(args.topic, args.partition)
+        self.put_samples.labels(*labels).inc(result.count)
+        self.put_bytes.labels(*labels).inc(nbytes)
+
+    def _taken(self, call: Call[Take], result: Any, buffers: list[bytes]) -> None:
+        args = call.args
+        labels = self._capped_takes(args.topic, args.partition, args.task)
+        self.taken_samples.labels(*labels).inc(len(result.indexes))
+        if isinstance(result, TakenWithData | TakenWithDataNoted):
+            self.data_bytes.labels(args.topic).inc(_data_bytes(result.data, buffers))
+        if isinstance(result, TakenNoted | TakenWithDataNoted) and args.note is not None and result.noted:
+            self._rider_put(args.topic, args.note.partition, result.noted.count, 0)  # (requests/riders.py)
+
+    def _consumed(self, call: Call[MarkConsumed], result: Any, buffers: list[bytes]) -> None:
+        spec = call.args.then_put
+        if spec is not None and isinstance(result, Range):  # a then_put's records (requests/riders.py)
+            self._rider_put(call.args.topic, spec.partition, result.count, sum(len(b) for b in call.buffers))
+
+    def _data(self, call: Call[GetData], result: Any, buffers: list[bytes]) -> None:
+        self.data_bytes.labels(call.args.topic).inc(_data_bytes(result, buffers))
+
+    def _rider_put(self, topic: str, partition: str, samples: int, nbytes: int) -> None:
+        labels = self._capped_puts(topic, partition)
         self.put_samples.labels(*labels).inc(samples)
         self.put_bytes.labels(*labels).inc(nbytes)
 
@@ -180,10 +208,14 @@ class BrokerMetrics:
 
 def _data_bytes(result: Any, buffers: list[bytes]) -> int:
     out = sum(len(b) for b in buffers)
-    if isinstance(result, dict):
-        for run in result.get("runs", ()):
+    if isinstance(result, Views):
+        for run in result.runs:
             for entry in run:
-                out += int(entry[5]) * int(entry[6])  # samples x bytes per sample
+                if isinstance(entry, RunEntry):
+                    out += entry.samples * entry.sample_bytes
+                else:  # a jagged field: its values along the ragged dimension, times the other dimensions
+                    itemsize = storage_dtype(entry.kind, entry.dtype).itemsize
+                    out += entry.total * math.prod(d for d in entry.shape if d >= 0) * itemsize
     return out
 
 

@@ -23,7 +23,6 @@ import zmq
 
 from persisting.errors import ConfigError, ProtocolError
 from persisting.tensors.arena import Peer
-from persisting.wire.protocol import Request
 
 MAX_CACHED_CONNECTIONS = 4096
 
@@ -68,20 +67,20 @@ class Peers:
         return None if started is None else (pid, started)
 
 
-def arena_peer(req: Request, peer: Peer | None) -> Peer:
-    """The process that arena space of ``req`` belongs to: the kernel's word (``peers.py``), never the request's."""
+def arena_peer(op: str, peer: Peer | None) -> Peer:
+    """The process that arena space of a request belongs to: the kernel's word (``peers.py``), never the
+    request's."""
     if peer is None:
         raise ConfigError(
-            f"{req.op}: the arena is only for clients on this node's ipc socket, named by the kernel; this connection "
+            f"{op}: the arena is only for clients on this node's ipc socket, named by the kernel; this connection "
             "carries no peer credentials (tcp, or another pid namespace): tensors go over the socket instead"
         )
     return peer
 
 
-def claimed(req: Request) -> Peer:
-    """The process a request says it is: only where nothing is at stake for others (a take's consumption lease,
-    which expires by itself)."""
-    raw = req.args.get("peer")
+def claimed(op: str, raw: Any) -> Peer:
+    """The process a request says it is (``raw``: its ``peer`` argument): only where nothing is at stake for others
+    (a take's consumption lease, which expires by itself)."""
     if not (isinstance(raw, list) and len(raw) == 2 and all(type(x) is int for x in raw)):
-        raise ProtocolError(f"{req.op} needs peer = [pid, start time]")
+        raise ProtocolError(f"{op} needs peer = [pid, start time]")
     return (raw[0], raw[1])

@@ -5,10 +5,11 @@ callback, not zmq.asyncio: that layer costs a future per recv and per send, whic
 A request runs inline until it first has to wait (a group commit, a Lance read, a long-poll ``wait``); only then
 does it become a task, so a long-poll never blocks a ``put`` while the common cheap requests cost no task.
 Engine state lives on this loop only (the engine's own rule); Lance I/O goes to worker threads as in embedded
-mode. A malformed request gets an error reply and is counted (complaints.py: one log line per peer and
-interval); the broker keeps serving. Beside it: records.py (the open topics, record operations), plane.py
-(tensor and sample operations, the arena), inline.py (a request's first step without a task), replies.py
-(a request sent twice runs once), status.py and metrics.py (what operators see).
+mode. Every request takes one route: its operation is looked up in the request table (requests/table.py), its
+arguments decoded into that operation's struct, its handler awaited. A malformed request gets an error reply and
+is counted (complaints.py: one log line per peer and interval); the broker keeps serving. Beside it: topics.py
+(the open topics), tensor_memory.py (the arena), requests/ (the handlers), inline.py (a request's first step
+without a task), replies.py (a request sent twice runs once), status.py and metrics.py (what operators see).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
@@ -27,14 +28,17 @@ from persisting.engine import Location, ObjectStoreTopic, Topic, object_store_to
 from persisting.errors import ConfigError, PersistingError, ProtocolError, ProtocolVersionError
 from persisting.wire import protocol, zsocket
 from persisting.wire.protocol import Reply, Request
+from persisting.wire.requests import Hello, TopicArgs
 
-from . import complaints, inline, keys, records, status, takes
+from . import complaints, givebacks, inline, status
 from .complaints import Complaints
 from .connections import Connections
 from .peers import Peers
-from .plane import OPS as PLANE_OPS
-from .plane import TensorPlane
 from .replies import RecentRequests
+from .requests.context import Call
+from .requests.table import TABLE, Route
+from .tensor_memory import TensorMemory
+from .topics import Topics
 
 if TYPE_CHECKING:
     from persisting.tensors.arena import Peer
@@ -68,8 +72,8 @@ class Broker:
         self.backend_options = dict(backend_options or {})
         self.socket_mode = socket_mode
         # The arena is readable and writable by whoever may use the socket (producers write into it).
-        # The plane serves samples (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
-        self.plane = TensorPlane(
+        # Samples are served (get_meta/get_data) with or without an arena (arena_bytes 0: copies only).
+        self.memory = TensorMemory(
             storage_path,
             arena_bytes,
             socket_mode,
@@ -77,10 +81,10 @@ class Broker:
             budget_bytes=shm_budget,
             **({} if shm_dir is None else {"shm_dir": shm_dir}),
         )
-        self.plane.remote_for = self._remote_for
+        self.memory.remote_for = self._remote_for
         self.flush_clock = status.FlushClock()
         hooks = (self._on_flushed, self.flush_clock.opened, self._remote_for)
-        self._topics = records.Topics(storage_path, self.backend_options, self.plane.resolve, *hooks)
+        self._topics = Topics(storage_path, self.backend_options, self.memory.resolve, *hooks)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
         # what a hello answers but the arena's figures, without and with an arena: encoded once, on first use
@@ -105,6 +109,10 @@ class Broker:
         """The open topics by name (read-only use: the status map and metrics)."""
         return self._topics.open
 
+    def arena_stats(self) -> dict[str, Any]:
+        """The arena's figures ({} without one), for the status map."""
+        return self.memory.stats()
+
     async def state(self) -> dict[str, Any]:
         """The status map (broker/status.py documents its keys); on the broker's loop."""
         return await status.snapshot(self)
@@ -113,7 +121,7 @@ class Broker:
 
     async def start(self) -> None:
         """Before bind(): re-adopt what a killed broker left in its arena, then reserve the arena."""
-        await self.plane.start(self.backend_options)
+        await self.memory.start(self.backend_options)
 
     def bind(self) -> None:
         self._ctx = zmq.Context()
@@ -185,10 +193,10 @@ class Broker:
             self._draining = False
 
     def _start(self, frames: list[bytes], sender: Peer | None = None) -> None:
-        # What needs no engine runs here, before any coroutine: the envelope's decode and its errors, a hello, a
-        # copy of a request answered already. The request itself then runs inline: most (count, a read of
-        # buffered rows, a put with durability="process") finish without ever suspending and need no task. One
-        # that suspends continues as a task from where it stopped (what Python 3.12's eager tasks do).
+        # What needs no engine runs here, before any coroutine: the envelope's decode and its errors, a copy of a
+        # request answered already. The request itself then runs inline: most (count, a read of buffered rows, a
+        # put with durability="process", a hello) finish without ever suspending and need no task. One that
+        # suspends continues as a task from where it stopped (what Python 3.12's eager tasks do).
         try:
             if len(frames) < 2:
                 peer = frames[0].hex() if frames else "?"
@@ -201,17 +209,16 @@ class Broker:
                 self._complain(identity, exc)
                 self._send([identity, *protocol.encode_reply(protocol.error_reply(inline.guess_id(body), exc))])
                 return
-            if req.op == "hello":
-                self._hello(identity, req, sender)
-                return
             name = (identity, req.id)
-            answered = self._recent.answered(name)
-            if answered is not None:
-                self._send([identity, *answered])  # a copy of a request answered already: the same answer
-                return
-            if not self._recent.start(name):
-                return  # a copy of a request still running: that one answers
-            task = inline.start(self._handle(identity, req, sender))
+            route = TABLE[req.op]  # decode_request lets known operations only through
+            if route.cached:
+                answered = self._recent.answered(name)
+                if answered is not None:
+                    self._send([identity, *answered])  # a copy of a request answered already: the same answer
+                    return
+                if not self._recent.start(name):
+                    return  # a copy of a request still running: that one answers
+            task = inline.start(self._handle(identity, req, route, sender))
         except Exception:
             log.exception("a request failed outside its error handling")
             return
@@ -240,7 +247,7 @@ class Broker:
             with contextlib.suppress(BaseException):
                 await task
         await self._topics.close()
-        await self.plane.close()  # every topic is flushed: no extent is needed any more
+        await self.memory.close()  # every topic is flushed: no extent is needed any more
         self.complaints.close()
         if self._sock is not None:
             with contextlib.suppress(zmq.ZMQError):
@@ -257,20 +264,32 @@ class Broker:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def _handle(self, identity: bytes, req: Request, sender: Peer | None = None) -> None:
-        """Run a decoded request (``_start`` marked it running in the reply cache) and send its reply."""
+    async def _handle(self, identity: bytes, req: Request, route: Route, sender: Peer | None = None) -> None:
+        """Run a decoded request on its route (requests/table.py) and send its reply; ``_start`` marked it running
+        in the reply cache if the route's replies are cached."""
         name = (identity, req.id)
         metrics = self.metrics
         started = time.perf_counter() if metrics is not None else 0.0
+        cached = route.cached
+        call: Call[Any] | None = None
         try:
-            reply = await self._dispatch(req, sender)
+            args = route.decode(req.args)
+            topic = None
+            if route.topic:
+                topic_args = cast(TopicArgs, args)  # (or SampleArgs: both name a topic and its config)
+                topic = self._topics.opened(topic_args.topic, topic_args.config)
+                if topic is None:
+                    topic = await self._topics.get(topic_args.topic, topic_args.config)
+            call = self._call(route.givebacks, req, args, sender, topic, identity)
+            reply = await route.handler(self, call)
         except ProtocolError as exc:
             self._complain(identity, exc)
             reply = protocol.error_reply(req.id, exc)
         except PersistingError as exc:
             reply = protocol.error_reply(req.id, exc)
         except asyncio.CancelledError:
-            self._recent.abandon(name)
+            if cached:
+                self._recent.abandon(name)
             raise
         except Exception as exc:
             odd = protocol.plain(req.args)  # msgspec decodes what msgpack's strict mode refused: name it
@@ -281,20 +300,42 @@ class Broker:
                 bad = ProtocolError(f"operation {req.op!r}: its args hold {odd}")
                 self._complain(identity, bad)
                 reply = protocol.error_reply(req.id, bad)
-        if metrics is not None:
-            metrics.request(req, reply, time.perf_counter() - started)
-        self.dedup.request(req, reply)
+        if call is not None:
+            if metrics is not None:
+                metrics.request(call, reply, time.perf_counter() - started)
+            if route.dedup_counted:
+                self.dedup.request(call.args, reply)
         out = protocol.encode_reply(reply)
-        self._recent.done(name, out)
+        if cached:
+            self._recent.done(name, out)
         self._send([identity, *out])
 
-    def _hello(self, identity: bytes, req: Request, sender: Peer | None) -> None:
-        """Answer a hello at once: it changes nothing but the list of clients, so a copy sent twice may run twice
-        (no reply cache), and it needs no dispatch. What it tells is fixed for the broker's life except the
-        arena's figures."""
-        started = time.perf_counter() if self.metrics is not None else 0.0
+    def _call(
+        self, givebacks_ride: bool, req: Request, args: Any, sender: Peer | None, topic: Topic | None, identity: bytes
+    ) -> Call[Any]:
+        """The request as its handler gets it, after what rides along on it is given back."""
+        memory = self.memory
+        if givebacks_ride and memory.extents is not None:
+            givebacks.apply(args, memory.extents, memory.arena, sender)
+        return Call(req.id, req.op, args, req.buffers, sender, topic, identity)
+
+    async def _dispatch(self, req: Request, sender: Peer | None = None) -> Reply:
+        """A request answered without the socket, errors raised (in-process callers: bench/samples_cpu.py)."""
+        route = TABLE[req.op]
+        args = route.decode(req.args)
+        topic = None
+        if route.topic:
+            topic_args = cast(TopicArgs, args)
+            topic = await self._topics.get(topic_args.topic, topic_args.config)
+        return await route.handler(self, self._call(route.givebacks, req, args, sender, topic, b""))
+
+    def hello(self, call: Call[Any]) -> Reply:
+        """A hello: it changes nothing but the list of clients, so a copy sent twice may run twice (no reply
+        cache). What it tells is fixed for the broker's life except the arena's figures."""
+        sender = call.peer
+        args: Hello = call.args
         # listed under the kernel's pid where there is one
-        self.connections.hello(identity, req.args, sender)
+        self.connections.hello(call.identity, args.peer, sender)
         fixed = self._hello_info[sender is not None]
         if fixed is None:
             fixed = self._hello_info[sender is not None] = protocol.FixedMap(
@@ -303,14 +344,12 @@ class Broker:
                     "pid": self.pid,
                     "storage_path": self.location.describe() if self.location else str(self.storage_path),
                     "max_message_bytes": self.max_message_bytes,
-                    "arena": self.plane.hello() if sender is not None else {},  # no process the kernel names: copies
+                    "arena": self.memory.hello() if sender is not None else {},  # no process the kernel names: copies
                     "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # uvloop or asyncio
-                    "features": ["riders"],  # what a client may rely on beyond the protocol version (broker/riders.py)
+                    "features": ["riders"],  # beyond the protocol version (requests/riders.py)
                 }
             )
-        self._send([identity, protocol.encode_ok(req.id, fixed.with_entry("arena_stats", self.plane.stats()))])
-        if self.metrics is not None:
-            self.metrics.request(req, Reply(req.id, True), time.perf_counter() - started)
+        return call.ok(fixed.with_entry("arena_stats", self.memory.stats()))
 
     def _complain(self, identity: bytes, exc: ProtocolError) -> None:
         if isinstance(exc, ProtocolVersionError):
@@ -321,30 +360,8 @@ class Broker:
             kind = complaints.BAD_REQUEST
         self.complaints.add(identity.hex(), kind, str(exc))
 
-    async def _dispatch(self, req: Request, sender: Peer | None = None) -> Reply:
-        """``sender``: the process behind the connection as the kernel names it (peers.py), None if unknown."""
-        if req.op == "put_batch":  # the busiest record request: no walk past the other operations' tests
-            return await records.put_batch(req, await self._topics.get(req))
-        if req.op == "take":  # the busiest sample request: straight to its handler (broker/takes.py)
-            return await takes.take(self.plane, req, await self._topics.get(req), sender)
-        if req.op == "status":
-            return Reply(req.id, True, await self.state())
-        if req.op == "topics":
-            return Reply(req.id, True, [await t.stats() for t in self._topics.open.values()])
-        if req.op in ("lease", "release"):
-            return await self.plane.handle(req, None, sender)
-        topic = await self._topics.get(req)
-        if req.op in PLANE_OPS:
-            return await self.plane.handle(req, topic, sender)
-        if req.op in keys.OPS:
-            return await keys.handle(req, topic, self.plane, sender)
-        reply = await records.handle(req, topic)
-        if reply is None:
-            raise ProtocolError(f"unknown operation {req.op!r}")
-        return reply
-
     def _on_flushed(self, topic_name: str, flushed_upto: int) -> None:
-        self.plane.on_flushed(topic_name, flushed_upto)
+        self.memory.on_flushed(topic_name, flushed_upto)
         if self._loop is not None:
             # The engine updates its flush counters right after this callback, in the same loop step.
             self._loop.call_soon(self._observe_flush, topic_name)

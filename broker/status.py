@@ -1,6 +1,6 @@
 """The broker's state as one map: what ``persisting-broker status`` prints (``--json``: this map) and what the
 metrics endpoint turns into gauges at scrape time. Built on the broker's loop from the engine's public methods
-(``Topic.stats()``, ``Topic.partitions()``), the tensor plane's stats and the connection counts.
+(``Topic.stats()``, ``Topic.partitions()``), the arena's stats and the connection counts.
 
 Keys (times are seconds; ``*_at`` are Unix times)::
 
@@ -26,17 +26,35 @@ Keys (times are seconds; ``*_at`` are Unix times)::
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from persisting.engine import Topic
 from persisting.wire import protocol
+from persisting.wire.requests import Args, PutBatch, PutTensors
 
-from .complaints import KINDS
-
-if TYPE_CHECKING:
-    from .server import Broker
+from .complaints import KINDS, Complaints
+from .connections import Connections
 
 
-async def snapshot(broker: Broker) -> dict[str, Any]:
+class Observed(Protocol):
+    """What of the broker its status map reads (the Broker implements it)."""
+
+    pid: int
+    address: str
+    storage_path: Any
+    started_at: float
+    flush_clock: FlushClock
+    dedup: DedupCounts
+    connections: Connections
+    complaints: Complaints
+
+    @property
+    def topics(self) -> dict[str, Topic]: ...
+
+    def arena_stats(self) -> dict[str, Any]: ...
+
+
+async def snapshot(broker: Observed) -> dict[str, Any]:
     topics = []
     now = time.monotonic()
     for topic in list(broker.topics.values()):
@@ -63,7 +81,7 @@ async def snapshot(broker: Broker) -> dict[str, Any]:
             entry["last_flush_error"] = stats["last_flush_error"]
         entry["dedup"] = broker.dedup.of(topic.name)
         topics.append(entry)
-    arena = broker.plane.stats()
+    arena = broker.arena_stats()
     if arena:
         arena["used_bytes"] = arena["size_bytes"] - arena["free_bytes"]
     conns = broker.connections
@@ -92,13 +110,13 @@ class DedupCounts:
     def __init__(self) -> None:
         self._bytes: dict[str, list[int]] = {}
 
-    def request(self, req: protocol.Request, reply: protocol.Reply) -> None:
-        if not reply.ok or req.op not in ("put_tensors", "put_batch"):
+    def request(self, args: Args, reply: protocol.Reply) -> None:
+        if not reply.ok or not isinstance(args, PutBatch | PutTensors):
             return
-        given = req.args.get("dedup")
+        given = args.dedup
         if not (isinstance(given, list) and len(given) == 2 and all(type(x) is int and x >= 0 for x in given)):
             return
-        counts = self._bytes.setdefault(str(req.args.get("topic")), [0, 0])
+        counts = self._bytes.setdefault(args.topic, [0, 0])
         counts[0] += given[0]
         counts[1] += given[1]
 

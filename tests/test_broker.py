@@ -294,7 +294,7 @@ def test_bad_input_gets_error_replies_and_the_broker_keeps_serving(broker: Broke
 
 
 def test_a_topic_config_is_checked_on_every_request(broker: BrokerProcess) -> None:
-    """The broker remembers configs it checked (records.py); one that differs only by type (True == 1) or holds
+    """The broker remembers configs it checked (broker/topics.py); one that differs only by type (True == 1) or holds
     an unhashable value is still checked, and refused."""
 
     def read(request_id: int, config: dict[str, object]) -> dict[str, object]:

@@ -2,7 +2,7 @@
 (the item's ``UNACK`` state record, written by the broker before it replies) and ``mark_consumed`` a ``then_put``
 (the ``ACKED`` record, after the consumption). Other handles see those states as before; a holder's kill leaves
 its item unacknowledged for an ``auto_resume=False`` reopen; malformed riders are refused before anything is
-taken or consumed (broker/riders.py)."""
+taken or consumed (broker/requests/riders.py)."""
 
 from __future__ import annotations
 

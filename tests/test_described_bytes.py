@@ -46,7 +46,7 @@ def test_described_bytes_matches_the_per_sample_meta() -> None:
 
 
 def test_too_big_checks_the_runs_cover_the_samples() -> None:
-    from broker import spooling
+    from broker.requests import spool as spooling
 
     described = [[3, {"x": ["ndarray", "float32", [1 << 20]]}]]
     assert spooling.too_big([0, 1, 2], described, ["x"], 8 << 20)  # 12 MiB over what an 8 MiB arena takes

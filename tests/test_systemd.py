@@ -126,7 +126,7 @@ def test_unit_shape() -> None:
 def test_env_example_names_real_settings() -> None:
     known = {f"PERSISTING_{key.upper()}" for key in SETTINGS} | {"PERSISTING_CONFIG"}
     # and the engine's and the broker's own tuning variables, read where they are used
-    # (engine/flushing.py, broker/plane.py)
+    # (engine/flushing.py, broker/tensor_memory.py)
     source = "".join(f.read_text() for package in ("persisting", "broker") for f in (ROOT / package).rglob("*.py"))
     known |= set(re.findall(r'os\.environ\.get\("(PERSISTING_[A-Z_]+)"', source))
     keys = set(env_file(ENV_EXAMPLE)) | commented_env_keys(ENV_EXAMPLE)

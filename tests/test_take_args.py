@@ -1,5 +1,6 @@
-"""The broker's own path for ``take`` (broker/takes.py) refuses each malformed argument with an error reply that
-names it, and keeps serving: a well-formed take on the same connection afterwards gets its samples."""
+"""The broker refuses each malformed argument of ``take`` (its struct in persisting/wire/requests.py, its handler
+broker/requests/take.py) with an error reply that names it, and keeps serving: a well-formed take on the same
+connection afterwards gets its samples."""
 
 from __future__ import annotations
 

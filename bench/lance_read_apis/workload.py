@@ -19,7 +19,7 @@ import lance
 import numpy as np
 
 from persisting import SyncQueue
-from persisting.queue.lance_dense import take_by_fragment
+from persisting.storage.lance_dense import take_by_fragment
 
 SAMPLE_FLOATS = 4 * 1024 * 1024  # 16 MiB per sample, as the multimodal suite's big batch
 PIECE_SAMPLES = 4  # 64 MiB: tensors/pieces.PIECE_BYTES

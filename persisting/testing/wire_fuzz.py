@@ -14,45 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import msgspec
 import zmq
 
 from ..wire.protocol import OPS, PROTOCOL_VERSION
+from ..wire.requests import REQUESTS
 
 MAX_WAIT_S = 0.05
 REPLY_TIMEOUT_S = 10.0  # a reply slower than this counts as missing (a topic's first open takes a while)
 LONG_STR_CHARS = 64 * 1024
-ARG_NAMES = [
-    "topic",
-    "config",
-    "partition",
-    "kinds",
-    "count",
-    "key",
-    "of",
-    "offset",
-    "limit",
-    "wait",
-    "index",
-    "timeout",
-    "nbytes",
-    "peer",
-    "extent",
-    "fields",
-    "generation",
-    "task",
-    "batch_size",
-    "indexes",
-    "zerocopy",
-    "hold",
-    "sampler",
-    "sampler_kw",
-    "lease_seconds",
-    "ready_fields",
-    "items",
-    "release",
-    "abandon",
-    "lease_next",
-]
+# every argument some request takes (wire/requests.py), so a new one is fuzzed without a change here
+ARG_NAMES = sorted({f.encode_name for args in REQUESTS.values() for f in msgspec.structs.fields(args)})
 TOPICS = ("fz0", "fz1")
 _OPS = sorted(OPS)
 

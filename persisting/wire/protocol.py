@@ -13,54 +13,11 @@ Envelopes are encoded and decoded with msgspec (the same msgpack bytes, about 3x
 an envelope); ``plain`` tells values msgspec lets through that msgpack-python's strict decoding refused (map keys
 that are not str or bytes, extension types), for the broker to name them when a request fails on one.
 
-Operations (``args``; every topic operation carries ``topic`` and the topic's ``config`` so that a broker that
-restarted reopens the topic on the first request it gets):
-
-    hello      {[pid]}                                   -> {"broker": str, "pid": int, "storage_path": str}
-               (``pid``: the client's process, listed by the status command while it lives)
-    put_batch  {topic, config, partition, kinds, count, key[, of]}   + 1 buffer (rows) -> [first, count]
-               (``of``: a patch, the global indexes of the samples whose fields row k writes; see fields.py)
-    read       {topic, config, offset, limit[, wait]}    -> {"kinds": map, "count": int, "waited": bool, "end": int}
-                                                            + 1 buffer (rows); with ``wait`` (seconds) a read
-                                                            that finds nothing at ``offset`` is answered once
-                                                            rows exist there or the time passes (the broker
-                                                            caps it at 30 s); "end": where the next read starts
-                                                            (rows of cleared samples are skipped).
-    wait       {topic, config, index, timeout}           -> bool (a record with index >= index is visible)
-    flush      {topic, config}                           -> None
-    stats      {topic, config}                           -> map
-    count      {topic, config}                           -> int
-    topics     {}                                        -> list of stats maps
-    status     {}                                        -> the broker's state, one map (broker/status.py documents
-                                                            its keys; ``persisting-broker status --json`` prints it)
-
-The tensor plane (broker/plane.py; ``peer`` = [pid, start time] of the calling process, from /proc):
-
-    lease        {nbytes, timeout, peer}                 -> [extent id, arena offset, extent bytes]   (or Full)
-    put_tensors  {topic, config, partition, key, count, kinds, extent, peer[, of],
-                  fields: [[name, kind, dtype, sample shape, offset in extent, nbytes], ...]}
-                                                          + 1 buffer (the non-tensor rows) -> [first, count]
-    take         {topic, config, partition, task, batch_size}   -> [indexes, field descriptions]
-    describe     {topic, config, indexes}                -> field descriptions: [[count, {field: [kind, dtype,
-                                                            shape]}[, tags]], ...] for runs of samples alike
-    get_data     {topic, config, indexes, fields, zerocopy, peer[, columns]}
-                 -> {"hold": id, "runs": [[[field, kind, dtype, shape, offset, samples, bytes per sample]]]}
-                    (views into the arena) or {"kinds": map} + 1 buffer (rows: a copy); with ``columns``, also
-                    "columns": [[field, kind, dtype, shape], ...] + one raw frame per such field (wire/columns.py)
-    release      {hold, peer}                            -> bool
-    mark_consumed      {topic, config, partition, task, indexes}   -> None
-    reset_consumption  {topic, config, partition, task}   -> None
-    give_back    {topic, config, partition, task, indexes}   -> None (leases end unconsumed, samples ready again)
-    clear        {topic, config, partition, indexes}     -> int (newly cleared; indexes nil: the whole partition)
-    partitions   {topic, config}                         -> {partition: {"samples", "cleared", "tasks"}}
-    set_tags     {topic, config, partition, items: [[index, {key: value}], ...]}   -> None (merged, durable)
-    (take also carries sampler, sampler_kw and lease_seconds: nil for consume-on-fetch, else acknowledged delivery;
-     and ready_fields: only samples whose every one of these fields is produced are taken; a take with fields,
-     get_batch, uses those; with fields, describe: false leaves the descriptions out of a take of one sample)
-    (riders, where the broker's hello lists the "riders" feature: take's note {partition, field, values} appends a
-     record per sample taken, the reply's last element then [first, count] or nil; mark_consumed's then_put
-     {partition, kinds, count, key} + 1 buffer of rows appends them after the consumption, reply [first, count]
-     instead of None; broker/riders.py)
+Operations: every request's arguments are a typed struct (requests.py, ``REQUESTS``), decoded by the broker
+straight from the envelope's ``args`` (``Request.args`` is then the raw msgpack of that map); replies are typed in
+replies.py. Each operation with its arguments and reply: docs/reference/protocol.md, generated from the broker's
+request table (broker/requests/table.py). Every topic operation carries ``topic`` and the topic's ``config`` so
+that a broker that restarted reopens the topic on the first request it gets.
 """
 
 from __future__ import annotations
@@ -71,25 +28,24 @@ from typing import Any
 import msgspec
 
 from ..errors import DedupConflictError, PayloadClearedError, ProtocolError, ProtocolVersionError, SchemaConflictError
+from .requests import REQUESTS
 
 PROTOCOL_VERSION = 3  # 2: the tensor plane operations; 3: patches ("of"), take by fields, clear, tags
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 LOGGED_VALUE_CHARS = 120  # a value from the wire is shown (in an error reply, and so in the log) cut to this
 WAIT_SLICE_SECONDS = 30.0  # the longest a long-poll (wait, read with wait, take with wait) is held in one request
-OPS = frozenset(
-    {"hello", "put_batch", "read", "wait", "flush", "stats", "count", "topics"}
-    | {"lease", "put_tensors", "take", "describe", "get_data", "release", "mark_consumed", "reset_consumption"}
-    | {"clear", "partitions", "set_tags", "status", "give_back"}
-    | {"kv_put", "kv_get", "kv_list", "kv_clear", "kv_names"}  # keyed samples (broker/keys.py)
-    | {"spool_begin", "put_spooled", "spool_where"}  # batches larger than the arena (broker/spooling.py)
-)
+OPS = frozenset(REQUESTS)  # every operation a client may send
+EMPTY_ARGS = b"\x80"  # msgpack's empty map: the args of a request that sends none
 
 
 @dataclass(slots=True)
 class Request:
+    """A request: a client builds it with an ``args`` map; ``decode_request`` gives the broker the map's msgpack
+    bytes (``msgspec.Raw``), which it decodes once into the operation's struct (requests.py)."""
+
     id: int
     op: str
-    args: dict[str, Any]
+    args: dict[str, Any] | msgspec.Raw
     buffers: list[bytes] = field(default_factory=list)
 
 
@@ -127,7 +83,7 @@ class _RequestEnvelope(msgspec.Struct):
     v: int
     id: int
     op: str
-    args: dict[Any, Any] = msgspec.field(default_factory=dict)
+    args: msgspec.Raw = msgspec.Raw(EMPTY_ARGS)  # decoded by the operation's struct, not here
 
 
 class _ReplyEnvelope(msgspec.Struct):
@@ -184,7 +140,7 @@ def decode_request(frames: list[bytes]) -> Request:
         raise ProtocolError(f"unknown operation {shown(op)}; known: {sorted(OPS)}")
     if not isinstance(args, dict):
         raise ProtocolError("args must be a map")
-    return Request(env["id"], op, args, list(frames[1:]))
+    return Request(env["id"], op, msgspec.Raw(_encode(args)), list(frames[1:]))
 
 
 def encode_reply(reply: Reply) -> list[bytes]:
@@ -196,6 +152,11 @@ def encode_reply(reply: Reply) -> list[bytes]:
         if reply.error_details:
             env["error"]["details"] = reply.error_details
     return [_encode(env), *reply.buffers]
+
+
+def loads(data: bytes) -> Any:
+    """A msgpack value (msgspec's decode: maps with any keys, extension types as ``msgspec.msgpack.Ext``)."""
+    return _decode(data)
 
 
 def encoded(value: Any) -> msgspec.Raw:
@@ -259,6 +220,11 @@ def plain(value: Any, depth: int = 0) -> str | None:
     Walked only after a request failed (the request path pays nothing for it)."""
     if depth > 64:
         return "nesting deeper than 64 levels"
+    if isinstance(value, msgspec.Raw):
+        try:
+            value = _decode(value)
+        except Exception as exc:
+            return f"a value msgpack cannot read ({shown(str(exc))})"
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str | bytes):
@@ -283,11 +249,3 @@ def error_reply(request_id: int, exc: BaseException) -> Reply:
     elif isinstance(exc, DedupConflictError):
         details = {"field": exc.field, "deduped": "1" if exc.deduped else ""}
     return Reply(request_id, False, error_type=type(exc).__name__, error_message=str(exc), error_details=details)
-
-
-def arg(req: Request, name: str, kind: type | tuple[type, ...]) -> Any:
-    """A required argument of the right type, or ProtocolError naming it."""
-    value = req.args.get(name)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProtocolError(f"operation {req.op!r} needs argument {name!r} of type {kind}, got {shown(value)}")
-    return value

@@ -15,52 +15,52 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
-
 from persisting.engine import Topic, new_spool_part, put_spooled, spool_where, sweep_spool
 from persisting.errors import ConfigError, ProtocolError
 from persisting.tensors import pieces
-from persisting.wire import codec, row_checks
-from persisting.wire.protocol import Reply, Request, arg
+from persisting.wire.protocol import Reply
+from persisting.wire.replies import Range, SpoolPart
+from persisting.wire.requests import PutSpooled, SpoolBegin, SpoolWhere
 
-from .givebacks import int_list
+from .context import Call, Services
+from .records import encoded_rows
 
-OPS = frozenset({"spool_begin", "put_spooled", "spool_where"})
 
-
-async def handle(req: Request, topic: Any, peer: Any) -> Reply:
+def _local(call: Call[Any]) -> Topic:
+    topic = call.topic
     if not isinstance(topic, Topic):
         raise ConfigError("batches larger than the arena need a topic on local disk (the spool file lies beside it)")
-    if req.op == "spool_begin":
-        pid = peer[0] if peer is not None else arg(req, "pid", int)  # the kernel's word first
-        sweep_spool(topic.path, None)
-        name, path = new_spool_part(topic.path, int(pid))
-        return Reply(req.id, True, [name, str(path)])
-    if req.op == "spool_where":
-        fields = req.args.get("fields")
-        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-            raise ProtocolError("spool_where fields must be a list of str")
-        if peer is None:  # a tcp client (or no kernel credentials): it may not be on this node, reads copies
-            return Reply(req.id, True, None)
-        return Reply(req.id, True, await spool_where(topic, int_list(req.args.get("indexes"), "indexes"), fields))
-    key = req.args.get("key")
-    if isinstance(key, str):
-        done = await topic.recall(key)  # a re-sent put whose first attempt stored the batch
+    return topic
+
+
+async def spool_begin(services: Services, call: Call[SpoolBegin]) -> Reply:
+    topic = _local(call)
+    pid = call.peer[0] if call.peer is not None else call.args.pid  # the kernel's word first
+    if pid is None:
+        raise ProtocolError("spool_begin needs argument 'pid' (an int) where the kernel does not name the process")
+    sweep_spool(topic.path, None)
+    name, path = new_spool_part(topic.path, int(pid))
+    return call.ok(SpoolPart(name, str(path)))
+
+
+async def spool_where_(services: Services, call: Call[SpoolWhere]) -> Reply:
+    topic = _local(call)
+    if call.peer is None:  # a tcp client (or no kernel credentials): it may not be on this node, reads copies
+        return call.ok(None)
+    return call.ok(await spool_where(topic, call.args.indexes, call.args.fields))
+
+
+async def put_spooled_(services: Services, call: Call[PutSpooled]) -> Reply:
+    args, topic = call.args, _local(call)
+    if args.key is not None:
+        done = await topic.recall(args.key)  # a re-sent put whose first attempt stored the batch
         if done is not None:
-            return Reply(req.id, True, list(done))
-    count, partition = arg(req, "count", int), arg(req, "partition", str)
-    kinds, name = arg(req, "kinds", dict), arg(req, "name", str)
-    if len(req.buffers) != 1 or (key is not None and not isinstance(key, str)) or count < 1:
-        raise ProtocolError("put_spooled needs one rows buffer, a str key (or none) and a count >= 1")
-    try:
-        other = msgpack.unpackb(req.buffers[0], raw=False, use_list=True)
-    except Exception as exc:
-        raise ProtocolError(f"put_spooled rows are not valid msgpack: {exc}") from exc
-    rows = row_checks.check_rows(other, kinds, count)
-    of = None if req.args.get("of") is None else int_list(req.args["of"], "of")
-    batch = codec.EncodedBatch(rows, kinds)
-    first, n = await put_spooled(topic, batch, partition, req.buffers[0], key, name, req.args.get("fields"), of)
-    return Reply(req.id, True, [first, n])
+            return call.ok(Range(*done))
+    batch = encoded_rows(call.buffers, args.kinds, args.count, "put_spooled")
+    first, n = await put_spooled(
+        topic, batch, args.partition, call.buffers[0], args.key, args.name, args.fields, args.of
+    )
+    return call.ok(Range(first, n))
 
 
 def too_big(indexes: list[int], described: list[list[Any]], fields: list[str], arena_bytes: int | None) -> bool:
