@@ -320,7 +320,7 @@ class Broker:
         return Call(req.id, req.op, args, req.buffers, sender, topic, identity)
 
     async def _dispatch(self, req: Request, sender: Peer | None = None) -> Reply:
-        """A request answered without the socket, errors raised (in-process callers: bench/samples_cpu.py)."""
+        """A request answered without the socket, errors raised (in-process callers: bench/probes/samples_cpu.py)."""
         route = TABLE[req.op]
         args = route.decode(req.args)
         topic = None

@@ -30,7 +30,7 @@ from .topic_api import KeysAPI
 
 __all__ = ["WIRE_CONFIG_KEYS", "RemoteTopic", "put_key"]  # put_key: its old path (now request_keys.py)
 
-# The settings a broker opens a topic with (broker/records.py checks them)
+# The settings a broker opens a topic with (broker/topics.py checks them)
 WIRE_CONFIG_KEYS = ("num_buckets", "bucket_column", "batch_size", "auto_flush_interval_sec", "durability")
 
 
@@ -64,9 +64,9 @@ class RemoteTopic:
         hello = await self.conn.request("hello", {"peer": peer_id()})  # listed by the status command
         self._tensors.hello(hello.result.get("arena") or {})
         self.conn.max_message_bytes = int(hello.result.get("max_message_bytes", protocol.DEFAULT_MAX_MESSAGE_BYTES))
-        # A broker of this protocol version without riders (broker/riders.py) ignores a note or a then_put: their
-        # records are then written by separate requests (mark_consumed here; a take's note by the persist-queue
-        # layer, told by take_rows), never silently left out.
+        # A broker of this protocol version without riders (broker/requests/riders.py) ignores a note or a
+        # then_put: their records are then written by separate requests (mark_consumed here; a take's note by the
+        # persist-queue layer, told by take_rows), never silently left out.
         self.riders = "riders" in hello.result.get("features", ())
         stats = (await self.conn.request("stats", self.args())).result
         self.kinds = dict(stats.get("fields", {}))

@@ -1,7 +1,7 @@
 """Broker mode, keyed samples: ``RemoteKeys``, a ``remote.RemoteTopic``'s ``KeysAPI`` (topic_api.py).
 
 One request per call (``kv_put``, ``kv_get``, ``kv_list``, ``kv_clear``, ``kv_names``; the broker's side is
-``broker/keys.py``). A keyed put's tensors go through the arena as any tensor put does (``keyed.put``); the rows
+``broker/requests/kv.py``). A keyed put's tensors go through the arena as any tensor put does (``keyed.put``); the rows
 of one that is copied, and tags, come here. A ``kv_get`` whose views point into the arena of a broker that
 restarted since is asked again.
 """

@@ -166,7 +166,7 @@ class ArenaClient:
         dedup_bytes: tuple[int, int] | None = None,
         lease_ahead: bool = True,
     ) -> tuple[int, int, dict[str, str], list[Any]]:
-        """(first, count, kinds, what a keyed put's reply adds: ``kv`` {keys, tags}, see broker/keys.py).
+        """(first, count, kinds, what a keyed put's reply adds: ``kv`` {keys, tags}, see broker/requests/kv.py).
         ``lease_ahead=False``: the next put is of another size (a deduped put's payloads, then its samples), so
         no extent of this one's size is leased ahead for it (it would hold arena space, and a consumer's views of
         the next put would pin all of it)."""

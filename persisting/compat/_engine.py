@@ -58,7 +58,7 @@ async def mark_consumed(
     if then_put is None:
         return await topic.mark_consumed(partition, task, indexes)
     batch, blob = _encode(then_put[1], topic.kinds)
-    # a broker with riders (broker/riders.py) puts them in the same round trip
+    # a broker with riders (broker/requests/riders.py) puts them in the same round trip
     return await topic.mark_consumed(partition, task, indexes, (then_put[0], batch, blob))
 
 
