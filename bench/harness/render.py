@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.common.plots import pyplot, save
+
 from .report import Report, Table
 
 FORMATS = ("console", "md", "json")
@@ -52,8 +54,6 @@ def render(report: Report, meta: Mapping[str, Any], fmt: str) -> str:
 
 def default_charts(report: Report, subtitle: str, folder: Path) -> list[Path]:
     """One bar chart per measured table: the median of its first metric per row (grouped by the row's group)."""
-    from bench.common.plots import pyplot, save
-
     out = []
     for n, table in enumerate(t for t in report.tables if t.metrics and t.rows):
         out.append(_bars(pyplot(), table, subtitle, folder, f"{_slug(report.title)}_{n + 1}.png", save))

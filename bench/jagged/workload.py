@@ -30,6 +30,7 @@ import numpy as np
 
 from bench.common.broker_process import broker_process
 from bench.harness import Metric, Report, Table
+from persisting import Queue
 
 START_TIMEOUT_S = 120.0
 RECV_TIMEOUT_S = 60.0
@@ -74,8 +75,6 @@ def _producer(spec: dict[str, Any]) -> None:
         return
 
     async def run() -> None:
-        from persisting import Queue
-
         async with Queue("jagged", broker=spec["broker"], durability="process") as q:
             await q.put({"input_ids": pool[0]}, partition_id="warm")
             spec["barrier"].wait(START_TIMEOUT_S)
@@ -110,8 +109,6 @@ def _consumer(spec: dict[str, Any]) -> None:
             return
 
         async def run() -> None:
-            from persisting import Queue
-
             async with Queue("jagged", broker=spec["broker"], durability="process") as q:
                 await q.get_batch(["input_ids"], samples, "train", "warm", wait=True, timeout=START_TIMEOUT_S)
                 spec["barrier"].wait(START_TIMEOUT_S)

@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.tq_cluster import tq_attach, tq_detach
+from persisting import Queue
+
 TASKS = ("reward", "reference", "train")
 TOKENS = 1024
 TIMEOUT_S = 600.0
@@ -73,8 +76,6 @@ def producer_main(spec: dict[str, Any]) -> None:
         else:
             from tensordict import TensorDict
 
-            from bench.common.tq_cluster import tq_attach, tq_detach
-
             client = tq_attach(spec["address"])
             try:
                 data = TensorDict(step, batch_size=[spec["prompts"] * spec["responses"]])
@@ -92,8 +93,6 @@ def producer_main(spec: dict[str, Any]) -> None:
 
 
 async def _persisting_put(spec: dict[str, Any], step: dict[str, Any]) -> None:
-    from persisting import Queue
-
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
         await q.open()
@@ -128,8 +127,6 @@ def consumer_main(spec: dict[str, Any], task: str, i: int) -> None:
 
 
 async def _persisting_get(spec: dict[str, Any], task: str, i: int) -> None:
-    from persisting import Queue
-
     n = spec["prompts"] * spec["responses"]
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False  # asks by name before the 1st put
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
@@ -148,8 +145,6 @@ async def _persisting_get(spec: dict[str, Any], task: str, i: int) -> None:
 
 
 def _tq_get(spec: dict[str, Any], task: str) -> None:
-    from bench.common.tq_cluster import tq_attach, tq_detach
-
     client = tq_attach(spec["address"])
     try:
         _tq_take(client, ["warm"], 1, f"warmup-{spec['rep']}", task)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bench.common.fresh_process import run_json
 from bench.harness import BenchArgumentError, Context, Metric, Report, Suite, Table
 
 MiB = 1 << 20
@@ -19,7 +20,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(ctx: Context) -> Report:
-    from bench.common.fresh_process import run_json
 
     from .workload import MODES, SHAPES, workload_argv
 
