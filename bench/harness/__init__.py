@@ -52,13 +52,16 @@ How to port (or write) a suite
 
 6. **Charts.** ``--plot DIR`` works for every suite: without ``Report.charts`` the harness draws each measured
    table (median of its first metric per row); a suite with a better picture sets ``charts(folder, subtitle)``
-   and returns the paths it wrote (``bench/common/plots.py``: ``pyplot``, ``save``, ``cdf``).
+   and returns the paths it wrote (``bench/harness/plots.py``: ``pyplot``, ``save``, ``cdf``).
 
 7. **Shared pieces** live in ``bench/common/``: ``broker_process.py`` (start a ``persisting-broker`` subprocess,
    read its log and CPU), ``measure.py`` (nearest-rank percentiles, RSS), ``records.py`` (the ~100-byte records),
-   ``workers.py`` (spawned worker processes, their barriers and results), ``plots.py``, ``tq_cluster.py``
-   (TransferQueue on a local Ray cluster). A piece two suites use moves there; a suite never imports another
-   suite's folder (nor tests/).
+   ``workers.py`` (spawned worker processes, their barriers and results), ``tq_cluster.py`` (TransferQueue on a
+   local Ray cluster), ``arena_stream.py`` (a stream beyond the arena and its fdatasync reference),
+   ``torch_shared.py`` (the torch.multiprocessing references' copy)... A piece two suites use moves there. The
+   layers (tests/test_bench_layout.py checks them): ``harness`` imports only itself; ``common`` imports the
+   harness and itself; a suite imports the harness, ``common`` and its own folder, never another suite's folder
+   (nor tests/); a probe may also import a suite's modules (it takes one step of that suite apart).
 
 8. **Probes** (a diagnostic of one step, no reference, its own output) are modules of ``bench/probes/``, each
    declaring ``PROBE = Probe(name, help, parser, main)``; ``python -m bench NAME`` runs ``main(argv)``, and so does

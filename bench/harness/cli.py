@@ -11,10 +11,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common.plots import run_label
-
 from . import discover
 from .meta import git_revision, run_meta
+from .plots import run_label
 from .render import FORMATS, default_charts, render
 from .report import Report
 from .suite import BenchArgumentError, Context, Suite

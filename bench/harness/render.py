@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common.plots import pyplot, save
-
+from .plots import pyplot, save
 from .report import Report, Table
 
 FORMATS = ("console", "md", "json")

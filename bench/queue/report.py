@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.flush import FlushResult
-from bench.common.plots import pyplot, save
 from bench.harness import Metric, Report, Row, Table
+from bench.harness.plots import pyplot, save
 
 from .stores import REFERENCE, STORES
 from .workload import BenchResult

@@ -7,8 +7,8 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.common.plots import pyplot, save
 from bench.harness import Metric, Report, Row, Table
+from bench.harness.plots import pyplot, save
 
 from .worker import ROWS
 from .workload import SYSTEMS, Case, MiB, SizesResult, label
