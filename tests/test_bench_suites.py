@@ -65,6 +65,27 @@ def test_the_harness_renders_console_md_andbench_json() -> None:
     assert data["tables"][0]["rows"][0]["value"]["GB/s"] == 3.0
 
 
+def test_a_report_that_failed_exits_1_with_its_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.chaos.report import MUST_BE_ZERO, chaos_report
+    from bench.harness import Suite
+
+    def run(failed: list[str]) -> int:
+        suite = Suite("t", "a suite that fails", lambda ctx: Report("t", [_table()], failed=failed), reps=1)
+        return cli.run_suite(suite, ["t", "--no-progress", "--dir", str(tmp_path), "--format", "json"])
+
+    assert run([]) == 0
+    assert json.loads(capsys.readouterr().out)["failed"] == []
+    assert run(["acknowledged lost = 2, must be 0"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["failed"] == ["acknowledged lost = 2, must be 0"]
+    assert "python -m bench t: failed: acknowledged lost = 2, must be 0" in err
+    # chaos says its run failed when a figure that must be 0 is not
+    figures = dict.fromkeys(MUST_BE_ZERO, 0) | {"seed": 7, "_details": []}
+    assert chaos_report(figures).failed == []
+    (reason,) = chaos_report(figures | {"acknowledged lost": 1}).failed
+    assert reason.startswith("acknowledged lost = 1, must be 0") and "--seed 7" in reason
+
+
 def test_the_harness_draws_each_measured_table_without_suite_charts(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from bench.harness.render import default_charts

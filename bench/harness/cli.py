@@ -52,7 +52,8 @@ def parser(suite: Suite) -> argparse.ArgumentParser:
 
 
 def run_suite(suite: Suite, argv: Sequence[str]) -> int:
-    """``argv``: the command line after ``python -m bench`` (the suite's name first)."""
+    """``argv``: the command line after ``python -m bench`` (the suite's name first). The exit status: 0, or 1
+    when the report says the run failed (``Report.failed``, its reasons on stderr)."""
     p = parser(suite)
     args = p.parse_args(argv[1:])
     if args.reps < 1:
@@ -75,7 +76,9 @@ def run_suite(suite: Suite, argv: Sequence[str]) -> int:
     print(render(report, meta, args.format))
     if args.plot is not None:
         _charts(report, meta, args.plot)
-    return 0
+    for reason in report.failed:
+        print(f"python -m bench {suite.name}: failed: {reason}", file=sys.stderr)
+    return 1 if report.failed else 0
 
 
 def _charts(report: Report, meta: dict[str, object], folder: Path) -> None:

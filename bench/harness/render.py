@@ -34,7 +34,8 @@ def render(report: Report, meta: Mapping[str, Any], fmt: str) -> str:
     tables = [t for t in report.tables if t.rows]
     if fmt == "json":
         out = {"meta": dict(meta), "wall_s": report.wall_s, "tables": [t.to_json() for t in tables]}
-        return json.dumps({**out, "notes": report.notes, **report.data}, indent=2, default=str)
+        out |= {"notes": report.notes, "failed": report.failed}
+        return json.dumps({**out, **report.data}, indent=2, default=str)
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     meta_lines = [f"{k}: {v}" for k, v in meta.items()]
