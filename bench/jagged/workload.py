@@ -173,11 +173,12 @@ CASES = (
 
 
 def run_jagged_bench(base: Path, args: Any) -> dict[str, list[float]]:
-    """Seconds of each run per case (``args.reps`` runs each)."""
+    """Seconds of each run per case (``args.reps`` runs each) of the cases in ``args.cases``."""
     lengths = lengths_of(args.samples, args.min_len, args.max_len, args.seed)
-    times: dict[str, list[float]] = {name: [] for name, _, _ in CASES}
+    cases = [c for c in CASES if c[0] in args.cases]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
     for rep in range(args.reps):  # cases interleaved, the order rotated per rep: drift hits them alike
-        for name, path, padded in CASES[rep % len(CASES) :] + CASES[: rep % len(CASES)]:
+        for name, path, padded in cases[rep % len(cases) :] + cases[: rep % len(cases)]:
             times[name].append(_run_case(path, padded, base, args, lengths, rep))
     return times
 
@@ -187,7 +188,7 @@ def jagged_report(times: dict[str, list[float]], args: Any) -> Report:
     tokens = int(lengths_of(args.samples, args.min_len, args.max_len, args.seed).sum())
     ms, gbps = Metric("ms/batch", higher_is_better=False, digits=4), Metric("useful GB/s")
     table = Table("Producer -> consumer", ("case",), (ms, gbps), (CASES[0][0],), ("MiB moved/batch",), plain_ratio=True)
-    for name, _path, padded in CASES:
+    for name, _path, padded in (c for c in CASES if c[0] in times):
         moved = args.samples * args.max_len * 8 if padded else tokens * 8 + (args.samples + 1) * 8
         row = table.add(name)
         row.samples = {
