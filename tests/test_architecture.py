@@ -47,6 +47,9 @@ DEFERRED_IMPORTS: dict[tuple[str, str], str] = {
     ("broker.server", "broker.metrics"): "prometheus_client loads only with --metrics",
     # bench/ (a suite's package loads its workload inside run, so that `python -m bench` lists fast: those are a
     # package's own modules, which need no line, see the test)
+    ("bench.multimodal.grpo_workers", "persisting"): (
+        "a peer's worker process (torch.mp, TransferQueue) never loads persisting: its peak RSS is a figure"
+    ),
     ("bench.pq.multiprocess", "bench.common.broker_process"): (
         "a spawned worker imports its module: only the library it measures may load in it (its import time is timed)"
     ),

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from bench.common.tq_cluster import tq_attach, tq_detach
-from persisting import Queue
 
 TASKS = ("reward", "reference", "train")
 TOKENS = 1024
@@ -93,7 +92,10 @@ def producer_main(spec: dict[str, Any]) -> None:
 
 
 async def _persisting_put(spec: dict[str, Any], step: dict[str, Any]) -> None:
+    from persisting import Queue  # here: a peer's worker never loads persisting (its peak RSS is a figure)
+
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False
+
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
         await q.open()
         await q.put(_warm(), partition_id=f"warmup-{spec['rep']}")  # maps the arena before the clock starts
@@ -129,6 +131,8 @@ def consumer_main(spec: dict[str, Any], task: str, i: int) -> None:
 async def _persisting_get(spec: dict[str, Any], task: str, i: int) -> None:
     n = spec["prompts"] * spec["responses"]
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False  # asks by name before the 1st put
+    from persisting import Queue  # here: a peer's worker never loads persisting (its peak RSS is a figure)
+
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
         await q.open()
         warm, _ = await q.get_batch(["warm"], 1, task, f"warmup-{spec['rep']}", wait=True, timeout=TIMEOUT_S)

@@ -30,7 +30,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(ctx: Context) -> Report:
-
     from .one import workload_argv
     from .report import verl_report
 

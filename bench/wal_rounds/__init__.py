@@ -21,7 +21,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(ctx: Context) -> Report:
-
     from .workload import CASES, case_argv
 
     a = ctx.args
