@@ -1,9 +1,8 @@
 """A smoke run of pq, storage, verl-dedup, lance-read-apis, lance-read-cpu, lance-encoding and wal-rounds, and of
 the dedup-lifetime probe, at a tiny size through ``python -m bench`` in a subprocess (they spawn workers and
-brokers): the rendered JSON holds each suite's rows and, where it has one, its same-run reference ratio. The other
-suites' smoke runs: tests/test_bench_suites.py, test_bench_tensor_suites.py, test_bench_ray_suites.py,
-test_chaos.py (files of about equal time, for ``pytest --dist loadfile``). verl's packages are installed by
-``./dev test``; without them the suites that need them are skipped."""
+brokers): the rendered JSON holds each suite's rows and, where it has one, its same-run reference ratio (the
+other suites': tests/test_bench_suites.py says where). verl's packages are installed by ``./dev test``; without
+them the suites that need them are skipped."""
 
 from __future__ import annotations
 
