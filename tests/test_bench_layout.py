@@ -62,3 +62,16 @@ def test_the_check_sees_a_crossing(tmp_path: Path) -> None:
     assert not allowed("bench.harness.cli", "bench.common.plots")
     assert allowed("bench.probes.arena_steps", "bench.arena.batches")
     assert crossings([("bench.multimodal.stream", src)]) == ["bench.multimodal.stream imports bench.persist.workload"]
+
+
+def test_bench_is_folders_every_one_a_suite_but_the_harness_common_and_probes() -> None:
+    """No module loose at bench/'s top (a suite's piece lives in its folder, a shared one in common/), and every
+    other folder is a suite ``python -m bench`` lists, under its own help."""
+    import bench
+    from bench.harness import discover
+
+    root = Path(bench.__file__).parent
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py", "__main__.py"]
+    suites = discover.suites()
+    assert len(suites) == len(discover.suite_folders()) and all(s.help for s in suites.values())
+    assert len({s.help for s in suites.values()}) == len(suites)  # each its own line
