@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +32,19 @@ def rows_by(table: dict[str, Any], column: str) -> dict[str, dict[str, Any]]:
     return {r["labels"][column]: r for r in table["rows"]}
 
 
-def smoke(tmp_path: Path, *args: str) -> dict[str, Any]:
-    """``python -m bench ARGS --reps 1 --no-progress --dir tmp --format json``, its output parsed; the run's folder
-    removed after it and its command in the metadata."""
-    work = tmp_path / "work"
+def smoke(*args: str) -> dict[str, Any]:
+    """``python -m bench ARGS --reps 1 --no-progress --dir DIR --format json``, its output parsed; the run's folder
+    removed after it and its command in the metadata. DIR is short, not under pytest's ``tmp_path`` (long under
+    pytest-xdist): brokers put their unix sockets under it, whose paths are limited to 107 bytes."""
+    work = Path(tempfile.mkdtemp(prefix="pbt-"))
     cmd = [sys.executable, "-m", "bench", *args, "--no-progress", "--dir", str(work), "--format", "json"]
     cmd += [] if "--reps" in args else ["--reps", "1"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert not list(work.iterdir())  # the run's folder removed
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert not list(work.iterdir())  # the run's folder removed
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     data: dict[str, Any] = json.loads(out.stdout)
     assert data["meta"]["command"].endswith(shlex.join(cmd[3:])) and "persisting revision" in data["meta"]
     return data

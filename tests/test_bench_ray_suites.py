@@ -4,24 +4,22 @@ Ray and verl's packages are installed by ``./dev test``; without them these are 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from .bench_run import rows_in_groups, smoke
 
 
-def test_ray(tmp_path: Path) -> None:
+def test_ray() -> None:
     pytest.importorskip("ray")
-    data = smoke(tmp_path, "ray", "--small-batches", "1", "--large-batches", "0")
+    data = smoke("ray", "--small-batches", "1", "--large-batches", "0")
     rows = rows_in_groups(data["tables"][0], "path")
     assert len(rows) == 4  # 4 paths x the 6 MiB batches
     assert rows["6 MiB / persisting cross-node (A -> B)"]["vs"]["ray.put on A, ray.get on B"] > 0
 
 
-def test_verl_nodes(tmp_path: Path) -> None:
+def test_verl_nodes() -> None:
     pytest.importorskip("ray")
     pytest.importorskip("tensordict")
-    data = smoke(tmp_path, "verl-nodes", "--steps", "1", "--prompts", "2", "--n", "2")
+    data = smoke("verl-nodes", "--steps", "1", "--prompts", "2", "--n", "2")
     rows = rows_in_groups(data["tables"][0], "worker")
     assert rows["put + get / two nodes"]["vs"]["one node"] > 0 and len(rows) == 6

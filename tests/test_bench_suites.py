@@ -187,11 +187,11 @@ def test_each_probe_parses_its_flags(name: str) -> None:
     assert help_text.startswith("usage: python -m bench " + name)
 
 
-def test_verl(tmp_path: Path) -> None:
+def test_verl() -> None:
     """Both backends, one rollout worker each (TransferQueue's own Ray cluster is most of the time)."""
     pytest.importorskip("tensordict")
     args = ["--workers", "1", "--steps", "1", "--prompts", "2", "--n", "2", "--dp", "1"]
-    data = smoke(tmp_path, "verl", *args)
+    data = smoke("verl", *args)
     steps, rss = data["tables"]
     rows = rows_in_groups(steps, "backend")
     missing = any(note.startswith("TransferQueue not measured") for note in data["notes"])

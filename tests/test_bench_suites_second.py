@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from .bench_run import ROOT, rows_in_groups, smoke
 
 
-def test_pq(tmp_path: Path) -> None:
+def test_pq() -> None:
     pytest.importorskip("persistqueue")
-    data = smoke(tmp_path, "pq", "--n", "20", "--mp-n", "20", "--mp-repeat", "1")
+    data = smoke("pq", "--n", "20", "--mp-n", "20", "--mp-repeat", "1")
     items, floor, wall, phases = data["tables"]
     rows = rows_in_groups(items, "library")
     assert len(rows) == 15  # 5 classes x persist-queue and the two durabilities
@@ -29,9 +28,9 @@ def test_pq(tmp_path: Path) -> None:
     assert len(phases["rows"]) == 10
 
 
-def test_storage(tmp_path: Path) -> None:
+def test_storage() -> None:
     pytest.importorskip("moto")
-    data = smoke(tmp_path, "storage", "--records", "100", "--tensors", "2", "--tensor-kib", "4")
+    data = smoke("storage", "--records", "100", "--tensors", "2", "--tensor-kib", "4")
     for table in data["tables"]:  # flush, read
         rows = rows_in_groups(table, "store")
         s3 = [r for name, r in rows.items() if "S3" in name]
@@ -39,10 +38,10 @@ def test_storage(tmp_path: Path) -> None:
         assert all(set(r["vs"]) == {"local disk"} and r["vs"]["local disk"] > 0 for r in s3)
 
 
-def test_verl_dedup(tmp_path: Path) -> None:
+def test_verl_dedup() -> None:
     pytest.importorskip("tensordict")
     args = ["--steps", "1", "--prompts", "2", "--n", "2", "--image-mib", "0.25", "--shapes", "multimodal"]
-    data = smoke(tmp_path, "verl-dedup", *args)
+    data = smoke("verl-dedup", *args)
     step, disk = data["tables"]
     assert rows_in_groups(step, "dedup")["multimodal / auto"]["vs"]["off"] > 0
     deduped = rows_in_groups(disk, "dedup")["multimodal / auto"]
@@ -50,28 +49,28 @@ def test_verl_dedup(tmp_path: Path) -> None:
     assert deduped["value"]["stored MiB"] < deduped["value"]["deduped put MiB"]
 
 
-def test_lance_read_apis(tmp_path: Path) -> None:
-    data = smoke(tmp_path, "lance-read-apis", "--gib", "0.0625")
+def test_lance_read_apis() -> None:
+    data = smoke("lance-read-apis", "--gib", "0.0625")
     rows = rows_in_groups(data["tables"][0], "read")
     assert len(rows) == 5 and rows["LanceFragment.to_batches"]["vs"]["plain read of the data files"] > 0
 
 
-def test_lance_read_cpu(tmp_path: Path) -> None:
-    data = smoke(tmp_path, "lance-read-cpu", "--gib", "0.0625", "--arena-mib", "16")
+def test_lance_read_cpu() -> None:
+    data = smoke("lance-read-cpu", "--gib", "0.0625", "--arena-mib", "16")
     cpu, speed = data["tables"]
     assert set(rows_in_groups(cpu, "figure")) == {"broker", "consumer", "total"}
     assert speed["rows"][0]["value"]["GB/s"] > 0
 
 
-def test_lance_encoding(tmp_path: Path) -> None:
-    data = smoke(tmp_path, "lance-encoding", "--mib", "1")
+def test_lance_encoding() -> None:
+    data = smoke("lance-encoding", "--mib", "1")
     writes, typed, pieces = data["tables"]
     assert len(writes["rows"]) == 24 and len(typed["rows"]) == 4 and len(pieces["rows"]) == 3
     assert {r["labels"]["keeps it"] for r in typed["rows"] if r["labels"]["format"] == "stable"} == {"yes"}
 
 
-def test_wal_rounds(tmp_path: Path) -> None:
-    data = smoke(tmp_path, "wal-rounds", "--commits", "20")
+def test_wal_rounds() -> None:
+    data = smoke("wal-rounds", "--commits", "20")
     rows = data["tables"][0]["rows"]
     assert len(rows) == 8
     ratios = [r["vs"]["asyncio.to_thread at 5 ms"] for r in rows if r["vs"]]

@@ -57,12 +57,12 @@ def test_jagged_smoke(tmp_path: Path) -> None:
     assert rows["torch.mp padded"]["vs"]["persisting jagged"] > 0 and rows["persisting jagged"]["value"]["ms/batch"]
 
 
-def test_multimodal(tmp_path: Path) -> None:
+def test_multimodal() -> None:
     pytest.importorskip("torch")
     args = ["multimodal", "--grpo-prompts", "2", "--grpo-responses", "2", "--grpo-image-mib", "1"]
     args += ["--grpo-cases", "persisting dedup,persisting", "--big-gib", "0.0625", "--big-arena-mib", "32"]
     args += ["--stream-arena-mib", "32", "--stream-factor", "1", "--memory-factor", "1", "--encoders", "1"]
-    data = smoke(tmp_path, *args)
+    data = smoke(*args)
     step, hashes, big, big_rss, stream, memory, _speed = data["tables"]
     assert rows_in_groups(step, "system")["persisting dedup"]["vs"]["persisting"] > 0
     assert set(rows_in_groups(hashes, "what")["memcpy"]["value"]) == {"GB/s"}

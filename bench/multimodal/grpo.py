@@ -145,7 +145,7 @@ def _hash_vs_copy(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _persisting_case(ctx: Any, manager: Any, args: argparse.Namespace, case: str, base: Path) -> list[dict[str, Any]]:
     base.mkdir(parents=True)
-    address = f"ipc://{base}/broker.sock"
+    address = f"ipc://{base}/b.sock"  # short: a unix socket's path is limited to 107 bytes
     rows = []
     arena = str((args.grpo_dedup_arena_mib if case == "persisting dedup" else args.grpo_arena_mib) * 2**20)
     with broker_process(base / "store", address, base / "broker.log", ["--arena-bytes", arena]) as broker:
