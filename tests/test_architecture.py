@@ -45,33 +45,17 @@ DEFERRED_IMPORTS: dict[tuple[str, str], str] = {
     ("broker.__main__", "broker.metrics"): "prometheus_client loads only with --metrics",
     ("broker.__main__", "persisting.client.connection"): "the status command's client (loaded anyway: may move up)",
     ("broker.server", "broker.metrics"): "prometheus_client loads only with --metrics",
-    # bench/ (checked once "bench" is in PACKAGES; its owner removes what goes)
-    ("bench.__main__", "bench.jagged_bench"): "a suite loads when it runs",
-    ("bench.__main__", "bench.object_store_bench"): "a suite loads when it runs",
-    ("bench.__main__", "bench.persist_bench"): "a suite loads when it runs",
-    ("bench.__main__", "bench.ray_bench"): "a suite loads when it runs",
-    ("bench.__main__", "bench.sizes_report"): "a suite loads when it runs",
-    ("bench.arena_steps", "persisting"): "a worker process imports the library after its start",
-    ("bench.arena_steps", "persisting.client.big_batches"): "a worker process imports the library after its start",
-    ("bench.arena_steps", "persisting.client.connection"): "a worker process imports the library after its start",
-    ("bench.arena_steps", "persisting.client.queue"): "a worker process imports the library after its start",
-    ("bench.arena_steps", "persisting.client.remote_tensors"): "a worker process imports the library after its start",
-    ("bench.arena_steps", "persisting.client.tensor_puts"): "a worker process imports the library after its start",
-    ("bench.arena_steps", "persisting.tensors.batches"): "a worker process imports the library after its start",
-    ("bench.arena_steps", "persisting.tensors.column"): "a worker process imports the library after its start",
-    ("bench.jagged_bench", "persisting"): "a worker process imports the library after its start",
-    ("bench.multimodal_grpo", "bench.tq_cluster"): "the Ray cluster's helpers load only for the Ray runs",
-    ("bench.multimodal_grpo", "persisting"): "a worker process imports the library after its start",
-    ("bench.multimodal_grpo", "persisting.tensors.column"): "a worker process imports the library after its start",
-    ("bench.multimodal_grpo", "persisting.tensors.dedup"): "a worker process imports the library after its start",
-    ("bench.object_store_bench", "persisting.testing.s3_server"): "moto's S3 server loads only for the S3 run",
-    ("bench.pq_bench", "persisting.compat.persistqueue"): "a worker process imports the library after its start",
-    ("bench.pq_multi", "persisting.compat.persistqueue"): "a worker process imports the library after its start",
-    ("bench.ray_bench", "persisting.ray"): "persisting.ray loads only with Ray up",
-    ("bench.samples_transferqueue", "bench.samples_bench"): "TODO(bench): a circle to untie, not a reason",
-    ("bench.verl_bench", "bench.tq_cluster"): "the Ray cluster's helpers load only for the Ray runs",
-    ("bench.verl_dedup", "persisting.compat.transfer_queue"): "a worker process imports the library after its start",
-    ("bench.verl_nodes", "persisting.compat.transfer_queue"): "a worker process imports the library after its start",
+    # bench/ (a suite's package loads its workload inside run, so that `python -m bench` lists fast: those are a
+    # package's own modules, which need no line, see the test)
+    ("bench.multimodal.grpo_workers", "persisting"): (
+        "a peer's worker process (torch.mp, TransferQueue) never loads persisting: its peak RSS is a figure"
+    ),
+    ("bench.pq.multiprocess", "bench.common.broker_process"): (
+        "a spawned worker imports its module: only the library it measures may load in it (its import time is timed)"
+    ),
+    ("bench.pq.multiprocess", "persisting.compat.persistqueue"): (
+        "a spawned worker imports its module: only the library it measures may load in it (its import time is timed)"
+    ),
 }
 
 

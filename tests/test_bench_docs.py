@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import cli, discover, legacy
+from bench.harness import cli, discover
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
@@ -76,8 +76,6 @@ def check(command: str) -> str:
         return _parse(cli.parser(suites[name]), rest)
     if name in probes:
         return _parse(probes[name].parser(), rest)
-    if name in legacy.NAMES:
-        return _parse(legacy._parser(), args) if name not in legacy._STANDALONE else ""
     return f"no suite or probe named {name!r}"
 
 

@@ -1,5 +1,8 @@
-"""bench/'s harness and its suites: the list, each suite's ``--help``, the harness's medians, ratios and rendering,
-and a smoke run of each suite at a tiny size (its rows and its reference ratio in the rendered output)."""
+"""bench/'s harness and its suites: the list, each suite's ``--help``, the harness's medians, ratios, rendering and
+exit status, and a smoke run at a tiny size (its rows and its reference ratio in the rendered output) of queue,
+broker, samples, persist, imports and verl. The other suites' smoke runs are in test_bench_tensor_suites.py,
+test_bench_ray_suites.py, test_bench_suites_second.py and test_chaos.py: files of about equal time, so that
+``pytest --dist loadfile`` spreads them over its workers."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 from bench.harness import Metric, Report, Table, cli, discover
 from bench.harness.render import render
 
-from .bench_run import bench, bench_json, rows_by
+from .bench_run import bench, bench_json, rows_by, rows_in_groups, smoke
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,6 +66,27 @@ def test_the_harness_renders_console_md_andbench_json() -> None:
     data = json.loads(render(report, {"command": "c"}, "json"))
     assert data["tables"][0]["rows"][0]["vs"] == {"ref": 2.0}
     assert data["tables"][0]["rows"][0]["value"]["GB/s"] == 3.0
+
+
+def test_a_report_that_failed_exits_1_with_its_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.chaos.report import MUST_BE_ZERO, chaos_report
+    from bench.harness import Suite
+
+    def run(failed: list[str]) -> int:
+        suite = Suite("t", "a suite that fails", lambda ctx: Report("t", [_table()], failed=failed), reps=1)
+        return cli.run_suite(suite, ["t", "--no-progress", "--dir", str(tmp_path), "--format", "json"])
+
+    assert run([]) == 0
+    assert json.loads(capsys.readouterr().out)["failed"] == []
+    assert run(["acknowledged lost = 2, must be 0"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["failed"] == ["acknowledged lost = 2, must be 0"]
+    assert "python -m bench t: failed: acknowledged lost = 2, must be 0" in err
+    # chaos says its run failed when a figure that must be 0 is not
+    figures = dict.fromkeys(MUST_BE_ZERO, 0) | {"seed": 7, "_details": []}
+    assert chaos_report(figures).failed == []
+    (reason,) = chaos_report(figures | {"acknowledged lost": 1}).failed
+    assert reason.startswith("acknowledged lost = 1, must be 0") and "--seed 7" in reason
 
 
 def test_the_harness_draws_each_measured_table_without_suite_charts(tmp_path: Path) -> None:
@@ -161,3 +185,18 @@ def test_each_probe_parses_its_flags(name: str) -> None:
     assert probe.parser().prog == f"python -m bench {name}"
     help_text = bench(name, "--help").stdout
     assert help_text.startswith("usage: python -m bench " + name)
+
+
+def test_verl() -> None:
+    """Both backends, one rollout worker each (TransferQueue's own Ray cluster is most of the time)."""
+    pytest.importorskip("tensordict")
+    args = ["--workers", "1", "--steps", "1", "--prompts", "2", "--n", "2", "--dp", "1"]
+    data = smoke("verl", *args)
+    steps, rss = data["tables"]
+    rows = rows_in_groups(steps, "backend")
+    missing = any(note.startswith("TransferQueue not measured") for note in data["notes"])
+    backends = {"persisting"} if missing else {"persisting", "transferqueue"}
+    assert set(rows) == {f"{p} / {b}" for p in ("time per step", "rollout puts", "trainer's part") for b in backends}
+    if "transferqueue" in backends:
+        assert rows["time per step / persisting"]["vs"]["transferqueue"] > 0
+    assert "all processes / persisting" in rows_in_groups(rss, "backend")

@@ -1,6 +1,6 @@
-"""Smoke runs of the bench suites that move tensors between processes (sizes, arena, jagged) at a tiny size, each
-checked for its rows and its reference ratios (a file of their own: ``./dev test`` gives whole files to its
-workers, and these are the slow ones)."""
+"""Smoke runs of the bench suites that move tensors between processes (sizes, arena, jagged, multimodal) at a tiny
+size, each checked for its rows and its reference ratios (a file of their own: ``./dev test`` gives whole files to
+its workers, and these are among the slow ones)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .bench_run import bench, bench_json, rows_by
+from .bench_run import bench, bench_json, rows_by, rows_in_groups, smoke
 
 
 def test_sizes_smoke(tmp_path: Path) -> None:
@@ -51,7 +51,22 @@ def test_arena_smoke(tmp_path: Path) -> None:
 def test_jagged_smoke(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     args = ["jagged", "--samples", "4", "--min-len", "4", "--max-len", "16", "--batches", "1", "--reps", "1"]
-    data = bench_json(*args, "--dir", str(tmp_path))
+    data = bench_json(*args, "--cases", "torch.mp padded", "--dir", str(tmp_path))  # and the reference
     rows = rows_by(data["tables"][0], "case")
-    assert set(rows) == {"persisting jagged", "persisting padded", "torch.mp jagged", "torch.mp padded"}
+    assert set(rows) == {"persisting jagged", "torch.mp padded"}
     assert rows["torch.mp padded"]["vs"]["persisting jagged"] > 0 and rows["persisting jagged"]["value"]["ms/batch"]
+
+
+def test_multimodal() -> None:
+    pytest.importorskip("torch")
+    args = ["multimodal", "--grpo-prompts", "2", "--grpo-responses", "2", "--grpo-image-mib", "1"]
+    args += ["--grpo-cases", "persisting dedup,persisting", "--big-gib", "0.0625", "--big-arena-mib", "32"]
+    args += ["--stream-arena-mib", "32", "--stream-factor", "1", "--memory-factor", "1", "--encoders", "1"]
+    data = smoke(*args)
+    step, hashes, big, big_rss, stream, memory, _speed = data["tables"]
+    assert rows_in_groups(step, "system")["persisting dedup"]["vs"]["persisting"] > 0
+    assert set(rows_in_groups(hashes, "what")["memcpy"]["value"]) == {"GB/s"}
+    assert rows_in_groups(big, "what")["put -> consumer holds it all"]["vs"]["memcpy"] > 0
+    assert len(big_rss["rows"]) == 2 and len(memory["rows"]) == 4
+    assert rows_in_groups(stream, "what")["1 / persisting"]["vs"]["file write + fdatasync"] > 0
+    assert "big: every byte checked: exact" in data["notes"]

@@ -52,6 +52,8 @@ def _ratio(a: Row | None, b: Row | None) -> float | None:
     return a.gbps / b.gbps
 
 
+# Aim verdicts (a ratio against a threshold, met or not), which the harness's tables do not hold; each compares rows
+# across modes or with the torch stream, while the cases table compares with memcpy only.
 def aims(result: ArenaBenchResult) -> list[list[str]]:
     out = []
     small = f"{SMALL.batch_bytes / MiB:g} MiB"
@@ -104,6 +106,8 @@ def _tq_note(state: str) -> str:
     )
 
 
+# Kept here: it pairs each persisting row with TransferQueue's of the same batch size and mode, and its second
+# figure (paced from-put-start p50) is another metric than the cases table's first, the one its ratios use.
 def peer_ratios(result: ArenaBenchResult) -> list[list[str]]:
     """persisting / TransferQueue per batch size and mode measured for both: GB/s, and (paced) the p50 time
     from put called to the consumer holding the batch."""

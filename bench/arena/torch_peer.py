@@ -23,17 +23,8 @@ from bench.arena.pair import (
     run_pair,
 )
 from bench.common.measure import Tick
+from bench.common.torch_shared import shared_copy
 from bench.common.workers import START_TIMEOUT_S
-
-
-def shared_copy(t: Any) -> Any:
-    """What the reference producer puts: a fresh ``share_memory_()`` tensor of ``t``'s shape with ``t`` copied in
-    (one copy, straight into shared memory)."""
-    import torch
-
-    buf = torch.empty(t.shape, dtype=t.dtype).share_memory_()
-    buf.copy_(t)
-    return buf
 
 
 def torch_producer_main(spec: dict[str, Any]) -> None:

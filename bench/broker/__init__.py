@@ -1,7 +1,7 @@
 """The ``broker`` suite: persisting through ``persisting-broker`` against the raw ZeroMQ round trip it rides on, and
 a 2-producer / 2-consumer workload through the broker against persist-queue's ``SQLiteAckQueue`` shared by the
 same four processes. ``workload.py`` runs the parts in order; ``latency.py`` the round trips, ``throughput.py`` the
-2x2 runs (persist-queue's in bench/broker_pq.py); ``report.py`` and ``chart.py`` show them."""
+2x2 runs (persist-queue's in ``persistqueue_peer.py``); ``report.py`` and ``chart.py`` show them."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.common.plots import cdf as _cdf
-from bench.common.plots import pyplot as _plt
-from bench.common.plots import save as _save
+from bench.harness.plots import cdf as _cdf
+from bench.harness.plots import pyplot as _plt
+from bench.harness.plots import save as _save
 
 from .workload import BrokerBenchResult
 

@@ -12,7 +12,7 @@ the aggregate windows span from the earliest worker start to the latest worker e
    ``Queue.put`` with ``durability="process"`` and ``"sync"``, interleaved.
 2. Throughput (``broker_throughput``): 2 producers, 2 consumers through the broker, per durability; then the same
    with ``PIPELINED_INFLIGHT`` requests in flight per process (pipelined on its one connection).
-3. The same 2x2 shape through persist-queue's ``SQLiteAckQueue`` (``broker_pq``).
+3. The same 2x2 shape through persist-queue's ``SQLiteAckQueue`` (``persistqueue_peer.py``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from tqdm import tqdm
 
 from bench.broker.echo import echo_server_main, stop_echo
 from bench.broker.latency import LatencySeries, latency
+from bench.broker.persistqueue_peer import run_persistqueue_2x2
 from bench.broker.throughput import PIPELINED_INFLIGHT, PUT_BATCH, Throughput, run_persisting_2x2
-from bench.broker_pq import run_persistqueue_2x2
 from bench.common.broker_process import broker_process
 
 __all__ = ["BrokerBenchResult", "broker_process", "run_broker_bench"]

@@ -34,4 +34,5 @@ def chaos_report(result: dict[str, Any]) -> Report:
     bad = failed(figures)
     verdict = f"FAILED: {', '.join(bad)} (replay the schedule with --seed {result['seed']})" if bad else "passed"
     notes = [*result["_details"], f"Figures that must be 0: {verdict}."]
-    return Report("python -m bench chaos", [table], notes, data={"figures": figures, "failed": bad})
+    reasons = [f"{k} = {figures[k]}, must be 0 (replay the schedule with --seed {result['seed']})" for k in bad]
+    return Report("python -m bench chaos", [table], notes, data={"figures": figures}, failed=reasons)

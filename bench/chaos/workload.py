@@ -232,6 +232,7 @@ def run(base: Path, trials: int, frames: int, seed: int, say: Callable[[str], No
         "producers killed": tally.killed["produce"],
         "consumers killed": tally.killed["consume"],
         "broker kill -9 + restart": tally.killed["broker"],
+        # one run's figure over its restarts (chaos runs once; its table is text, no reference)
         "broker restart s (median)": round(sorted(restart_s)[len(restart_s) // 2], 2) if restart_s else 0,
         "workers that did not stop when asked": stuck,
         **figures,

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.measure import Tick, nearest_rank
-from bench.common.records import make_records
-from bench.queue.stores import PUT_BATCH
+from bench.common.records import PUT_BATCH, make_records
 from persisting import Queue
 
 NO_AUTO_FLUSH = 2**62  # batch_size: the engine flushes in the background once this many rows wait

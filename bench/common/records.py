@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+PUT_BATCH = 1_000  # records per put_batch (persisting) and per commit / ack (peers, where they have one)
 TEXT_CHARS = 70
 _ALPHABET = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 .,-_", dtype=np.uint8)
 

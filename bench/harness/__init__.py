@@ -30,7 +30,9 @@ How to port (or write) a suite
 
 4. **What run() returns** (``report.Report``): a ``title``, ``tables``, ``notes`` (lines after the tables: what
    was skipped, broker log lines worth a look), ``meta`` (what the run's metadata adds: the records, the broker's
-   command line), ``data`` (more JSON fields), ``charts`` (optional). The harness adds the command line, git
+   command line), ``data`` (more JSON fields), ``charts`` (optional), ``failed`` (why the run failed, one reason
+   each, where the suite checks figures that must hold: ``python -m bench`` then prints them on stderr and exits
+   1; chaos sets it when a figure that must be 0 is not). The harness adds the command line, git
    revision (+ local changes), package versions, python, the machine (cores, load average at start and end,
    RAM), the seed, the work folder, and the run's wall time.
 
@@ -52,22 +54,27 @@ How to port (or write) a suite
 
 6. **Charts.** ``--plot DIR`` works for every suite: without ``Report.charts`` the harness draws each measured
    table (median of its first metric per row); a suite with a better picture sets ``charts(folder, subtitle)``
-   and returns the paths it wrote (``bench/common/plots.py``: ``pyplot``, ``save``, ``cdf``).
+   and returns the paths it wrote (``bench/harness/plots.py``: ``pyplot``, ``save``, ``cdf``).
 
 7. **Shared pieces** live in ``bench/common/``: ``broker_process.py`` (start a ``persisting-broker`` subprocess,
    read its log and CPU), ``measure.py`` (nearest-rank percentiles, RSS), ``records.py`` (the ~100-byte records),
-   ``workers.py`` (spawned worker processes, their barriers and results), ``plots.py``, ``tq_cluster.py``
-   (TransferQueue on a local Ray cluster). A piece two suites use moves there; a suite never imports another
-   suite's folder (nor tests/).
+   ``workers.py`` (spawned worker processes, their barriers and results), ``tq_cluster.py`` (TransferQueue on a
+   local Ray cluster), ``arena_stream.py`` (a stream beyond the arena and its fdatasync reference),
+   ``torch_shared.py`` (the torch.multiprocessing references' copy)... A piece two suites use moves there. The
+   layers (tests/test_bench_layout.py checks them): ``harness`` imports only itself; ``common`` imports the
+   harness and itself; a suite imports the harness, ``common`` and its own folder, never another suite's folder
+   (nor tests/); a probe may also import a suite's modules (it takes one step of that suite apart).
 
 8. **Probes** (a diagnostic of one step, no reference, its own output) are modules of ``bench/probes/``, each
    declaring ``PROBE = Probe(name, help, parser, main)``; ``python -m bench NAME`` runs ``main(argv)``, and so does
    ``python -m bench.probes.MODULE``. ``python -m bench`` lists suites and probes, one line each.
 
-9. **A smoke test** per suite, in tests/test_bench_suites.py (or its own file): run the suite through
-   ``bench.harness.cli.main`` (or ``python -m bench NAME`` in a subprocess where it spawns workers) at its
-   smallest size with ``--reps 1 --no-progress --dir tmp_path``, and check the rendered output has its rows and
-   its reference ratio (``--format json``: ``tables[i]["rows"][j]["vs"]``). A few seconds each.
+9. **A smoke test** per suite, in one of tests/test_bench_suites.py, test_bench_tensor_suites.py,
+   test_bench_ray_suites.py, test_bench_suites_second.py (files of about equal time: ``./dev test`` gives whole
+   files to its two workers): run ``python -m bench NAME`` in a subprocess (``tests/bench_run.py``: ``smoke``) at
+   its smallest size with ``--reps 1`` and the fewest cases the suite lets you pick, but its real workload and
+   its reference at least once, and check the rendered output has its rows and its reference ratio (``--format
+   json``: ``tables[i]["rows"][j]["vs"]``). A few seconds each: all of them together stay near 3 minutes.
    tests/test_bench_docs.py parses every ``python -m bench ...`` command of README.md and docs/ with the suite's
    parser: a flag renamed breaks it until the page says the new one.
 """

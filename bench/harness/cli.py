@@ -11,8 +11,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import discover, legacy
+from . import discover
 from .meta import git_revision, run_meta
+from .plots import run_label
 from .render import FORMATS, default_charts, render
 from .report import Report
 from .suite import BenchArgumentError, Context, Suite
@@ -24,7 +25,6 @@ CLOSING_NOTE = "Timings are from one run on a shared machine: compare ratios wit
 def listing() -> str:
     """Every suite and probe, one line each."""
     suites = {name: s.help for name, s in discover.suites().items()}
-    suites.update({name: f"{text} (not yet on the harness)" for name, text in legacy.NAMES.items()})
     probes = {name: p.help for name, p in discover.probes().items()}
     width = max(map(len, [*suites, *probes]))
     lines = ["usage: python -m bench NAME [--help | options]", "", "suites:"]
@@ -52,7 +52,8 @@ def parser(suite: Suite) -> argparse.ArgumentParser:
 
 
 def run_suite(suite: Suite, argv: Sequence[str]) -> int:
-    """``argv``: the command line after ``python -m bench`` (the suite's name first)."""
+    """``argv``: the command line after ``python -m bench`` (the suite's name first). The exit status: 0, or 1
+    when the report says the run failed (``Report.failed``, its reasons on stderr)."""
     p = parser(suite)
     args = p.parse_args(argv[1:])
     if args.reps < 1:
@@ -75,13 +76,13 @@ def run_suite(suite: Suite, argv: Sequence[str]) -> int:
     print(render(report, meta, args.format))
     if args.plot is not None:
         _charts(report, meta, args.plot)
-    return 0
+    for reason in report.failed:
+        print(f"python -m bench {suite.name}: failed: {reason}", file=sys.stderr)
+    return 1 if report.failed else 0
 
 
 def _charts(report: Report, meta: dict[str, object], folder: Path) -> None:
     """The run's charts; their paths go to stderr (stdout holds the report)."""
-    from bench.common.plots import run_label
-
     label = run_label(meta)
     paths = report.charts(folder, label) if report.charts else default_charts(report, label, folder)
     for path in paths:
@@ -100,6 +101,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     probes = discover.probes()
     if name in probes:
         return int(probes[name].main(args[1:]) or 0)
-    if name in legacy.NAMES:
-        return legacy.main(args)
     raise SystemExit(f"python -m bench: no suite or probe named {name!r}; `python -m bench` lists them")

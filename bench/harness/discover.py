@@ -7,26 +7,24 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from . import legacy
+import bench
+import bench.probes
+
 from .suite import Probe, Suite
 
 NOT_SUITES = frozenset({"harness", "common", "probes"})
 
 
 def suite_folders() -> list[str]:
-    import bench
-
     return sorted(i.name for i in pkgutil.iter_modules(bench.__path__) if i.ispkg and i.name not in NOT_SUITES)
 
 
 def suites() -> dict[str, Suite]:
     """Suite name -> its declaration, in name order. A folder that exposes no ``SUITE`` is an error (it would be
-    silently missing from ``python -m bench``), but for a suite still run the old way (``legacy.NAMES``)."""
+    silently missing from ``python -m bench``)."""
     out = {}
     for folder in suite_folders():
         suite = getattr(importlib.import_module(f"bench.{folder}"), "SUITE", None)
-        if suite is None and folder.replace("_", "-") in legacy.NAMES:
-            continue
         if not isinstance(suite, Suite):
             raise TypeError(f"bench/{folder}/__init__.py must define SUITE = bench.harness.Suite(...), not {suite!r}")
         if suite.name in out:
@@ -37,8 +35,6 @@ def suites() -> dict[str, Suite]:
 
 def probes() -> dict[str, Probe]:
     """Probe name -> its declaration, one per module of bench/probes/ (``PROBE``), in name order."""
-    import bench.probes
-
     out = {}
     for info in pkgutil.iter_modules(bench.probes.__path__):
         probe = getattr(importlib.import_module(f"bench.probes.{info.name}"), "PROBE", None)

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .plots import pyplot, save
 from .report import Report, Table
 
 FORMATS = ("console", "md", "json")
@@ -33,7 +34,8 @@ def render(report: Report, meta: Mapping[str, Any], fmt: str) -> str:
     tables = [t for t in report.tables if t.rows]
     if fmt == "json":
         out = {"meta": dict(meta), "wall_s": report.wall_s, "tables": [t.to_json() for t in tables]}
-        return json.dumps({**out, "notes": report.notes, **report.data}, indent=2, default=str)
+        out |= {"notes": report.notes, "failed": report.failed}
+        return json.dumps({**out, **report.data}, indent=2, default=str)
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     meta_lines = [f"{k}: {v}" for k, v in meta.items()]
@@ -52,8 +54,6 @@ def render(report: Report, meta: Mapping[str, Any], fmt: str) -> str:
 
 def default_charts(report: Report, subtitle: str, folder: Path) -> list[Path]:
     """One bar chart per measured table: the median of its first metric per row (grouped by the row's group)."""
-    from bench.common.plots import pyplot, save
-
     out = []
     for n, table in enumerate(t for t in report.tables if t.metrics and t.rows):
         out.append(_bars(pyplot(), table, subtitle, folder, f"{_slug(report.title)}_{n + 1}.png", save))

@@ -142,7 +142,9 @@ class Report:
     """A suite's result: ``tables`` in order, ``notes`` (lines after them), ``meta`` (what the run's metadata adds:
     the records, the broker's command...), ``data`` (more JSON fields), ``charts`` (for ``--plot``: writes the
     suite's own PNGs to a folder, the run's label under each, and returns their paths; None: the harness draws
-    each measured table), ``wall_s`` (set by the harness when left 0)."""
+    each measured table), ``wall_s`` (set by the harness when left 0), ``failed``: why the run failed, one reason
+    each (a figure that must be 0 is not): ``python -m bench`` then prints them on stderr and exits 1, so that a
+    user or CI sees it without reading the tables."""
 
     title: str
     tables: list[Table] = field(default_factory=list)
@@ -151,6 +153,7 @@ class Report:
     data: dict[str, Any] = field(default_factory=dict)
     charts: Callable[[Path, str], list[Path]] | None = None
     wall_s: float = 0.0
+    failed: list[str] = field(default_factory=list)
 
 
 def number(value: float | None, digits: int = 3) -> str:

@@ -1,5 +1,4 @@
-"""The run's work folder: a fresh temp folder, removed afterwards (its own module: the old-style benches in
-``legacy.py`` use it too)."""
+"""The run's work folder: a fresh temp folder under ``--dir`` (or the system's temp folder), removed afterwards."""
 
 from __future__ import annotations
 

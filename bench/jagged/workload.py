@@ -30,6 +30,7 @@ import numpy as np
 
 from bench.common.broker_process import broker_process
 from bench.harness import Metric, Report, Table
+from persisting import Queue
 
 START_TIMEOUT_S = 120.0
 RECV_TIMEOUT_S = 60.0
@@ -74,8 +75,6 @@ def _producer(spec: dict[str, Any]) -> None:
         return
 
     async def run() -> None:
-        from persisting import Queue
-
         async with Queue("jagged", broker=spec["broker"], durability="process") as q:
             await q.put({"input_ids": pool[0]}, partition_id="warm")
             spec["barrier"].wait(START_TIMEOUT_S)
@@ -110,8 +109,6 @@ def _consumer(spec: dict[str, Any]) -> None:
             return
 
         async def run() -> None:
-            from persisting import Queue
-
             async with Queue("jagged", broker=spec["broker"], durability="process") as q:
                 await q.get_batch(["input_ids"], samples, "train", "warm", wait=True, timeout=START_TIMEOUT_S)
                 spec["barrier"].wait(START_TIMEOUT_S)
@@ -176,11 +173,12 @@ CASES = (
 
 
 def run_jagged_bench(base: Path, args: Any) -> dict[str, list[float]]:
-    """Seconds of each run per case (``args.reps`` runs each)."""
+    """Seconds of each run per case (``args.reps`` runs each) of the cases in ``args.cases``."""
     lengths = lengths_of(args.samples, args.min_len, args.max_len, args.seed)
-    times: dict[str, list[float]] = {name: [] for name, _, _ in CASES}
+    cases = [c for c in CASES if c[0] in args.cases]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
     for rep in range(args.reps):  # cases interleaved, the order rotated per rep: drift hits them alike
-        for name, path, padded in CASES[rep % len(CASES) :] + CASES[: rep % len(CASES)]:
+        for name, path, padded in cases[rep % len(cases) :] + cases[: rep % len(cases)]:
             times[name].append(_run_case(path, padded, base, args, lengths, rep))
     return times
 
@@ -190,7 +188,7 @@ def jagged_report(times: dict[str, list[float]], args: Any) -> Report:
     tokens = int(lengths_of(args.samples, args.min_len, args.max_len, args.seed).sum())
     ms, gbps = Metric("ms/batch", higher_is_better=False, digits=4), Metric("useful GB/s")
     table = Table("Producer -> consumer", ("case",), (ms, gbps), (CASES[0][0],), ("MiB moved/batch",), plain_ratio=True)
-    for name, _path, padded in CASES:
+    for name, _path, padded in (c for c in CASES if c[0] in times):
         moved = args.samples * args.max_len * 8 if padded else tokens * 8 + (args.samples + 1) * 8
         row = table.add(name)
         row.samples = {

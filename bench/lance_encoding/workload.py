@@ -1,6 +1,6 @@
 """The workload of ``python -m bench lance-encoding``: what Lance's encoder costs per GB of a dense tensor column, by
 file format (``data_storage_version``), field metadata and Arrow layout, and whether each format keeps the typed
-storage (``persisting/queue/tensor_columns.py``: null variable-shape tensors are null structs, all-null columns are
+storage (``persisting/storage/tensor_columns.py``: null variable-shape tensors are null structs, all-null columns are
 added).
 
 Each case: ``lance.write_dataset`` of ``--mib`` MiB in one column (rows of 1 MiB) to a new dataset, then fsync of its

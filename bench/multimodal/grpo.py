@@ -33,6 +33,10 @@ from typing import Any
 import numpy as np
 
 from bench.common.broker_process import broker_process
+from bench.common.tq_cluster import tq_cluster, tq_missing
+from persisting import SyncQueue
+from persisting.tensors import dedup
+from persisting.tensors.column import Column
 
 from .grpo_workers import TASKS, TIMEOUT_S, TOKENS, consumer_main, pid_vmhwm, producer_main, step_tensors
 
@@ -118,9 +122,6 @@ def run(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
 def _hash_vs_copy(args: argparse.Namespace) -> list[dict[str, Any]]:
     """What finding the repeats costs (tensors/dedup.py: xxh3-128 of each sample, bytes compared on a match)
     against a memcpy of the same bytes (into memory faulted before), in this process."""
-    from persisting.tensors import dedup
-    from persisting.tensors.column import Column
-
     pv = step_tensors(args.grpo_prompts, args.grpo_responses, args.grpo_image_mib, 0)["pixel_values"].numpy()
     col = Column("tensor", "float32", pv)
     dst = np.ones_like(pv)
@@ -143,10 +144,8 @@ def _hash_vs_copy(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _persisting_case(ctx: Any, manager: Any, args: argparse.Namespace, case: str, base: Path) -> list[dict[str, Any]]:
-    from persisting import SyncQueue
-
     base.mkdir(parents=True)
-    address = f"ipc://{base}/broker.sock"
+    address = f"ipc://{base}/b.sock"  # short: a unix socket's path is limited to 107 bytes
     rows = []
     arena = str((args.grpo_dedup_arena_mib if case == "persisting dedup" else args.grpo_arena_mib) * 2**20)
     with broker_process(base / "store", address, base / "broker.log", ["--arena-bytes", arena]) as broker:
@@ -165,8 +164,6 @@ def _persisting_case(ctx: Any, manager: Any, args: argparse.Namespace, case: str
 
 
 def _tq_case(ctx: Any, manager: Any, args: argparse.Namespace, logical: int) -> list[dict[str, Any]]:
-    from bench.common.tq_cluster import tq_cluster, tq_missing
-
     why = tq_missing()
     if why is not None:
         return [{"case": "TransferQueue", "rep": 0, "error": why}]

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.tq_cluster import tq_attach, tq_detach
+
 TASKS = ("reward", "reference", "train")
 TOKENS = 1024
 TIMEOUT_S = 600.0
@@ -73,8 +75,6 @@ def producer_main(spec: dict[str, Any]) -> None:
         else:
             from tensordict import TensorDict
 
-            from bench.common.tq_cluster import tq_attach, tq_detach
-
             client = tq_attach(spec["address"])
             try:
                 data = TensorDict(step, batch_size=[spec["prompts"] * spec["responses"]])
@@ -92,9 +92,10 @@ def producer_main(spec: dict[str, Any]) -> None:
 
 
 async def _persisting_put(spec: dict[str, Any], step: dict[str, Any]) -> None:
-    from persisting import Queue
+    from persisting import Queue  # here: a peer's worker never loads persisting (its peak RSS is a figure)
 
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False
+
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
         await q.open()
         await q.put(_warm(), partition_id=f"warmup-{spec['rep']}")  # maps the arena before the clock starts
@@ -128,10 +129,10 @@ def consumer_main(spec: dict[str, Any], task: str, i: int) -> None:
 
 
 async def _persisting_get(spec: dict[str, Any], task: str, i: int) -> None:
-    from persisting import Queue
-
     n = spec["prompts"] * spec["responses"]
     dedup = ["pixel_values"] if spec["case"] == "persisting dedup" else False  # asks by name before the 1st put
+    from persisting import Queue  # here: a peer's worker never loads persisting (its peak RSS is a figure)
+
     async with Queue(spec["topic"], broker=spec["address"], dedup=dedup) as q:
         await q.open()
         warm, _ = await q.get_batch(["warm"], 1, task, f"warmup-{spec['rep']}", wait=True, timeout=TIMEOUT_S)
@@ -148,8 +149,6 @@ async def _persisting_get(spec: dict[str, Any], task: str, i: int) -> None:
 
 
 def _tq_get(spec: dict[str, Any], task: str) -> None:
-    from bench.common.tq_cluster import tq_attach, tq_detach
-
     client = tq_attach(spec["address"])
     try:
         _tq_take(client, ["warm"], 1, f"warmup-{spec['rep']}", task)

@@ -5,8 +5,8 @@ and the memory it takes.
    arena (``--stream-arena-mib``, 256) through a broker (``durability="process"``, no consumer), then
    ``flush()``: the arena fills, so the stream runs at the speed its batches leave for Lance. GB/s = payload /
    (first put -> flush returned). One broker per case with ``PERSISTING_LANCE_ENCODERS`` = 1, 2 and every core
-   (``bench.persist.workload``'s stream run). Reference just before each case: the same bytes written to a plain
-   file with ``os.write`` + ``os.fdatasync`` every 64 MiB.
+   (bench/common/arena_stream.py, as the ``persist`` suite runs it). Reference just before each case: the same
+   bytes written to a plain file with ``os.write`` + ``os.fdatasync`` every 64 MiB.
 2. Memory: one producer streams ``--memory-factor`` (20) times the arena to 3 consumer processes (tasks reward,
    reference, train; each takes every batch with ``get_batch`` and drops it). Peak RSS (VmHWM) of the broker,
    of the producer (from this case on) and of the consumers, and the most arena bytes in use (``status``,
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.common.arena_stream import BATCH_ROWS, disk_gbps, stream_batch, stream_run
 from bench.common.broker_process import broker_process
 from bench.common.measure import reset_peak, vm_hwm_bytes
-from bench.persist.workload import BATCH_ROWS, _batch, _disk, _stream_run
 from persisting import Queue
 from persisting.client.connection import connection
 
@@ -128,7 +128,7 @@ def _memory_run(base: Path, arena_bytes: int, batch: np.ndarray, batches: int, r
 
 def run(args: argparse.Namespace, base: Path, reps: int) -> list[dict[str, Any]]:
     arena_bytes = args.stream_arena_mib * MiB
-    batch = _batch(0)
+    batch = stream_batch(0)
     rows: list[dict[str, Any]] = []
     stream_batches = max(1, args.stream_factor * arena_bytes // batch.nbytes)
     memory_batches = max(1, args.memory_factor * arena_bytes // batch.nbytes)
@@ -136,9 +136,9 @@ def run(args: argparse.Namespace, base: Path, reps: int) -> list[dict[str, Any]]
     for rep in range(reps):
         for n in encoders if rep % 2 == 0 else encoders[::-1]:
             os.sync()  # the previous case's dirty pages are not this one's
-            disk = _disk(base, batch, stream_batches)
+            disk = disk_gbps(base, batch, stream_batches)
             os.sync()
-            gbps, cores = _stream_run(base, n, arena_bytes, batch, stream_batches)
+            gbps, cores = stream_run(base, n, arena_bytes, batch, stream_batches)
             rows.append(
                 {"part": "stream", "rep": rep, "encoders": n, "gbps": gbps, "disk_gbps": disk, "broker_cores": cores}
             )

@@ -33,6 +33,8 @@ def stream_table(result: PersistResult) -> Table:
     return table
 
 
+# Not the harness's ratio (a ratio of medians): the median of each broker run's ratio to the disk run just before
+# it, so that a slow spell of the shared disk hits both sides of a pair.
 def _paired(result: PersistResult, label: str) -> float:
     """The median over runs of (GB/s of the run) / (GB/s of the disk reference measured just before it)."""
     n = int(label.removeprefix("encoders="))

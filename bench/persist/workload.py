@@ -16,8 +16,6 @@ Every figure is the median of ``--reps`` (3) runs; cases alternate within a run 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import shutil
 import sys
@@ -30,15 +28,10 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from bench.common.broker_process import broker_process
+from bench.common.arena_stream import SAMPLE_FLOATS, disk_gbps, stream_batch, stream_run
 from bench.common.flush import flush_cost
-from persisting import Queue
 
 MiB = 1024 * 1024
-BATCH_ROWS = 16
-SAMPLE_FLOATS = 256 * 1024  # 1 MiB of float32 per sample: a 16 MiB batch
-SYNC_EVERY_BYTES = 64 * MiB
-PUT_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -49,87 +42,6 @@ class PersistResult:
     pairs: list[int] = field(default_factory=list)  # the encoders of the broker run after each disk reference
     encoding: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # label -> (CPU s/GB, bytes) per run
     flush: list[Any] = field(default_factory=list)  # bench.flush.FlushResult per run
-
-
-def _batch(seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((BATCH_ROWS, SAMPLE_FLOATS), dtype=np.float32)
-
-
-def _disk(folder: Path, batch: np.ndarray, batches: int) -> float:
-    """GB/s of the plain file write + fdatasync of ``batches`` x ``batch``."""
-    path = folder / "fdatasync-reference.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    data = batch.reshape(-1).view(np.uint8).data
-    try:
-        t0 = time.perf_counter()
-        unsynced = 0
-        for _ in range(batches):
-            os.write(fd, data)
-            unsynced += batch.nbytes
-            if unsynced >= SYNC_EVERY_BYTES:
-                os.fdatasync(fd)
-                unsynced = 0
-        os.fdatasync(fd)
-        seconds = time.perf_counter() - t0
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-    return batch.nbytes * batches / seconds / 1e9
-
-
-async def _produce(address: str, batch: np.ndarray, batches: int) -> float:
-    q = Queue("stream", broker=address, durability="process")
-    await q.open()
-    try:
-        await q.put({"x": batch[:1]}, partition_id="warm")  # the topic's creation is not timed
-        await q.flush()
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            await q.put({"x": batch}, partition_id="p", timeout=PUT_TIMEOUT_S)
-        await q.flush()
-        seconds = time.perf_counter() - t0
-        assert len(q) == batches * BATCH_ROWS + 1, "the stream lost rows"
-    finally:
-        await q.aclose()
-    return batch.nbytes * batches / seconds / 1e9
-
-
-@contextlib.contextmanager
-def _encoders_env(n: int) -> Any:
-    old = os.environ.get("PERSISTING_LANCE_ENCODERS")
-    os.environ["PERSISTING_LANCE_ENCODERS"] = str(n)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("PERSISTING_LANCE_ENCODERS", None)
-        else:
-            os.environ["PERSISTING_LANCE_ENCODERS"] = old
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _stream_run(base: Path, encoders: int, arena_bytes: int, batch: np.ndarray, batches: int) -> tuple[float, float]:
-    """GB/s of the stream, and the CPU cores the broker used meanwhile (CPU s / wall s)."""
-    case = base / f"stream-{encoders}"
-    (case / "s").mkdir(parents=True)
-    address = f"ipc://{case / 's' / 'b.sock'}"
-    try:
-        with (
-            _encoders_env(encoders),
-            broker_process(
-                case / "storage", address, base / "broker.log", ["--arena-bytes", str(arena_bytes)], "WARNING"
-            ) as broker,
-        ):
-            cpu0, t0 = _cpu_seconds(broker.pid), time.perf_counter()
-            gbps = asyncio.run(_produce(address, batch, batches))
-            return gbps, (_cpu_seconds(broker.pid) - cpu0) / (time.perf_counter() - t0)
-    finally:
-        shutil.rmtree(case, ignore_errors=True)
 
 
 def _encoding_run(base: Path, table_bytes: int, seed: int) -> dict[str, tuple[float, int]]:
@@ -167,17 +79,17 @@ def run_persist_bench(
 ) -> PersistResult:
     result = PersistResult()
     arena_bytes = arena_mib * MiB
-    batch = _batch(seed)
+    batch = stream_batch(seed)
     batches = max(1, stream_factor * arena_bytes // batch.nbytes)
     result.stream_bytes = batches * batch.nbytes
     for run in range(runs):
         order = encoders if run % 2 == 0 else encoders[::-1]
         for n in order:
             os.sync()  # the previous case's dirty pages are not this one's
-            result.stream.setdefault("disk", []).append(_disk(base, batch, batches))
+            result.stream.setdefault("disk", []).append(disk_gbps(base, batch, batches))
             result.pairs.append(n)
             os.sync()
-            gbps, cores = _stream_run(base, n, arena_bytes, batch, batches)
+            gbps, cores = stream_run(base, n, arena_bytes, batch, batches)
             result.stream.setdefault(f"encoders={n}", []).append(gbps)
             result.cores.setdefault(f"encoders={n}", []).append(cores)
             if progress:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import persisting.compat.persistqueue as compat
+
 ITEM = "x" * 100
 CLASSES = ("Queue", "SQLiteQueue", "FILOSQLiteQueue", "UniqueQ", "SQLiteAckQueue")
 DURABILITIES = ("process", "sync")
@@ -66,8 +68,6 @@ def one(module: Any, cls: str, path: str, n: int, extra: dict[str, Any]) -> tupl
 def run_items(base: Path, n: int, reps: int, say: Callable[[str], None]) -> ItemsResult:
     """Every class, ``reps`` times, the libraries alternating within each rep: microseconds per put and per get."""
     import persistqueue
-
-    import persisting.compat.persistqueue as compat
 
     result = ItemsResult()
     for cls in CLASSES:

@@ -66,6 +66,7 @@ def multi_tables(runs: dict[str, list[dict[str, Any]]]) -> list[Table]:
         row.cells["records"] = f"{rs[0]['records']:,}"
         for key, title in COUNTS:
             row.cells[title] = ", ".join(str(r[key]) for r in rs)
+    # which run's phases to show (a text table, no ratio): the one at the median wall, its phases adding up to it
     middle = {lib: sorted(rs, key=lambda r: r["wall_s"])[len(rs) // 2] for lib, rs in runs.items()}
     phases = Table("seconds in the median run of each", ("phase", *middle))
     for key, title in PHASES:

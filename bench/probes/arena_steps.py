@@ -30,6 +30,11 @@ import numpy as np
 from bench.arena.batches import POOL, SMALL, make_pool, stamp
 from bench.common.broker_process import broker_process
 from bench.harness import Probe
+from persisting import Queue
+from persisting.client import big_batches, connection, remote_tensors, tensor_puts
+from persisting.client import queue as client_queue
+from persisting.tensors import batches as tensor_batches
+from persisting.tensors import column
 
 ROUND_TRIP = "Connection.request (put_tensors round trip)"
 COPY = "ArenaClient._write (lease + copy)"
@@ -77,8 +82,6 @@ class Timers:
 
 
 def _consumer(address: str, batches: int) -> None:
-    from persisting import Queue
-
     async def go() -> None:
         async with Queue("bench", broker=address, durability="process") as q:
             got = 0
@@ -91,28 +94,23 @@ def _consumer(address: str, batches: int) -> None:
 
 
 def _instrument(timers: Timers) -> None:
-    from persisting.client import big_batches, connection, queue, remote_tensors, tensor_puts
-    from persisting.tensors import batches, column
-
     w = timers.wrap
-    w(queue.Queue, "put", PUT)
-    w(queue.Queue, "_put_key", "Queue._put_key (idempotency key)")
+    w(client_queue.Queue, "put", PUT)
+    w(client_queue.Queue, "_put_key", "Queue._put_key (idempotency key)")
     w(column, "split", "column.split (columns of the batch)")
     w(big_batches, "above_limit", "big_batches.above_limit (larger than the budget?)")
     w(tensor_puts.TensorPuts, "_through_arena", "TensorPuts._through_arena (the mapping)")
-    w(batches, "other_rows", "batches.other_rows (empty rows)")
+    w(tensor_batches, "other_rows", "batches.other_rows (empty rows)")
     w(tensor_puts.codec, "pack", "codec.pack (rows blob)")
-    w(batches, "layout", "batches.layout")
+    w(tensor_batches, "layout", "batches.layout")
     w(remote_tensors.ArenaClient, "_lease", "ArenaClient._lease (the spare extent)")
     w(remote_tensors.ArenaClient, "_write", COPY)
     w(connection.Connection, "request", ROUND_TRIP)
     w(remote_tensors.ArenaClient, "put_tensors", "ArenaClient.put_tensors (copy, round trip, glue)")
-    w(batches, "batch_meta", "batches.batch_meta (the BatchMeta put returns)")
+    w(tensor_batches, "batch_meta", "batches.batch_meta (the BatchMeta put returns)")
 
 
 async def _produce(address: str, batches: int, in_flight: int, timers: Timers) -> tuple[float, list[int]]:
-    from persisting import Queue
-
     pool = make_pool(SMALL, 0)
     async with Queue("bench", broker=address, durability="process") as q:
         for i in range(4):

@@ -8,6 +8,7 @@ from typing import Any
 
 from bench.common.flush import FlushResult
 from bench.harness import Metric, Report, Row, Table
+from bench.harness.plots import pyplot, save
 
 from .stores import REFERENCE, STORES
 from .workload import BenchResult
@@ -105,8 +106,6 @@ def _flush_json(flush: FlushResult | None) -> dict[str, Any] | None:
 
 def chart(result: BenchResult, folder: Path, subtitle: str) -> list[Path]:
     """Write and read rates per store (log scale), one chart per N; the flush cost as box plots."""
-    from bench.common.plots import pyplot, save
-
     plt = pyplot()
     out = []
     for n in sorted({r.n for r in result.rows}):

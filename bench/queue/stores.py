@@ -13,10 +13,9 @@ from typing import Any
 import persistqueue
 
 from bench.common.measure import Tick
-from bench.common.records import check_page
+from bench.common.records import PUT_BATCH, check_page
 from persisting import Queue
 
-PUT_BATCH = 1_000  # records per put_batch (persisting) and per commit / ack (peers, where they have one)
 READ_PAGE = 10_000  # records per persisting get()
 
 Records = list[dict[str, Any]]

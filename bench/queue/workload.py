@@ -14,8 +14,8 @@ from typing import Any
 from tqdm import tqdm
 
 from bench.common.flush import FlushResult, flush_cost
-from bench.common.records import make_records
-from bench.queue.stores import PUT_BATCH, STORES, Store, Timing, probe
+from bench.common.records import PUT_BATCH, make_records
+from bench.queue.stores import STORES, Store, Timing, probe
 
 PROBE_N = 2_000
 

@@ -10,17 +10,18 @@ from bench.harness import BenchArgumentError, Context, Report, Suite
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--small-batches", type=int, default=32, help="6 MiB batches per run (default 32, 1+)")
-    p.add_argument("--large-batches", type=int, default=6, help="64 MiB batches per run (default 6, 1+)")
+    p.add_argument("--small-batches", type=int, default=32, help="6 MiB batches per run (default 32; 0: none)")
+    p.add_argument("--large-batches", type=int, default=6, help="64 MiB batches per run (default 6; 0: none)")
 
 
 def _run(ctx: Context) -> Report:
     from .report import ray_report
     from .workload import run_ray_bench
 
-    if ctx.args.small_batches < 1 or ctx.args.large_batches < 1:
-        raise BenchArgumentError("--small-batches and --large-batches must be at least 1")
-    batches = {"6 MiB": ctx.args.small_batches, "64 MiB": ctx.args.large_batches}
+    a = ctx.args
+    if min(a.small_batches, a.large_batches) < 0 or not a.small_batches + a.large_batches:
+        raise BenchArgumentError("--small-batches and --large-batches must be 0 or more, one of them at least 1")
+    batches = {k: n for k, n in (("6 MiB", a.small_batches), ("64 MiB", a.large_batches)) if n}
     return ray_report(run_ray_bench(ctx.work, batches=batches, reps=ctx.reps, say=ctx.say), batches)
 
 

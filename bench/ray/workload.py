@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+import persisting.ray as pray
+
 SHAPES = {  # name -> (samples per batch, float32 per sample)
     "6 MiB": (256, 6144),
     "64 MiB": (64, 262144),
@@ -53,8 +55,6 @@ def run_ray_bench(
     """Batch size label -> its cases' seconds per rep (``batches``: size label -> batches per run)."""
     import ray
     from ray.cluster_utils import Cluster
-
-    import persisting.ray as pray
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 256 * 2**20})
     for n in "AB":

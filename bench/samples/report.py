@@ -1,4 +1,4 @@
-"""The ``samples`` benchmark's report: a SamplesBenchResult as console tables, reStructuredText, or JSON."""
+"""The ``samples`` suite's report: the latency table (the harness's), the workload's figures, the aims, notes."""
 
 from __future__ import annotations
 
@@ -116,9 +116,12 @@ def aims(result: SamplesBenchResult) -> list[list[str]]:
                 "met" if p50 / 1e3 < AIM_P50_MS and result.correct else "NO",
             ]
         )
-    idle, hello = result.idle.p(0.5), result.hello.p(0.5)
-    if idle is not None and hello:  # issue 22's aims
-        ratio = idle / hello
+    # issue 22's aims: the ratio is the harness's (the latency table's p50 vs hello); the verdict against the aim
+    # is this suite's, which a table of figures does not hold
+    table = latency_table(result)
+    idle = next((r for r in table.rows if r.key == "get_meta-idle"), None)
+    ratio = table.ratio(idle, "hello") if idle is not None else None
+    if ratio is not None:
         out.append(
             ["get_meta p50 / hello p50 (idle)", f"{ratio:.2f}x", f"<= {AIM_VS_HELLO:g}x", _met(ratio <= AIM_VS_HELLO)]
         )

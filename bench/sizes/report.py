@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.harness import Metric, Report, Row, Table
+from bench.harness.plots import pyplot, save
 
 from .worker import ROWS
 from .workload import SYSTEMS, Case, MiB, SizesResult, label
@@ -173,8 +174,6 @@ def sizes_report(result: SizesResult) -> Report:
 
 def chart(one: Table, folder: Path, subtitle: str) -> Path:
     """GB/s against the batch size (log x), one line per system (the bound, a dashed line)."""
-    from bench.common.plots import pyplot, save
-
     series: dict[str, list[tuple[float, float]]] = {}
     for row in one.rows:
         gbps = row.median(GBPS.name)

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.arena.torch_peer import shared_copy
 from bench.common.measure import reset_peak, vm_hwm_bytes, vm_rss_bytes
+from bench.common.torch_shared import shared_copy
 from persisting import SyncQueue
 
 ROWS = 64  # samples per batch, whatever its size: the per-sample work is the same at every size

@@ -8,8 +8,8 @@ Decisions (docs/benchmarks/sizes.md says the same for readers):
   ``--arena-bytes``: whatever shared memory the broker has by default), producer and consumer each a spawned
   process with a ``persisting.SyncQueue(topic, broker=address)`` (default ``durability``); the producer ``put``s
   ``{"x": tensor}``, the consumer ``get_batch(["x"], 64, wait=True)`` (take and data in one round trip, as
-  ``bench/arena_persisting.py`` reads). *torch.mp*: ``torch.multiprocessing.Queue`` (spawn), the producer puts
-  a fresh ``share_memory_()`` tensor with the source copied in (``bench/arena_torch.py``'s producer), the consumer
+  ``bench/arena/persisting_peer.py`` reads). *torch.mp*: ``torch.multiprocessing.Queue`` (spawn), the producer puts
+  a fresh ``share_memory_()`` tensor with the source copied in (``bench/common/torch_shared.py``), the consumer
   ``get``s it. *memcpy*: the source copied (``dst[:] = src``) into memory faulted in beforehand, in the producer,
   then touched like a result: the reference. *bound*: one memcpy plus one protocol ``hello`` round trip (blocking,
   as ``SyncQueue`` calls; the median of ``--hellos`` measured in the run): the fastest any broker hand-over of

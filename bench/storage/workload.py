@@ -23,6 +23,7 @@ import numpy as np
 
 from bench.common.records import make_records
 from persisting import Queue
+from persisting.testing.s3_server import start_s3_server
 
 NO_AUTO_FLUSH = 2**62
 PUT_BATCH = 1_000
@@ -90,8 +91,6 @@ async def _one(
 def run_storage_bench(
     base: Path, *, n_small: int, n_tensor: int, tensor_kib: int, reps: int, seed: int
 ) -> list[StoreSeries]:
-    from persisting.testing.s3_server import start_s3_server
-
     server = start_s3_server()
     try:
         bucket = server.new_bucket()

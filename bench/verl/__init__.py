@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 
+from bench.common.fresh_process import run_json
+from bench.common.tq_cluster import tq_missing
 from bench.harness import BenchArgumentError, Context, Report, Suite
 
 
@@ -28,8 +30,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(ctx: Context) -> Report:
-    from bench.common.fresh_process import run_json
-
     from .one import workload_argv
     from .report import verl_report
 
@@ -50,7 +50,6 @@ def _run(ctx: Context) -> Report:
 
 def _backends(only: str | None) -> tuple[list[str], list[str]]:
     """The backends to run, and a note when TransferQueue is missing."""
-    from bench.common.tq_cluster import tq_missing
 
     backends = [only] if only else ["persisting", "transferqueue"]
     missing = tq_missing() if "transferqueue" in backends else None

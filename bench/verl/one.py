@@ -19,6 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.common.tq_cluster import tq_cluster
+
+from .step import backend_module, dispatch, rollout_worker, train_step
+
 BACKENDS = ("persisting", "transferqueue")
 STEP_WAIT_S = 300  # a rollout worker's answer
 
@@ -44,12 +48,8 @@ def workload_argv(args: argparse.Namespace) -> list[str]:
 @contextlib.contextmanager
 def _backend(backend: str, args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Any, str, int | None]]:
     """The backend started: (its module, the address workers attach to, the broker's pid)."""
-    from .step import backend_module
-
     tq = backend_module(backend)
     if backend == "transferqueue":
-        from bench.common.tq_cluster import tq_cluster
-
         with tq_cluster() as attach:
             yield tq, attach, None
         return
@@ -63,8 +63,6 @@ def _backend(backend: str, args: argparse.Namespace, workdir: Path) -> Iterator[
 
 def run_one(backend: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One run of ``backend``: the mean step, rollout and trainer seconds, and the peak RSS per role."""
-    from .step import rollout_worker
-
     ctx = mp.get_context("spawn")
     per_worker = args.prompts // args.workers
     with _backend(backend, args, workdir) as (tq, attach, broker_pid):
@@ -99,8 +97,6 @@ def _expect(outbox: Any, word: str, count: int) -> None:
 
 
 def _steps(tq: Any, args: argparse.Namespace, inboxes: list[Any], outbox: Any, per_worker: int) -> dict[str, float]:
-    from .step import dispatch, train_step
-
     times: list[float] = []
     rollout_s: list[float] = []
     train_s: list[float] = []

@@ -4,15 +4,15 @@ TransferQueue layer or TransferQueue itself, the same calls)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
+from bench.common.tq_cluster import tq_attach
 from bench.common.verl_steps import trajectories
 
 
 def backend_module(backend: str) -> Any:
-    import importlib
-
     return importlib.import_module("persisting.compat.transfer_queue" if backend == "persisting" else "transfer_queue")
 
 
@@ -20,8 +20,6 @@ def rollout_worker(backend: str, worker: int, attach: str, prompts: int, n: int,
                     outbox: Any) -> None:  # fmt: skip
     tq = backend_module(backend)
     if backend == "transferqueue":
-        from bench.common.tq_cluster import tq_attach
-
         tq_attach(attach)
     else:
         tq.init()

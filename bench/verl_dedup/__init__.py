@@ -7,28 +7,31 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bench.common.fresh_process import run_json
 from bench.harness import BenchArgumentError, Context, Metric, Report, Suite, Table
 
 MiB = 1 << 20
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from .workload import add_workload_args
+    from .workload import SHAPES, add_workload_args
 
     add_workload_args(p)
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)} (default both)")
 
 
 def _run(ctx: Context) -> Report:
-    from bench.common.fresh_process import run_json
-
     from .workload import MODES, SHAPES, workload_argv
 
     a = ctx.args
     if min(a.prompts, a.n, a.steps, a.arena_mib) < 1 or a.image_mib <= 0:
         raise BenchArgumentError("--prompts, --n, --steps and --arena-mib must be at least 1, --image-mib above 0")
+    shapes = [x.strip() for x in a.shapes.split(",") if x.strip()]
+    if not shapes or not set(shapes) <= set(SHAPES):
+        raise BenchArgumentError(f"--shapes must name some of {', '.join(SHAPES)}, got {a.shapes!r}")
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rep in range(ctx.reps):
-        for shape in SHAPES:
+        for shape in (s for s in SHAPES if s in shapes):
             for mode in MODES:  # alternating: a slow spell of the machine hits every row
                 ctx.say(f"run {rep + 1} of {ctx.reps}: {shape}, dedup {mode}")
                 # no --dir: the run works in its own folder in /tmp (its broker's socket path must stay short)

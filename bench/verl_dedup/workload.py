@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import persisting.compat.transfer_queue as tq
+
 SHAPES = ("multimodal", "text-only")
 MODES = {"off": False, "auto": "auto"}
 
@@ -61,8 +63,6 @@ def _step(step: int, prompts: int, n: int, image_mib: float, seed: int) -> tuple
 
 def run_one(shape: str, mode: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """One (shape, dedup) run in this process: its own broker, ``--steps`` timed steps after a warm-up."""
-    import persisting.compat.transfer_queue as tq
-
     os.environ["XDG_RUNTIME_DIR"] = str(work / "run")
     (work / "run").mkdir()
     storage = work / "data"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import persisting.compat.transfer_queue as tq
 from bench.common.verl_steps import trajectories
 
 STORE_BYTES = 512 * 1024 * 1024  # each raylet's object store
@@ -28,8 +29,6 @@ class StepWorker:
     """A rollout worker timing its own calls (a Ray actor pinned to one node)."""
 
     def __init__(self) -> None:
-        import persisting.compat.transfer_queue as tq
-
         tq.init()
         self.tq = tq
 
@@ -50,8 +49,6 @@ def run(
     """Worker label -> (put s, get s) of every timed step."""
     import ray
     from ray.cluster_utils import Cluster
-
-    import persisting.compat.transfer_queue as tq
 
     cluster = Cluster(
         initialize_head=True,

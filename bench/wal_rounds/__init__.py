@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from bench.common.fresh_process import run_json
 from bench.harness import BenchArgumentError, Context, Metric, Report, Suite, Table
 
 REFERENCE = "asyncio.to_thread at 5 ms"
@@ -20,8 +21,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(ctx: Context) -> Report:
-    from bench.common.fresh_process import run_json
-
     from .workload import CASES, case_argv
 
     a = ctx.args
