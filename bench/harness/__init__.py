@@ -69,15 +69,14 @@ How to port (or write) a suite
    declaring ``PROBE = Probe(name, help, parser, main)``; ``python -m bench NAME`` runs ``main(argv)``, and so does
    ``python -m bench.probes.MODULE``. ``python -m bench`` lists suites and probes, one line each.
 
-9. **A smoke test** per suite, in one of tests/test_bench_suites.py, test_bench_tensor_suites.py,
-   test_bench_ray_suites.py, test_bench_suites_second.py (files of about equal time: ``./dev test`` gives whole
-   files to its two workers): run ``python -m bench NAME`` in a subprocess (``tests/bench_run.py``: ``smoke``) at
-   its smallest size with ``--reps 1`` and the fewest cases the suite lets you pick, but its real workload and
-   its reference at least once, and check the rendered output has its rows and its reference ratio (``--format
-   json``: ``tables[i]["rows"][j]["vs"]``). A few seconds each: all of them together stay near 3 minutes.
+9. **A smoke test** per suite, in one of tests/test_bench_suites.py, tests/test_bench_tensor_suites.py,
+   tests/test_bench_ray_suites.py, tests/test_bench_suites_second.py (files of about equal time: ``./dev test`` gives
+   whole files to its two workers): run ``python -m bench NAME`` in a subprocess (``tests/bench_run.py``: ``smoke``)
+   at its smallest size with ``--reps 1`` and the fewest cases the suite lets you pick, but its real workload and its
+   reference at least once, and check the rendered output has its rows and its reference ratio (``--format json``:
+   ``tables[i]["rows"][j]["vs"]``). A few seconds each: all of them together stay near 3 minutes.
    tests/test_bench_docs.py parses every ``python -m bench ...`` command of README.md and docs/ with the suite's
-   parser: a flag renamed breaks it until the page says the new one.
-"""
+   parser: a flag renamed breaks it until the page says the new one. """
 
 from .report import Metric, Report, Row, Table
 from .suite import BenchArgumentError, Context, Probe, Suite
