@@ -76,7 +76,7 @@ How to port (or write) a suite
    reference at least once, and check the rendered output has its rows and its reference ratio (``--format json``:
    ``tables[i]["rows"][j]["vs"]``). A few seconds each: all of them together stay near 3 minutes.
    tests/test_bench_docs.py parses every ``python -m bench ...`` command of README.md and docs/ with the suite's
-   parser: a flag renamed breaks it until the page says the new one. """
+   parser: a flag renamed breaks it until the page says the new one."""
 
 from .report import Metric, Report, Row, Table
 from .suite import BenchArgumentError, Context, Probe, Suite
