@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from bench.arena.torch_peer import run_torch_case
 from bench.arena.transferqueue_peer import run_tq_case
 from bench.arena.views import run_view_cost
 from bench.common.broker_process import log_lines
-from bench.common.measure import Tick
+from bench.common.measure import SYNC_EVERY_BYTES, Tick, synced_write_s
 from bench.common.tq_cluster import tq_cluster, tq_missing
 
 
@@ -80,30 +79,12 @@ def run_memcpy(shape: Shape, batches: int, seed: int) -> Row:
     )
 
 
-SYNC_EVERY_BYTES = 64 * MiB  # the disk reference syncs as often as a flush of that many bytes would
-
-
 def run_fdatasync(base: Path, shape: Shape, batches: int, seed: int) -> Row:
     """The disk's limit for what the beyond-the-arena run must persist: the same bytes written to a plain file
-    on the same filesystem as the broker's storage, fdatasync'ed every SYNC_EVERY_BYTES and at the end."""
+    on the same filesystem as the broker's storage (``measure.synced_write_s``)."""
     pool = make_pool(shape, seed)
-    path = base / "fdatasync-reference.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        t0 = time.perf_counter()
-        unsynced = 0
-        for i in range(batches):
-            for v in pool[i % POOL].values():
-                os.write(fd, v.reshape(-1).view(np.uint8).data)
-                unsynced += v.nbytes
-            if unsynced >= SYNC_EVERY_BYTES:
-                os.fdatasync(fd)
-                unsynced = 0
-        os.fdatasync(fd)
-        seconds = time.perf_counter() - t0
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
+    chunks = (v.reshape(-1).view(np.uint8).data for i in range(batches) for v in pool[i % POOL].values())
+    seconds = synced_write_s(base / "fdatasync-reference.bin", chunks)
     return Row.of(
         f"fdatasync-{shape.key}",
         "file write + fdatasync",

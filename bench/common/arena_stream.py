@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.common.broker_process import broker_process, cpu_seconds
+from bench.common.measure import synced_write_s
 from persisting import Queue
 
 MiB = 1024 * 1024
 BATCH_ROWS = 16
 SAMPLE_FLOATS = 256 * 1024  # 1 MiB of float32 per sample: a 16 MiB batch
-SYNC_EVERY_BYTES = 64 * MiB
 PUT_TIMEOUT_S = 120.0
 
 
@@ -31,24 +31,9 @@ def stream_batch(seed: int) -> np.ndarray:
 
 
 def disk_gbps(folder: Path, batch: np.ndarray, batches: int) -> float:
-    """GB/s of the plain file write + fdatasync (every ``SYNC_EVERY_BYTES``) of ``batches`` x ``batch``."""
-    path = folder / "fdatasync-reference.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """GB/s of the plain file write + fdatasync (``measure.synced_write_s``) of ``batches`` x ``batch``."""
     data = batch.reshape(-1).view(np.uint8).data
-    try:
-        t0 = time.perf_counter()
-        unsynced = 0
-        for _ in range(batches):
-            os.write(fd, data)
-            unsynced += batch.nbytes
-            if unsynced >= SYNC_EVERY_BYTES:
-                os.fdatasync(fd)
-                unsynced = 0
-        os.fdatasync(fd)
-        seconds = time.perf_counter() - t0
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
+    seconds = synced_write_s(folder / "fdatasync-reference.bin", (data for _ in range(batches)))
     return batch.nbytes * batches / seconds / 1e9
 
 
