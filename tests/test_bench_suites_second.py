@@ -1,8 +1,8 @@
 """A smoke run of pq, storage, verl-dedup, lance-read-apis, lance-read-cpu, lance-encoding and wal-rounds, and of
-the dedup-lifetime probe, at a tiny size through ``python -m bench`` in a subprocess (they spawn workers and
-brokers): the rendered JSON holds each suite's rows and, where it has one, its same-run reference ratio (the
-other suites': tests/test_bench_suites.py says where). verl's packages are installed by ``./dev test``; without
-them the suites that need them are skipped."""
+the probes (dedup-lifetime, arena-steps, broker-steps, client-steps, samples-cpu), at a tiny size through
+``python -m bench`` in a subprocess (they spawn workers and brokers): the rendered JSON holds each suite's rows
+and, where it has one, its same-run reference ratio (the other suites': tests/test_bench_suites.py says where).
+verl's packages are installed by ``./dev test``; without them the suites that need them are skipped."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from .bench_run import ROOT, rows_in_groups, smoke
+from .bench_run import ROOT, bench, rows_in_groups, smoke
 
 
 def test_pq() -> None:
@@ -83,3 +83,18 @@ def test_dedup_lifetime_probe() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["put", "clear", "open"] and all("ratio" in x for x in lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["arena-steps", "--batches", "8"], "put minus its copy and its round trip"),
+        (["broker-steps", "--chunk", "50", "--chunks", "2"], "hello                broker CPU per request"),
+        (["client-steps", "--chunk", "50", "--chunks", "2"], "SyncQueue.put over the bare socket"),
+        (["samples-cpu", "--reps", "1"], "take / count"),
+    ],
+)
+def test_each_probe_runs_at_a_tiny_size(args: list[str], says: str) -> None:
+    """The probes behind the pages' figures (a few seconds each): they run, and print the line the pages quote."""
+    out = bench(*args).stdout
+    assert says in out, out[-2000:]
