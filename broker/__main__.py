@@ -138,11 +138,15 @@ async def serve(conf: dict[str, Any]) -> None:
             exposition = MetricsServer(broker.metrics, str(conf["metrics"]), conf["socket_mode"])
             await exposition.start()
             log.info("Prometheus metrics on %s", exposition.bound)
+        broker.bind()
     except PersistingError as exc:
-        await broker.close()  # the arena reserved by start()
+        # A start that fails after the arena was made (a socket it cannot listen on, a metrics port in use) gives
+        # it back: its /dev/shm file must not outlive this process.
+        if exposition is not None:
+            await exposition.close()
+        await broker.close()
         os.close(lock_fd)
         raise SystemExit(f"persisting-broker: {exc}") from exc
-    broker.bind()
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:

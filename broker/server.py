@@ -136,6 +136,7 @@ class Broker:
         try:
             sock.bind(self.address)
         except zmq.ZMQError as exc:
+            self.connections.close()  # its monitor socket too: an open one would hang the context's term()
             sock.close()
             raise ConfigError(f"cannot listen on {self.address}: {exc}") from exc
         finally:

@@ -420,6 +420,24 @@ def test_second_broker_on_the_same_storage_is_refused(broker: BrokerProcess) -> 
     assert other.returncode != 0 and "another broker" in other.stderr
 
 
+def test_a_socket_it_cannot_listen_on_is_refused_and_its_arena_given_back(tmp_path: Path) -> None:
+    """A start that fails after the arena was made (here: an ipc path longer than AF_UNIX takes) says why in one
+    line and leaves no shared-memory file behind (it used to leave the whole arena in /dev/shm)."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    long_socket = "ipc://" + str(tmp_path / ("s" * 120) / "b.sock")
+    out = subprocess.run(
+        [sys.executable, "-m", "broker", "--storage-path", str(tmp_path / "storage"), "--socket", long_socket],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PERSISTING_SHM_DIR": str(shm)},
+    )
+    assert out.returncode != 0
+    assert "cannot listen on" in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert not list(shm.iterdir()), "the arena of a broker that never served is still there"
+
+
 def test_status_command(broker: BrokerProcess) -> None:
     with SyncQueue("shown", broker=broker.address) as q:
         q.put_batch([{"id": i} for i in range(7)])
