@@ -18,6 +18,7 @@ from pathlib import Path
 
 import lance
 import numpy as np
+import pyarrow as pa
 
 from ..engine.keys import KEY_COLUMN
 from ..storage import lance_order
@@ -88,6 +89,7 @@ def _bucket(facts: Facts, report: TopicReport, b: int) -> BucketRows | None:
             f"{len(empty)} empty manifest(s) (a commit a power loss cut): Lance cannot open the dataset past them",
             _done(lambda: repair_manifests(uri), f"{name}: removed {len(empty)} empty manifest(s)"),
         )
+    facts.unread.append(name)  # until it is read below
     if not has_manifest(uri):
         report.problem(
             name,
@@ -103,6 +105,7 @@ def _bucket(facts: Facts, report: TopicReport, b: int) -> BucketRows | None:
         if not empty:
             report.problem(name, f"Lance cannot read it: {exc}")
         return None
+    facts.unread.remove(name)
     rewrites = interrupted_rewrites(ds)
     if rewrites:
         report.problem(
@@ -123,25 +126,23 @@ def _bucket(facts: Facts, report: TopicReport, b: int) -> BucketRows | None:
             ),
         )
     rows = table.num_rows
-
-    def column(key: str) -> list[object]:
-        return table.column(key).to_pylist() if key in table.column_names else [None] * rows
-
-    indexes = column(INDEX_KEY)
-    nulls = sum(1 for i in indexes if i is None)
-    values = np.asarray([-1 if i is None else i for i in indexes], dtype=np.int64)
+    index = (
+        table.column(INDEX_KEY) if INDEX_KEY in table.column_names else pa.chunked_array([pa.nulls(rows, pa.int64())])
+    )
+    nulls = index.null_count
+    values = index.fill_null(-1).to_numpy().astype(np.int64, copy=False)
     wrong = lance_order.disorder(ds)
     if wrong is not None:
         fixable = not nulls and len(np.unique(values)) == len(values)
         report.problem(
             name,
-            f"{wrong}; the engine's open refuses a bucket out of {INDEX_KEY!r} order"
+            f"{wrong}; reads address rows by position, so a bucket must stay in {INDEX_KEY!r} order"
             + ("" if fixable else ", and which row is right cannot be told"),
             _order_fix(uri) if fixable else None,
         )
     fragments = len(ds.get_fragments())
     report.summary.append(f"{name}: {rows} rows in {fragments} fragment(s), version {ds.version}")
-    return BucketRows(values, column(PARTITION_KEY), column(OF_KEY), column(KEY_COLUMN), ds.schema)
+    return BucketRows(values, table, ds.schema)
 
 
 def check_buckets(facts: Facts, report: TopicReport) -> None:

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from ..engine.consumption import Replayed
 from ..engine.wal import Frame
+from ..wire.codec import PARTITION_KEY
 
 
 @dataclass(slots=True)
@@ -49,13 +50,30 @@ class BadSpan:
 
 @dataclass(slots=True)
 class BucketRows:
-    """The engine columns of one bucket in position order, and its schema."""
+    """The engine columns of one bucket in position order (``table``: partition, patch target, key), its index
+    column as an array, and its schema."""
 
     indexes: np.ndarray  # int64, nulls as -1
-    partitions: list[Any]
-    of: list[Any]  # patch rows' targets (None elsewhere)
-    keys: list[Any]  # samples' keys (None elsewhere)
+    table: pa.Table
     schema: pa.Schema
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        """One engine column (all nulls where the bucket has none)."""
+        if name in self.table.column_names:
+            return self.table.column(name)
+        return pa.chunked_array([pa.nulls(self.table.num_rows)])
+
+    def partitions_at(self, wanted: np.ndarray) -> dict[int, Any]:
+        """The partition of each of ``wanted`` (indexes) that this bucket holds."""
+        order = np.argsort(self.indexes, kind="stable")
+        ordered = self.indexes[order]
+        at = np.searchsorted(ordered, wanted)
+        hit = at < len(ordered)
+        hit[hit] = ordered[at[hit]] == wanted[hit]
+        if not hit.any():
+            return {}
+        parts = self.column(PARTITION_KEY).take(pa.array(order[at[hit]])).to_pylist()
+        return dict(zip(wanted[hit].tolist(), parts, strict=True))
 
 
 @dataclass(slots=True)
@@ -71,6 +89,7 @@ class Facts:
     frames: list[LoggedFrame] = field(default_factory=list)
     bad: list[BadSpan] = field(default_factory=list)
     buckets: list[BucketRows | None] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)  # buckets that exist but could not be read
 
     def stored(self) -> np.ndarray:
         """Every index the buckets hold, sorted (duplicates kept)."""

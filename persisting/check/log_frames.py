@@ -95,6 +95,8 @@ def scan_log(facts: Facts, report: TopicReport) -> None:
 
 def _unneeded(span: BadSpan, facts: Facts, stored: np.ndarray, cleared: set[int]) -> str | None:
     """None when no replay needs the rows of a damaged frame; else why it cannot be taken out."""
+    if facts.unread:
+        return f"{', '.join(facts.unread)} could not be read, so whether Lance holds its rows cannot be told"
     if span.first is None or span.count is None or not 0 < span.count < MAX_FRAME_ROWS:
         return "no frame header is left there, so which rows it held cannot be told"
     before = [lf for lf in facts.frames if lf.segment == span.segment and lf.end <= span.start]
@@ -140,7 +142,7 @@ def judge_log(facts: Facts, report: TopicReport) -> None:
             what = "bytes"
             if span.first is not None and span.count:
                 what = f"the frame of rows {span.first}..{span.first + span.count - 1}"
-            texts.append(f"{what} at {span.start}..{span.end} fail their checksum or are cut")
+            texts.append(f"{what} (bytes {span.start}..{span.end}) fails its checksum or is cut")
         text = "; ".join(texts)
         if fix is not None:
             text += f"; their rows are in Lance (below flushed_upto {facts.flushed_upto}), no replay needs them"

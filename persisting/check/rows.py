@@ -17,9 +17,11 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from ..engine.keys import KEY_COLUMN
 from ..errors import CorruptionError
+from ..wire.codec import OF_KEY, PARTITION_KEY
 from .facts import Facts, LoggedFrame
 from .report import TopicReport, spans
 
@@ -82,56 +84,69 @@ def _gaps(facts: Facts, report: TopicReport, present: np.ndarray, cleared: set[i
         )
 
 
-def _consumption(facts: Facts, report: TopicReport, stored: np.ndarray, parts: np.ndarray) -> None:
+def _partitions(facts: Facts, wanted: set[int]) -> dict[int, Any]:
+    """The partition of each of ``wanted`` that a bucket holds."""
+    found: dict[int, Any] = {}
+    if wanted:
+        array = np.fromiter(wanted, dtype=np.int64, count=len(wanted))
+        for rows in facts.buckets:
+            if rows is not None:
+                found.update(rows.partitions_at(array))
+    return found
+
+
+def _consumption(facts: Facts, report: TopicReport) -> None:
     """Clears and takes name indexes the topic has; a cleared row still stored is in the clear's partition."""
     top = facts.next_index()
     beyond = sorted(i for indexes in facts.log.cleared.values() for i in indexes if i >= top)
-    for (_partition, _task), runs in facts.log.taken.items():
-        if runs.intervals() and runs.intervals()[-1][1] > top:
-            beyond.extend(i for i in runs if i >= top)
+    for runs in facts.log.taken.values():
+        intervals = runs.intervals()
+        if intervals and intervals[-1][1] > top:
+            beyond.extend(i for lo, hi in intervals for i in range(max(lo, top), hi))
     if beyond:
         report.problem(
             "consumption.log",
             f"takes or clears name indexes {spans(beyond)}, above the last one stored ({top - 1}): the next "
             "samples put would be born taken or cleared",
         )
-    wrong = []
-    for partition, indexes in facts.log.cleared.items():
-        for i in indexes:
-            k = int(np.searchsorted(stored, i))
-            if k < len(stored) and stored[k] == i and parts[k] != partition:
-                wrong.append(i)
+    stored = _partitions(facts, facts.cleared())
+    wrong = [
+        i for partition, indexes in facts.log.cleared.items() for i in indexes if stored.get(i, partition) != partition
+    ]
     if wrong:
         report.problem("consumption.log", f"clears samples {spans(wrong)} under a partition they are not in")
 
 
 def _keys_and_patches(facts: Facts, report: TopicReport, cleared: set[int]) -> None:
     keyed: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-    partition_of: dict[int, Any] = {}
     patches: list[tuple[int, Any, int]] = []  # (patch row, its partition, the sample it writes)
+    logged: dict[int, Any] = {}  # rows only in the log: their partition
     for rows in facts.buckets:
         if rows is None:
             continue
-        for i, part, of, key in zip(rows.indexes.tolist(), rows.partitions, rows.of, rows.keys, strict=True):
-            partition_of[i] = part
-            if of is not None:
-                patches.append((i, part, int(of)))
-            elif isinstance(key, str) and i not in cleared:
-                keyed[(part, key)].append(i)
-    in_lance = set(partition_of)
+        of, key = rows.column(OF_KEY), rows.column(KEY_COLUMN)
+        parts = rows.column(PARTITION_KEY)
+        for k in np.nonzero(of.is_valid().to_numpy(zero_copy_only=False))[0].tolist():
+            patches.append((int(rows.indexes[k]), parts[k].as_py(), int(of[k].as_py())))
+        named = pc.and_(key.is_valid(), of.is_null()).to_numpy(zero_copy_only=False)
+        for k in np.nonzero(named)[0].tolist():
+            if int(rows.indexes[k]) not in cleared:
+                keyed[(parts[k].as_py(), key[k].as_py())].append(int(rows.indexes[k]))
+    stored = facts.stored()
     for lf in facts.frames:  # rows a replay puts back, less those a flush stored already
         if lf.stop <= facts.flushed_upto:
             continue
         part, patch = lf.part(0), lf.part(4)
         try:
-            logged = lf.frame.rows()
+            frame_rows = lf.frame.rows()
         except CorruptionError:
             continue  # (reported with the log)
-        for k, row in enumerate(logged):
+        inside = np.isin(np.arange(lf.first, lf.stop, dtype=np.int64), stored)
+        for k, row in enumerate(frame_rows):
             i = lf.first + k
-            if i in in_lance:
+            if inside[k]:
                 continue
-            partition_of[i] = part
+            logged[i] = part
             if isinstance(patch, list) and patch:
                 patches.append((i, part, int(patch[0][k])))
             elif isinstance(row.get(KEY_COLUMN), str) and i not in cleared:
@@ -143,7 +158,9 @@ def _keys_and_patches(facts: Facts, report: TopicReport, cleared: set[int]) -> N
                 f"key {key!r} of partition {part!r} names {len(samples)} live samples ({spans(samples)}); the "
                 "engine keeps one sample per key and serves the oldest",
             )
-    orphans = [row for row, _part, target in patches if target not in cleared and target not in partition_of]
+    targets = {target for _row, _part, target in patches if target not in cleared}
+    partition_of = {**_partitions(facts, targets), **{i: p for i, p in logged.items() if i in targets}}
+    orphans = [row for row, _part, target in patches if target in targets and target not in partition_of]
     strays = [row for row, part, target in patches if partition_of.get(target, part) != part]
     if orphans:
         report.problem("", f"patch rows {spans(orphans)} write fields of samples that are stored nowhere")
@@ -152,6 +169,9 @@ def _keys_and_patches(facts: Facts, report: TopicReport, cleared: set[int]) -> N
 
 
 def check_rows(facts: Facts, report: TopicReport) -> None:
+    if facts.unread:
+        report.note("", f"rows across the buckets not checked: {', '.join(facts.unread)} could not be read")
+        return
     per_bucket = [np.unique(b.indexes) for b in facts.buckets if b is not None]
     both = np.sort(np.concatenate(per_bucket)) if per_bucket else np.zeros(0, np.int64)
     twice = both[1:][both[1:] == both[:-1]]
@@ -160,13 +180,7 @@ def check_rows(facts: Facts, report: TopicReport) -> None:
     cleared = facts.cleared()
     present = np.unique(both)
     _gaps(facts, report, present, cleared)
-    order = [
-        (i, p) for b in facts.buckets if b is not None for i, p in zip(b.indexes.tolist(), b.partitions, strict=True)
-    ]
-    order.sort(key=lambda pair: pair[0])
-    stored = np.asarray([i for i, _ in order], dtype=np.int64)
-    parts = np.asarray([p for _, p in order], dtype=object)
-    _consumption(facts, report, stored, parts)
+    _consumption(facts, report)
     _keys_and_patches(facts, report, cleared)
     report.summary.append(
         f"rows: {len(present)} in Lance, flushed_upto {facts.flushed_upto}, next index {facts.next_index()}, "
