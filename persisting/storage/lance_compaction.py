@@ -64,16 +64,18 @@ def rewrite(ds: lance.LanceDataset, target_rows_per_fragment: int) -> list[Any]:
 
 def commit(latest: lance.LanceDataset, read_version: int, rewrites: list[Any], local: Path | None) -> bool:
     """Commit ``rewrites`` (made from ``read_version``) if ``latest`` is still that version, keeping the row order
-    (lance_order.commit); else delete their files (``local``: the dataset's folder, None on an object store) and
-    return False."""
-    if latest.version == read_version:
-        if lance_order.commit(latest, rewrites) is not None:
-            return True
-        log.warning("%s: a compaction merged fragments that are not adjacent; it was not committed", latest.uri)
+    (lance_order.commit); else return False. The files of rewrites not committed are deleted (``local``: the
+    dataset's folder; None on an object store, where the cleanup at the next open removes them)."""
+    landed = latest.version == read_version
+    left = rewrites
+    if landed:
+        left = lance_order.commit(latest, rewrites)
+        if left:
+            log.warning("%s: %d compaction tasks merged fragments that are not adjacent", latest.uri, len(left))
     if local is not None:
-        for result in rewrites:
+        for result in left:
             for fragment in result.new_fragments:
                 for data_file in fragment.data_files():
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(local / "data" / data_file.path)
-    return False
+    return landed

@@ -166,20 +166,22 @@ def _in_order(ds: lance.LanceDataset, order: np.ndarray) -> pa.RecordBatchReader
     return pa.RecordBatchReader.from_batches(ds.schema, batches())
 
 
-def commit(latest: lance.LanceDataset, rewrites: list[Any]) -> lance.LanceDataset | None:
+def commit(latest: lance.LanceDataset, rewrites: list[Any]) -> list[Any]:
     """Commit a compaction's ``rewrites`` (``RewriteResult`` of tasks made from ``latest``'s version) as one Rewrite
-    that keeps the order (module docstring). None, nothing committed, where a task's fragments are not a
-    contiguous run of ``latest`` (the caller deletes their files)."""
+    that keeps the order (module docstring). Returns the rewrites left out, whose fragments are not a contiguous run
+    of ``latest`` (Lance plans runs; the caller deletes their files)."""
     current = [f.metadata for f in latest.get_fragments()]
     where = {m.id: n for n, m in enumerate(current)}
     starts: dict[int, tuple[int, list[FragmentMetadata]]] = {}  # first position of a run -> (its length, new)
+    left = []
     for result in rewrites:
         at = sorted(where.get(m.id, -1) for m in result.original_fragments)
         if not at or at[0] < 0 or at != list(range(at[0], at[0] + len(at))):
-            return None
+            left.append(result)
+            continue
         starts[at[0]] = (len(at), list(result.new_fragments))
     if not starts:
-        return latest
+        return left
     first = min(starts)
     new: list[FragmentMetadata] = []
     n = first
@@ -191,4 +193,5 @@ def commit(latest: lance.LanceDataset, rewrites: list[Any]) -> lance.LanceDatase
         else:
             new.append(_moved(current[n]))
             n += 1
-    return _rewrite(latest, current[first:], new)
+    _rewrite(latest, current[first:], new)
+    return left
