@@ -169,9 +169,7 @@ def test_damage_is_named_repaired_and_read_back(store: Path, seed: int) -> None:
     found = check(store)
     assert found.returncode == 1
     out = found.stdout
-    assert line(
-        out, "PROBLEM", "topic 'order'", "bucket-0.lance:", "out of '_persisting_index' order", "--repair fixes"
-    )
+    assert line(out, "PROBLEM", "topic 'order'", "bucket-0.lance:", "fragments out of index order", "--repair fixes")
     assert line(out, "PROBLEM", "topic 'walflip'", f"wal/{_segment(store, 'walflip').name}:", "frame of rows 3..5",
                 "fails its checksum", "--repair fixes")  # fmt: skip
     assert line(out, "PROBLEM", "topic 'taken'", "consumption.log:", "is cut or fails its checksum", "--repair fixes")

@@ -4,7 +4,7 @@ Per bucket: empty manifests (a commit a power loss cut; Lance cannot open past t
 version (a kill during its first write: its rows are still in the log), a column rewrite a kill interrupted,
 data files no version refers to (an append whose commit never came), and the row order: ``_persisting_index``
 must strictly increase in position order (storage/lance_order.py says what is wrong and puts it back). Each
-repair is the engine's own: ``lance_files.repair_manifests``, the same removal as ``LanceBackend``'s open,
+repair is the engine's own: ``lance_files.recover_folder`` (what ``LanceBackend``'s open does),
 ``lance_columns.finish_rewrite``, ``lance_parallel.remove_orphans``, ``lance_order.repair``.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pyarrow as pa
 from ..engine.keys import KEY_COLUMN
 from ..storage import lance_order
 from ..storage.lance_columns import finish_rewrite, interrupted_rewrites, key_name
-from ..storage.lance_files import has_manifest, repair_manifests
+from ..storage.lance_files import has_manifest, recover_folder
 from ..storage.lance_parallel import remove_orphans
 from ..wire.codec import INDEX_KEY, OF_KEY, PARTITION_KEY
 from .facts import BucketRows, Facts
@@ -87,7 +86,7 @@ def _bucket(facts: Facts, report: TopicReport, b: int) -> BucketRows | None:
         report.problem(
             name,
             f"{len(empty)} empty manifest(s) (a commit a power loss cut): Lance cannot open the dataset past them",
-            _done(lambda: repair_manifests(uri), f"{name}: removed {len(empty)} empty manifest(s)"),
+            _done(lambda: recover_folder(uri), f"{name}: removed {len(empty)} empty manifest(s)"),
         )
     facts.unread.append(name)  # until it is read below
     if not has_manifest(uri):
@@ -95,7 +94,7 @@ def _bucket(facts: Facts, report: TopicReport, b: int) -> BucketRows | None:
             name,
             "no committed version (a kill during the bucket's first write): nothing was stored in it, its rows are "
             "in the log",
-            _done(lambda: shutil.rmtree(uri), f"{name}: removed the folder of a bucket that never held a row"),
+            _done(lambda: recover_folder(uri), f"{name}: removed the folder of a bucket that never held a row"),
         )
         return None
     try:
