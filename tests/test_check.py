@@ -24,6 +24,7 @@ from lance.fragment import FragmentMetadata
 from persisting import Queue, SyncQueue
 from persisting.client import _loop
 from persisting.engine.wal import frame_bounds, segment_files
+from persisting.storage.lance_columns import REWRITE_SUFFIX
 
 from .broker_fixture import BrokerProcess
 
@@ -141,7 +142,7 @@ def _segment(store: Path, topic: str) -> Path:
     return segment
 
 
-DAMAGED = ("order", "walflip", "taken", "leftover", "manifest")
+DAMAGED = ("order", "walflip", "taken", "leftover", "manifest", "rewrite")
 
 
 def test_damage_is_named_repaired_and_read_back(store: Path, seed: int) -> None:
@@ -165,6 +166,7 @@ def test_damage_is_named_repaired_and_read_back(store: Path, seed: int) -> None:
     shutil.copy(sorted(data.iterdir())[0], data / f"{'1' * 24}{'ab' * 12}00.lance")  # a file no version names
     bucket = store / "manifest" / "bucket-0.lance"
     (bucket / "_versions" / f"{2**64 - 1 - (lance.dataset(str(bucket)).version + 1)}.manifest").touch()
+    lance.dataset(str(store / "rewrite" / "bucket-0.lance")).add_columns({"v" + REWRITE_SUFFIX: "v"})  # a kill
 
     found = check(store)
     assert found.returncode == 1
@@ -177,6 +179,7 @@ def test_damage_is_named_repaired_and_read_back(store: Path, seed: int) -> None:
     assert line(out, "topic 'leftover'", "spool/", ".part:", "writer (process 1073741824) is gone")
     assert line(out, "topic 'leftover'", "bucket-0.lance:", "1 data file(s) no version refers to")
     assert line(out, "PROBLEM", "topic 'manifest'", "bucket-0.lance:", "1 empty manifest(s)", "--repair fixes")
+    assert line(out, "PROBLEM", "topic 'rewrite'", "bucket-0.lance:", "rewrite of column(s) v was interrupted")
     assert "--repair cannot fix this" not in out
 
     repaired = check(store, "--repair")
