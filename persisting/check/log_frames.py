@@ -99,10 +99,14 @@ def _unneeded(span: BadSpan, facts: Facts, stored: np.ndarray, cleared: set[int]
         return f"{', '.join(facts.unread)} could not be read, so whether Lance holds its rows cannot be told"
     if span.first is None or span.count is None or not 0 < span.count < MAX_FRAME_ROWS:
         return "no frame header is left there, so which rows it held cannot be told"
-    before = [lf for lf in facts.frames if lf.segment == span.segment and lf.end <= span.start]
-    if before and before[-1].stop != span.first:
-        return "its header is damaged too, so which rows it held cannot be told"
     stop = span.first + span.count
+    before = [lf for lf in facts.frames if lf.segment == span.segment and lf.end <= span.start]
+    after = [lf for lf in facts.frames if lf.segment == span.segment and lf.start == span.end]
+    # The frames around it (or the segment's name) say where its rows start and end: a header that disagrees is
+    # damaged too, and its rows cannot be told.
+    starts = before[-1].stop if before else int(span.segment.stem)
+    if span.first != starts or (after and after[0].first != stop):
+        return "its header is damaged too, so which rows it held cannot be told"
     rows = np.arange(span.first, stop, dtype=np.int64)
     lost = [int(i) for i in rows[~np.isin(rows, stored)] if int(i) not in cleared]
     if stop > facts.flushed_upto or lost:
