@@ -5,7 +5,8 @@ samples: it is written to the consumption log first (fdatasync'ed when the topic
 survives a restart, a kill -9 and a power loss like an acknowledged put. From then on the samples are never
 handed out, ``get_data``/``check_ready`` of them raise ``ConfigError`` naming them, puts with a ``batch_meta``
 naming them are refused, and ``get()``/``stream()`` skip their rows. No other index changes: global indexes are
-never shifted or reused.
+never shifted or reused, and neither are positions (a cleared sample stays in the sample index as a hole, after a
+purge and a reopen too: index.py).
 
 Space: the rows of cleared samples (and the patch rows that wrote their fields) are deleted from the backends
 (``delete_rows``) by a purge: while the topic runs, by the background flush loop at most once per
@@ -89,6 +90,11 @@ class Clears:
     def cleared(self) -> set[int]:
         """Every cleared sample (read only: the caller must not change it)."""
         return self._cleared
+
+    @property
+    def by_partition(self) -> dict[str, set[int]]:
+        """Partition -> its cleared samples (read only): the sample index puts back the purged ones as holes."""
+        return self._cleared_in
 
     def partitions(self) -> list[str]:
         """The partitions that had samples cleared (known from the consumption log after a purge too)."""
@@ -185,12 +191,12 @@ class Clears:
 
     def counts(self, partition: str, samples: PartitionIndex) -> tuple[int, int]:
         """(samples not cleared, samples ever cleared) of a partition, among the acknowledged ones. The cleared
-        count comes from the consumption log, so a purge (which takes the rows out of ``samples``) or a restart
-        does not change it."""
+        count comes from the consumption log, so a purge or a restart does not change it; ``samples`` holds the
+        cleared ones too (as holes once purged, index.py), but one whose row was lost is not counted off twice."""
         visible_upto = self._tail.visible_upto
         visible = samples.below(visible_upto)
         gone = self._cleared_in.get(partition, set())  # a sample is cleared through its own partition
-        indexed = sum(1 for i in gone if i < visible_upto and i in samples)  # cleared, rows not purged yet
+        indexed = sum(1 for i in gone if i < visible_upto and i in samples)  # cleared and indexed (as holes too)
         return visible - indexed, len(gone)
 
     # -- the purge ----------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ The engine passes ``ready`` positionally, so a sampler written for TransferQueue
 batch_size, *args, **kwargs)``, works unchanged; the built-in ones also take ``ready_indexes=`` by name.
 ``ready`` lists the global indexes of the samples this task may still take in the partition, in index order;
 ``kw`` carries ``positions`` (each ready sample's position in its partition: 0 for the first sample ever put
-there) plus what the caller passed (``dp_rank``, ``batch_index``, ...). ``sampled`` goes into the BatchMeta;
+there, counting every sample ever put there, cleared ones included) plus what the caller passed (``dp_rank``,
+``batch_index``, ...). ``sampled`` goes into the BatchMeta;
 ``consumed`` is marked taken for the task (consume-on-fetch), usually the same list; an optional third element
 gives other ranks' parts of the same step by cache key (LengthBalancedSampler). A sampler that cannot fill
 a whole batch returns what it can: ``get_meta(wait=True)`` waits until it fills one.
@@ -20,6 +21,15 @@ more samples were ready, it is asked again with the whole list. A sampler declar
 whenever it fills a batch from a window, it would have picked the same from the whole list (true of any sampler
 that picks greedily from the front, like the built-in ones). Without ``window``, ``ready`` is every sample the
 task may still take.
+
+Positions never move. A clear leaves a hole where its samples were, and a purge of their rows, a reopen or a
+restart after a kill -9 puts none of the later samples in it (engine/index.py), so every sampler answers the same
+with and without a restart between its calls. A partition whose every sample was cleared keeps counting: the next
+put's first sample is at the position after the last one ever put. What each built-in sampler reads:
+``SequentialSampler``, ``RankAwareSampler`` and ``PickSampler`` the ready global indexes only (never cleared
+ones); ``GRPOGroupNSampler`` and ``LengthBalancedSampler`` group by position as well; ``window`` counts ready
+samples, not positions. A ready list holds no cleared sample, so a group that lost a sample to a clear is never
+whole again, and its other samples are not handed out by the groups' samplers (take them with another task).
 
 Built-in samplers work in embedded and broker mode (the broker rebuilds them from ``to_wire()``); a custom
 sampler works in embedded mode only, because nothing from the wire is unpickled.
@@ -172,7 +182,9 @@ class GRPOGroupNSampler:
 
     Through ``get_meta``, a group is ``n`` consecutive samples of the partition: positions ``[k*n, (k+1)*n)``;
     put each prompt's responses in one put, in puts whose sizes are multiples of n. A group is handed out once all
-    its samples are ready; ``batch_size`` must be a multiple of n. Grouping by position is right whatever global
+    its samples are ready; ``batch_size`` must be a multiple of n. Positions count cleared samples too, after a
+    restart as well (see the module's notes): a clear never shifts the groups after it, and a group with a cleared
+    sample is never whole again (never handed out). Grouping by position is right whatever global
     index the partition starts at (its first sample need not be a multiple of n), and never takes the last
     responses of one prompt and the first of the next as a group when the others of those groups are not ready.
 

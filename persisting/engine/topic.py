@@ -107,7 +107,7 @@ class Topic:
         self._buckets = Buckets(name, self.path, config, backend if remote is None else remote.backend(backend))
         self._log = ConsumptionLog(self.path / "consumption.log")
         flush_lock = asyncio.Lock()
-        self._index = SampleIndex(self._buckets, self._tail, flush_lock)
+        self._index = SampleIndex(self._buckets, self._tail, flush_lock, lambda: self._clears.by_partition)
         self._clears = Clears(config, self._log, self._index, self._tail, self._buckets, flush_lock)
         self._reader = Reader(name, self._tail, self._buckets, self._index, self._clears, self._schema, self.metrics)
         self._describer = Describer(self._reader, self._index, self._clears, self._schema)
