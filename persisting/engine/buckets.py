@@ -69,15 +69,39 @@ class Buckets:
         self._backends = [self._make(b) for b in range(self._config.num_buckets)]
 
     async def load_indexes(self) -> None:
-        """Read every bucket's index column: strictly increasing, or ``CorruptionError``."""
+        """Read every bucket's index column. One that is not strictly increasing is put back in order by its
+        backend (``repair_order``: a bucket that an older version's compaction reordered), with one log line;
+        where it cannot be, ``CorruptionError`` names the bucket and the command that inspects it."""
         for b, backend in enumerate(self._backends):
             indexes = await read_column(backend, INDEX_KEY)
-            if None in indexes or not bool(np.all(np.diff(np.asarray(indexes, dtype=np.int64)) > 0)):
-                raise CorruptionError(
-                    f"bucket {b} of topic {self._name!r} holds rows without increasing "
-                    f"{INDEX_KEY!r} values; it was not written by this engine"
-                )
+            if not _increasing(indexes):
+                await self._repair(b, backend)
+                indexes = await read_column(backend, INDEX_KEY)
+                if not _increasing(indexes):
+                    raise self._corrupt(b, backend, "is still out of order after its repair")
             self._columns.append(IndexColumn(indexes))
+
+    async def _repair(self, b: int, backend: StorageBackend) -> None:
+        repair = getattr(backend, "repair_order", None)
+        if repair is None:
+            raise self._corrupt(b, backend, f"holds rows without increasing {INDEX_KEY!r} values")
+        try:
+            what = await repair()
+        except CorruptionError as exc:
+            raise self._corrupt(b, backend, str(exc)) from exc
+        log.warning(
+            "topic %r bucket %d: its rows were out of index order (left by an older version's compaction); %s",
+            self._name,
+            b,
+            what,
+        )
+
+    def _corrupt(self, b: int, backend: StorageBackend, problem: str) -> CorruptionError:
+        where = getattr(backend, "uri", None) or str(self._path / f"bucket-{b}")
+        return CorruptionError(
+            f"bucket {b} of topic {self._name!r} ({where}) {problem}; inspect it with "
+            f"`persisting-broker check --storage-path {self._path.parent} --topic {self._name}`"
+        )
 
     def last(self, b: int) -> int:
         """The largest global index bucket ``b`` holds (-1: none)."""
@@ -224,6 +248,10 @@ class Buckets:
                     await aclose()
                 except Exception:  # the log still holds every row; the files must be released regardless
                     log.exception("closing a backend of topic %r failed", self._name)
+
+
+def _increasing(indexes: list[Any]) -> bool:
+    return None not in indexes and bool(np.all(np.diff(np.asarray(indexes, dtype=np.int64)) > 0))
 
 
 async def read_column(backend: StorageBackend, key: str) -> list[Any]:

@@ -41,6 +41,9 @@ Optional methods the engine uses when present
     the engine's index column this way instead of streaming whole rows).
     ``async def maintain() -> None``: housekeeping after a flush (compaction, cleanup of old versions).
     ``async def aclose() -> None``: release files and handles.
+    ``async def repair_order() -> str``: put the stored rows back in increasing ``_persisting_index`` order in
+    one atomic step and say what was done; the engine calls it at open when the index column it reads is not
+    increasing (without it, such a bucket fails the open with ``CorruptionError``).
     ``async def get_described(limit, offset) -> list[Row]``: ``get``, except that a tensor value the backend
     can describe without reading it comes back as a ``Stored`` (kind, dtype name, shape), for ``get_meta``.
 """

@@ -1,27 +1,25 @@
 """LanceBackend: one bucket as one Lance dataset, appended to in large batches.
 
-Layout: ``<storage_path>/bucket-<bucket_id>.lance``. Each row key is a column (typed by its first non-null
-value: bool, int64, float64, large_string, large_binary); an explicit ``None`` is recorded in the list column
-``_persisting_nulls`` so that it reads back as ``None`` while an absent key stays absent. Key characters that
-Lance refuses in a column name (``.``, a backtick) are percent-escaped on disk.
+Layout: ``<storage_path>/bucket-<bucket_id>.lance``. Each row key is a column (typed by its first non-null value:
+bool, int64, float64, large_string, large_binary; key characters Lance refuses are percent-escaped); an explicit
+``None`` is listed in ``_persisting_nulls``, so it reads back as ``None`` while an absent key stays absent.
 
-Policy (all measured on a 2-core machine; see DESIGN.md):
-- A flush is one append (4-6 ms per Lance commit whatever its size), never a rewrite of what is stored; a large
-  one goes through ``encoders`` threads, a fragment each, in one commit (lance_parallel).
-- After each commit, every new file and the folders are fsync'ed: Lance never syncs, and the engine trims its
-  write-ahead log on the strength of this flush.
+Policy (measured on a 2-core machine; see DESIGN.md):
+- A flush is one append (4-6 ms per Lance commit whatever its size), never a rewrite; a large one goes through
+  ``encoders`` threads, a fragment each, in one commit (lance_parallel). Every new file and folder is then
+  fsync'ed: Lance never syncs, and the engine trims its write-ahead log on the strength of this flush.
 - Compaction: once ``compact_min_fragments`` fragments are smaller than ``target_rows_per_fragment``, they are
-  merged, beside the appends, committed only where row order is kept (lance_compaction). Old versions are removed
-  ``retain_seconds`` (10) after they were superseded, at most once per ``cleanup_interval_seconds``.
-- A zero-byte newest manifest (left by a power loss) is removed at open, which reopens the previous version; a
-  folder without any committed manifest (a kill during the bucket's first write) is removed: nothing was stored.
+  merged beside the appends, committed in one Rewrite that keeps the row order (lance_compaction, lance_order).
+  Old versions go ``retain_seconds`` after they were superseded, at most once per ``cleanup_interval_seconds``.
+- At open: a zero-byte newest manifest (a power loss) is removed; a folder without a committed manifest (a kill
+  during the first write) is removed; rows out of index order are put back in order by the engine's call of
+  ``repair_order`` (lance_order).
 
-Tensor fields (``put_columns``) are typed Arrow columns (``tensor_columns``: fixed-shape tensors, plain columns,
-a variable-shape struct, or bytes), built over the memory the samples lie in. When a field's layout has to move
-on (a sample of another shape or dtype), its column is rewritten once: the new column is added under a temporary
-name, the old one dropped, the new one renamed (three commits; an open finds a rewrite a kill interrupted and
-completes or undoes it). Reads give the codec's row values back, whatever the layout; ``take_dense`` gives the
-dense ones as arrays (lance_dense), ``get_described`` describes them without reading them (lance_described).
+Tensor fields (``put_columns``) are typed Arrow columns (``tensor_columns``), built over the memory the samples lie
+in. When a field's layout has to move on (a sample of another shape or dtype), its column is rewritten once: added
+under a temporary name, the old one dropped, the new one renamed (three commits; an open completes or undoes a
+rewrite a kill interrupted). Reads give the codec's row values back; ``take_dense`` gives dense ones as arrays
+(lance_dense), ``get_described`` describes them without reading them (lance_described).
 """
 
 from __future__ import annotations
@@ -29,10 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -41,9 +38,9 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from ..errors import SchemaConflictError, StorageError
+from ..errors import PersistingError, SchemaConflictError, StorageError
 from ..wire.codec import INDEX_KEY
-from . import lance_compaction, lance_dense, lance_described, lance_parallel, tensor_columns
+from . import lance_compaction, lance_dense, lance_described, lance_order, lance_parallel, tensor_columns
 from ._stream import RowStream
 from .lance_columns import (
     ARROW_TYPES,
@@ -57,7 +54,7 @@ from .lance_columns import (
     rows_to_table,
     table_to_rows,
 )
-from .lance_files import FileSync, has_manifest, repair_manifests, shared_session
+from .lance_files import FileSync, recover_folder, shared_session
 from .tensor_columns import Layout, Part
 
 log = logging.getLogger(__name__)
@@ -97,8 +94,7 @@ class LanceBackend:
         self.compact_min_fragments = compact_min_fragments
         self.retain_seconds = retain_seconds
         self.cleanup_interval_seconds = cleanup_interval_seconds
-        # Encoder threads per append (lance_parallel); default: the cores, at most 8, or PERSISTING_LANCE_ENCODERS.
-        self.encoders = (
+        self.encoders = (  # threads per append (lance_parallel): the cores, at most 8, or PERSISTING_LANCE_ENCODERS
             lance_parallel.default_encoders() if encoders is None else lance_parallel.check_encoders(encoders)
         )
         self._buffer: list[dict[str, Any]] = []
@@ -114,13 +110,8 @@ class LanceBackend:
         self._deferred = 0  # compactions refused in a row because appends landed meanwhile (lance_compaction)
         self.commits = 0
         local = self._local
-        if local is not None and local.exists():
-            repair_manifests(local)
-            if not has_manifest(local):
-                # The first commit of this bucket never landed (a kill during its first write): nothing was
-                # stored, and the rows are still in the engine's write-ahead log, which replays them.
-                log.warning("removing Lance dataset %s: its first commit did not land", self.uri)
-                shutil.rmtree(local)
+        if local is not None:
+            recover_folder(local)
         if local is None or local.exists():
             try:
                 self._ds = self._dataset()
@@ -290,8 +281,7 @@ class LanceBackend:
             self._stored = self._ds.count_rows()
 
     def _delete(self, indexes: list[int]) -> lance.LanceDataset:
-        self._guard()
-        try:
+        with self._writing(f"deleting rows from {self.uri}"):
             column = column_name(INDEX_KEY)
             with self._exclusive:
                 ds = self._dataset()
@@ -299,9 +289,21 @@ class LanceBackend:
                     part = ", ".join(str(int(i)) for i in indexes[k : k + DELETE_CHUNK_ROWS])
                     ds.delete(f"{column} IN ({part})")
             self._files.sync()
-        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
-            raise StorageError(f"deleting rows from {self.uri} failed: {exc}") from exc
         return ds
+
+    async def repair_order(self) -> str:
+        """Engine extension: put the stored rows back in index order (lance_order.repair, one commit); returns
+        what was done. ``CorruptionError`` where the order cannot be told."""
+        await self.flush()
+        async with self._lock:
+            return await asyncio.to_thread(self._repair_order)
+
+    def _repair_order(self) -> str:
+        with self._writing(f"putting the rows of {self.uri} back in order"), self._exclusive:
+            _ds, what = lance_order.repair(self._dataset())
+            self._files.sync()
+        self._ds, self._stored = self._dataset(), _ds.count_rows()
+        return what
 
     async def maintain(self) -> None:
         """Compaction and old versions' cleanup without the append lock; a compaction's commit takes it (see
@@ -340,8 +342,7 @@ class LanceBackend:
         return self._append(rows_to_table(rows, types))
 
     def _append(self, table: pa.Table) -> lance.LanceDataset:
-        self._guard()
-        try:
+        with self._writing(f"appending to {self.uri}"):
             if self._ds is None:  # big first appends too go in pieces (lance_parallel.create)
                 options = self._options or None
                 ds = lance_parallel.create(table, self.uri, self.encoders, options, session=shared_session())
@@ -357,20 +358,15 @@ class LanceBackend:
                         ds.add_columns([f for f in fields if f.name not in ds.schema.names])
                 ds = lance_parallel.append(ds, table, self.encoders, self._options or None)
             self._files.sync()
-        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
-            raise StorageError(f"appending to {self.uri} failed: {exc}") from exc
         return ds
 
     def _rewrite(self, key: str, old: Layout, new: Layout) -> None:
         """Move a tensor field's column to a new layout (see the module docstring); runs under the lock."""
         log.info("%s: field %r moves from layout %s to %s (its column is rewritten)", self.uri, key, old, new)
-        self._guard()
-        try:
+        with self._writing(f"rewriting column {key!r} of {self.uri}"):
             with self._exclusive:
                 rewrite_column(self._dataset(), key, old, new)
             self._files.sync()
-        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
-            raise StorageError(f"rewriting column {key!r} of {self.uri} failed: {exc}") from exc
         self._ds = self._dataset()
 
     def _finish_rewrites(self) -> None:
@@ -391,8 +387,7 @@ class LanceBackend:
     def _maintain(self, ds: lance.LanceDataset, small: int, cleanup: bool) -> list[Any]:
         """On a worker thread, without the lock: the compaction's rewrite of ``ds`` (not committed) and the
         cleanup of old versions."""
-        self._guard()
-        try:
+        with self._writing(f"maintenance of {self.uri}"):
             rewrites = []
             if small >= self.compact_min_fragments:
                 rewrites = lance_compaction.rewrite(ds, self.target_rows_per_fragment)
@@ -400,21 +395,26 @@ class LanceBackend:
                 # Never the newest version's files: a compaction committed later leaves the version before it whole.
                 self._dataset().cleanup_old_versions(older_than=timedelta(seconds=self.retain_seconds))
                 self._files.forget_removed()
-        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
-            raise StorageError(f"maintenance of {self.uri} failed: {exc}") from exc
         return rewrites
 
     def _commit_compaction(self, read_version: int, rewrites: list[Any]) -> bool:
         """Commit a compaction made from ``read_version`` unless an append landed since (lance_compaction)."""
-        self._guard()
-        try:
-            with self._exclusive:
-                landed = lance_compaction.commit(self._dataset(), read_version, rewrites, self._local)
+        with self._writing(f"committing a compaction of {self.uri}"), self._exclusive:
+            landed = lance_compaction.commit(self._dataset(), read_version, rewrites, self._local)
             if landed:
                 self._files.sync()
-        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
-            raise StorageError(f"committing a compaction of {self.uri} failed: {exc}") from exc
         return landed
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Around every write to the dataset: the object store's lease checked first, Lance's errors translated."""
+        self._guard()
+        try:
+            yield
+        except PersistingError:
+            raise
+        except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
+            raise StorageError(f"{what} failed: {exc}") from exc
 
     def _dataset(self) -> lance.LanceDataset:
         return lance.dataset(self.uri, session=shared_session(), storage_options=self._options or None)

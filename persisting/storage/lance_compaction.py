@@ -1,23 +1,32 @@
 """Compaction of a bucket's small fragments, off the flush's line: the rewrite (the slow part: reading and writing
 every row of the small fragments) runs while appends go on, and only its commit, a manifest write, waits for them.
 
-Why the commit is refused after an append: Lance (pylance 14) places the fragments a rewrite produced at the END of
-the fragment list when it commits them, so a compaction committed over an append would put older rows after newer
-ones; the engine stores a bucket's rows in increasing global index (positions are reads' addresses). A refused
-rewrite's files are deleted at once (local disk) or left, unreferenced, to the cleanup at the next open (object
-store); the caller retries at its next maintenance, and after ``MAX_COMPACTION_DEFERRALS`` refusals in a row
-compacts holding the append lock (an uninterrupted stream of flushes must not grow the fragment count forever).
+Row order: Lance (pylance 14) places the fragments a rewrite produced at the END of the fragment list, which
+reorders a bucket whenever the merged run is not its tail (small fragments between big ones: mixed batch sizes, a
+replay, a flush forced by memory pressure). The commit is lance_order's: one Rewrite that puts the merged fragments
+in their place and moves every later fragment behind them, unchanged.
+
+Why the commit is refused after an append: the rewrite was planned on the version it read; an append that landed
+since must not be moved or merged blindly. A refused rewrite's files are deleted at once (local disk) or left,
+unreferenced, to the cleanup at the next open (object store); the caller retries at its next maintenance, and after
+``MAX_COMPACTION_DEFERRALS`` refusals in a row compacts holding the append lock (an uninterrupted stream of flushes
+must not grow the fragment count forever).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import lance
 from lance.optimize import Compaction
+
+from . import lance_order
+
+log = logging.getLogger(__name__)
 
 MAX_COMPACTION_DEFERRALS = 3
 # A fragment this big is never rewritten, however few rows it has: reading it costs far more than opening it, and
@@ -54,15 +63,19 @@ def rewrite(ds: lance.LanceDataset, target_rows_per_fragment: int) -> list[Any]:
 
 
 def commit(latest: lance.LanceDataset, read_version: int, rewrites: list[Any], local: Path | None) -> bool:
-    """Commit ``rewrites`` (made from ``read_version``) if ``latest`` is still that version; else delete their
-    files (``local``: the dataset's folder, None on an object store) and return False."""
-    if latest.version == read_version:
-        Compaction.commit(latest, rewrites)
-        return True
+    """Commit ``rewrites`` (made from ``read_version``) if ``latest`` is still that version, keeping the row order
+    (lance_order.commit); else return False. The files of rewrites not committed are deleted (``local``: the
+    dataset's folder; None on an object store, where the cleanup at the next open removes them)."""
+    landed = latest.version == read_version
+    left = rewrites
+    if landed:
+        left = lance_order.commit(latest, rewrites)
+        if left:
+            log.warning("%s: %d compaction tasks merged fragments that are not adjacent", latest.uri, len(left))
     if local is not None:
-        for result in rewrites:
+        for result in left:
             for fragment in result.new_fragments:
                 for data_file in fragment.data_files():
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(local / "data" / data_file.path)
-    return False
+    return landed

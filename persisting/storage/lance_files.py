@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -45,6 +46,18 @@ def has_manifest(uri: Path) -> bool:
     if not versions.is_dir():
         return False
     return any(e.is_file() and e.name.endswith(".manifest") and e.stat().st_size > 0 for e in os.scandir(versions))
+
+
+def recover_folder(local: Path) -> None:
+    """A local dataset folder as a kill or a power loss left it, made openable: zero-byte manifests removed, and
+    the folder removed where no commit ever landed (a kill during the bucket's first write: nothing was stored,
+    and the rows are still in the engine's write-ahead log, which replays them)."""
+    if not local.exists():
+        return
+    repair_manifests(local)
+    if not has_manifest(local):
+        log.warning("removing Lance dataset %s: its first commit did not land", local)
+        shutil.rmtree(local)
 
 
 def fsync_path(path: str, flags: int) -> None:
