@@ -63,8 +63,8 @@ MUST_BE_ZERO = (
 def run(base: Path, kills: int, seed: int, say: Callable[[str], None]) -> dict[str, Any]:
     """The scenario under ``base`` (short: the ipc socket lives there); the figures, name -> value."""
     rng = random.Random(seed)
+    seeds = [rng.randrange(2**32) for _ in range(2)]  # the producers' mixes: the same whatever the kill count
     moments = [round(rng.uniform(*UP_S), 3) for _ in range(kills)]
-    seeds = [rng.randrange(2**32) for _ in range(2)]
     say(f"tensor scenario: seed {seed}, {kills} broker kills at {moments[:5]}... s after each start")
     work = base / "t"
     work.mkdir()
