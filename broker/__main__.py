@@ -31,6 +31,8 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
     backend_options     (TOML table only)                                  the Lance backend's options for every
                                                                            topic (compact_min_fragments = 16, ...)
 
+``check [--repair] [--topic NAME]`` verifies the store at --storage-path while no broker serves it (broker/check.py).
+
 ``status`` prints a running broker's topics, partitions, tasks (backlog, leases), flush lag, arena and clients;
 ``status --json`` prints the same as one JSON object (its keys: broker/status.py). It exits 1 when no broker
 answers. ``--help`` says all of this in a user's words (``make_parser``).
@@ -62,6 +64,7 @@ from persisting.errors import PersistingError
 from persisting.tensors.arena import DEFAULT_ARENA_BYTES
 from persisting.wire import protocol
 
+from . import check
 from .server import Broker
 from .settings import LOG_LEVELS, settings
 from .status import render as render_status
@@ -223,7 +226,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="persisting-broker",
         description=(
             "Run the persisting broker in the foreground (serve, the default), or ask a running one for its state "
-            "(status). One broker per node owns the storage and the shared-memory arena; processes reach it "
+            "(status), or verify a stopped broker's store (check). One broker per node owns the storage and the "
+            "shared-memory arena; processes reach it "
             "with Queue(..., broker=ADDRESS) or PERSISTING_BROKER=ADDRESS."
         ),
         epilog=(
@@ -238,9 +242,12 @@ def make_parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="serve",
-        choices=["serve", "status", "stats"],
+        choices=["serve", "status", "stats", "check"],
         help="serve (the default): run the broker until it is stopped; status (stats is the same): print a "
-        "running broker's topics, partitions, tasks, arena and clients, and exit 1 if no broker answers",
+        "running broker's topics, partitions, tasks, arena and clients, and exit 1 if no broker answers; "
+        "check: verify the store at --storage-path while no broker runs (every topic's log, buckets, row order, "
+        "consumption log, spool and leftover files), print what it found per topic, exit 0 when all is well "
+        "and 1 otherwise",
     )
     parser.add_argument(
         "--storage-path",
@@ -326,6 +333,17 @@ def make_parser() -> argparse.ArgumentParser:
         help="with status: print the state as one JSON object, for scripts (broker, topics with their "
         "partitions and tasks, arena, connections, clients, bad_frames)",
     )
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="with check: also fix what can be fixed without losing an acknowledged row (row order, damaged "
+        "frames whose rows are stored, cut records, leftover files) and say what could not be",
+    )
+    parser.add_argument(
+        "--topic",
+        metavar="NAME",
+        help="with check: only this topic (default: every topic under the storage path)",
+    )
     return parser
 
 
@@ -337,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.command == "serve":
         run_loop(serve(conf))
+    elif args.command == "check":
+        raise SystemExit(check.run(conf, args.topic, args.repair))
     else:
         raise SystemExit(asyncio.run(status(conf, args.json)))
 

@@ -231,17 +231,7 @@ class ConsumptionLog:
             data = self.path.read_bytes() if self.path.exists() else b""
         except OSError as exc:
             raise StorageError(f"cannot read {self.path}: {exc}") from exc
-        pos = 0
-        while pos + _FRAME.size <= len(data):
-            size, crc = _FRAME.unpack_from(data, pos)
-            body = data[pos + _FRAME.size : pos + _FRAME.size + size]
-            if len(body) < size or zlib.crc32(body) != crc:
-                break
-            try:
-                _apply(state, msgpack.unpackb(body, raw=False, use_list=True))
-            except (ValueError, TypeError, msgpack.UnpackException):
-                break
-            pos += _FRAME.size + size
+        pos = replay_frames(data, state)
         try:
             if pos >= COMPACT_AT_BYTES or pos < len(data):
                 self._rewrite(state)  # a long log gets short again; a torn tail is cut
@@ -299,6 +289,29 @@ def _frame(record: list[Any]) -> bytes:
     except TypeError:
         body = msgpack.packb(record, use_bin_type=True)
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
+
+
+def replay_frames(data: bytes, state: Replayed, pos: int = 0) -> int:
+    """Apply the records of ``data`` from ``pos`` to ``state``, up to the first torn, corrupt or unknown one;
+    returns where that one starts (``len(data)``: none)."""
+    while pos + _FRAME.size <= len(data):
+        size, crc = _FRAME.unpack_from(data, pos)
+        body = data[pos + _FRAME.size : pos + _FRAME.size + size]
+        if len(body) < size or zlib.crc32(body) != crc:
+            break
+        try:
+            _apply(state, msgpack.unpackb(body, raw=False, use_list=True))
+        except (ValueError, TypeError, msgpack.UnpackException):
+            break
+        pos += _FRAME.size + size
+    return pos
+
+
+def frame_end(data: bytes, pos: int) -> int:
+    """Where the frame at ``pos`` ends by its length field (checksum not verified; past ``len(data)`` if cut)."""
+    if pos + _FRAME.size > len(data):
+        return len(data) + 1
+    return pos + _FRAME.size + _FRAME.unpack_from(data, pos)[0]
 
 
 def remember_answers(answers: Answers, partition: str, task: str, entries: Any) -> None:

@@ -128,11 +128,7 @@ class WriteAheadLog:
     # -- start-up -----------------------------------------------------------------------------------
 
     def segments(self) -> list[tuple[int, Path]]:
-        found = []
-        for p in self.directory.iterdir():
-            if p.suffix == _SUFFIX and p.stem.isdigit():
-                found.append((int(p.stem), p))
-        return sorted(found)
+        return segment_files(self.directory)
 
     def replay(self) -> Iterator[Frame]:
         """Every intact frame, oldest first. Truncates a torn tail and drops segments after it. Zeros after the
@@ -367,6 +363,26 @@ class WriteAheadLog:
             os.close(seg.fd)
         self._retired.clear()
         self._current = None
+
+
+def segment_files(directory: Path) -> list[tuple[int, Path]]:
+    """The segments of a log folder, (first index, path), oldest first."""
+    return sorted((int(p.stem), p) for p in directory.iterdir() if p.suffix == _SUFFIX and p.stem.isdigit())
+
+
+def parse_frame(data: bytes, pos: int) -> tuple[Frame | None, int]:
+    """The intact frame at ``pos`` of a segment's bytes and where it ends; ``(None, pos)`` where the frame is torn
+    or fails its checksum (``CorruptionError``: it passes and does not decode). Reads only (``persisting.check``)."""
+    return WriteAheadLog._parse(data, pos)
+
+
+def frame_bounds(data: bytes, pos: int) -> tuple[int, int, int] | None:
+    """(first index, count, end) that the frame header at ``pos`` claims, its checksum not verified; None where no
+    header starts there."""
+    if pos + _HEADER.size > len(data):
+        return None
+    magic, _crc, first, count, length = _HEADER.unpack_from(data, pos)
+    return (first, count, pos + _HEADER.size + length) if magic == _MAGIC else None
 
 
 def _sync_all(fds: list[int], directory: Path | None) -> None:
