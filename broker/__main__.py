@@ -28,6 +28,8 @@ given by ``--config`` (or ``PERSISTING_CONFIG``), defaults::
                                                                            (s3://, gs://, az://): the local folder
                                                                            of the log and locks
     storage_options     (TOML table only)    PERSISTING_STORAGE_OPTIONS    Lance's object-store options (JSON)
+    backend_options     (TOML table only)                                  the Lance backend's options for every
+                                                                           topic (compact_min_fragments = 16, ...)
 
 ``check [--repair] [--topic NAME]`` verifies the store at --storage-path while no broker serves it (broker/check.py).
 
@@ -128,6 +130,7 @@ async def serve(conf: dict[str, Any]) -> None:
             shm_dir=Path(conf["shm_dir"]) if conf.get("shm_dir") else None,
             metrics=bool(conf["metrics"]),
             location=location,
+            backend_options=conf.get("backend_options"),
         )
     except PersistingError as exc:
         os.close(lock_fd)

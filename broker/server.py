@@ -83,7 +83,7 @@ class Broker:
         )
         self.memory.remote_for = self._remote_for
         self.flush_clock = status.FlushClock()
-        hooks = (self._on_flushed, self.flush_clock.opened, self._remote_for)
+        hooks = (self._on_flushed, self._on_opened, self._remote_for)
         self._topics = Topics(storage_path, self.backend_options, self.memory.resolve, *hooks)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests()  # requests re-sent by their client run once (replies.py)
@@ -360,6 +360,10 @@ class Broker:
         else:
             kind = complaints.BAD_REQUEST
         self.complaints.add(identity.hex(), kind, str(exc))
+
+    def _on_opened(self, topic_name: str) -> None:
+        self.flush_clock.opened(topic_name)
+        self.memory.kept.adopted(topic_name)  # its open flushed what it replayed from kept payloads
 
     def _on_flushed(self, topic_name: str, flushed_upto: int) -> None:
         self.memory.on_flushed(topic_name, flushed_upto)

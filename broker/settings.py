@@ -27,8 +27,9 @@ SETTINGS = (
     "local_path",
 )
 # Only in the TOML file (a [storage_options] table) or PERSISTING_STORAGE_OPTIONS (JSON): never a flag, so that
-# credentials do not show in the process list.
-FILE_ONLY_SETTINGS = ("storage_options",)
+# credentials do not show in the process list. [backend_options]: the Lance backend's keyword arguments for every
+# topic (compact_min_fragments, target_rows_per_fragment, ...: docs/concepts/records.md), a table too.
+FILE_ONLY_SETTINGS = ("storage_options", "backend_options")
 
 
 def default_socket() -> str:
@@ -55,6 +56,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         if unknown:
             raise SystemExit(f"persisting-broker: unknown settings in {config_file}: {sorted(unknown)}")
         out.update(data)
+        if not isinstance(out.get("backend_options", {}), dict):
+            raise SystemExit(f"persisting-broker: backend_options in {config_file} must be a table ([backend_options])")
     for key in SETTINGS:
         env = os.environ.get(f"PERSISTING_{key.upper()}")
         if env:

@@ -12,9 +12,13 @@ start, the others when leases need them; every size below the budget goes throug
 
 Broker restarts: the segment files outlive a killed broker (they are in /dev/shm). At start-up, the files left
 behind are attached read-only, every topic is opened (its log replay copies the payloads that frames point to
-from those files, and flushes them to Lance), then the files are unlinked and a fresh arena is created. So an
-acknowledged tensor batch survives kill -9 of any process; only a machine restart before its flush loses its payload
-(logged; the rows keep their indexes with those fields None). ``flush()`` makes it durable on disk. Extent ids
+from those files, and flushes them to Lance), then the files are unlinked (one log line names each, with its
+size) and a fresh arena is created. So an acknowledged tensor batch survives kill -9 of any process; only a
+machine restart before its flush loses its payload (logged; the rows keep their indexes with those fields None).
+``flush()`` makes it durable on disk. A topic that cannot be opened at that start (damaged, held by another
+process) does not keep the files in /dev/shm nor stop the start: the ranges its log still needs are copied to disk
+first (``kept.py``, which says why), and its next open through the broker replays from there; only when that copy
+fails does the start fail, naming the files it leaves for the next one. Extent ids
 start again at 1 in a restarted broker, so requests that name extents carry the arena generation they were
 leased from: a put naming an older arena's extent gets ``UnknownExtentError`` (the client leases afresh), an
 abandon of one is ignored; neither may touch an extent the same client leased from this broker.
@@ -35,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from persisting.engine import ObjectStoreTopic, Topic, stored_topics
-from persisting.errors import PersistingError
+from persisting.engine import ObjectStoreTopic, Topic, TopicConfig, stored_topics
+from persisting.errors import PersistingError, StorageError
 from persisting.storage.lance_backend import LanceBackend
 from persisting.tensors import arena as arena_mod
 from persisting.tensors.arena import Arena
 
 from .extents import Extents
+from .kept import KeptStore, named
 from .retries import RetriedPuts
 from .segments import SegmentBook, default_budget
 
@@ -81,15 +86,22 @@ class TensorMemory:
         self.book: SegmentBook | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._previous: Arena | None = None
+        self.kept = KeptStore(storage_path)  # payloads a start could not re-adopt, on disk (kept.py)
         self.retried = RetriedPuts()  # retried tensor puts give back the extents they brought (retries.py)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self, backend_options: dict[str, Any]) -> None:
+        self.kept.load()
         if self.path.exists():
             await self._recover(backend_options)  # even when the new run has no arena
-        for left in arena_mod.leftover_segments(self.path):  # of a broker killed after its log let them go
-            left.unlink(missing_ok=True)
+        elif self.kept.topics():
+            await self._readopt(backend_options, sorted(self.kept.topics()))
+        left = arena_mod.leftover_segments(self.path)
+        if left:  # of a broker killed while it gave its arena back (after every topic re-adopted or kept)
+            log.warning("removing the shared-memory segments a killed broker left: %s", named(left))
+            for path in left:
+                path.unlink(missing_ok=True)
         if not self.size_bytes:
             return
         self.arena = Arena.create(self.path, self.size_bytes, self.mode)
@@ -100,25 +112,69 @@ class TensorMemory:
         log.info("arena %s: %d bytes, budget %d bytes", self.path, self.arena.size_bytes, self.book.budget_bytes)
 
     async def _recover(self, backend_options: dict[str, Any]) -> None:
+        """Re-adopt the payloads of the arena a killed broker left, then give its files back: every topic is opened
+        (its replay copies them and flushes them); those of a topic that cannot be opened are kept on disk first
+        (kept.py); if even that fails, the files stay for the next start, named in the log, and the start fails."""
+        files = [self.path, *arena_mod.leftover_segments(self.path)]
         try:
             self._previous = Arena.attach(self.path, writable=False)
         except PersistingError as exc:
-            log.error("removing an unusable arena file left at %s: %s", self.path, exc)
+            log.error("removing an unusable arena file left at %s: %s", named([self.path]), exc)
             self.path.unlink(missing_ok=True)
             return
         log.warning("an arena file was left by a broker that did not stop cleanly; re-adopting its payloads")
-        for name, config in stored_topics(self.storage_path, backend_options):
+        failed = await self._readopt(backend_options, [name for name, _config in self._stored(backend_options)])
+        previous = self._previous
+        kept = None
+        if failed:
+            try:
+                kept = await asyncio.to_thread(self.kept.keep, previous, failed)
+            except (OSError, PersistingError) as exc:
+                log.error(
+                    "could not keep on disk the payloads that topic(s) %s still need (%s): the shared-memory files "
+                    "of the killed broker stay for the next start to re-adopt: %s",
+                    ", ".join(failed),
+                    exc,
+                    named(files),
+                )
+                raise StorageError(
+                    f"cannot keep the tensor payloads of topic(s) {', '.join(failed)} under {self.kept.root}: {exc}"
+                ) from exc
+        gone = named(files)
+        if kept is not None:
+            gone += f"; the {kept[1]} bytes that topic(s) {', '.join(failed)} still need are kept in {kept[0]}"
+        self._previous = None
+        previous.close()
+        self.path.unlink(missing_ok=True)  # first: without it the others are swept, never re-adopted again
+        for path in files[1:]:
+            path.unlink(missing_ok=True)
+        log.warning("gave back the shared memory of the broker that did not stop cleanly: %s", gone)
+
+    def _stored(self, backend_options: dict[str, Any]) -> list[tuple[str, TopicConfig]]:
+        return stored_topics(self.storage_path, backend_options)
+
+    async def _readopt(self, backend_options: dict[str, Any], names: list[str]) -> list[str]:
+        """Open and close each topic of ``names`` (its replay takes what it needs from the arena left behind or
+        from kept payloads, and flushes it); returns those that could not be opened, each logged."""
+        configs = dict(self._stored(backend_options))
+        failed = []
+        for name in names:
+            config = configs.get(name)
+            if config is None:  # a kept topic that was removed since: nothing needs its payloads
+                self.kept.adopted(name)
+                continue
             remote = self.remote_for(name)
             topic = Topic(name, self.storage_path, config, LanceBackend, arena_resolver=self.resolve, remote=remote)
             try:
                 await topic.open()  # replays (copying arena payloads) and flushes what the log held
                 await topic.close()
-            except Exception:
+            except Exception as exc:
                 await topic.close_quietly()
-                raise
-        previous, self._previous = self._previous, None
-        previous.close()
-        self.path.unlink(missing_ok=True)  # (its other segments: start() sweeps them next)
+                log.error("topic %r could not be opened to re-adopt its tensor payloads: %s", name, exc)
+                failed.append(name)
+                continue
+            self.kept.adopted(name)
+        return failed
 
     def _flush_sealed(self) -> None:
         if self.extents is None:
@@ -138,7 +194,7 @@ class TensorMemory:
         for candidate in (self._previous, self.arena):
             if candidate is not None and candidate.generation == generation:
                 return candidate.view(offset, nbytes)
-        return None
+        return self.kept.resolve(generation, offset, nbytes)
 
     def on_flushed(self, topic: str, flushed_upto: int) -> None:
         if self.extents is not None:

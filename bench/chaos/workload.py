@@ -57,6 +57,7 @@ class Tally:
     retried: int = 0  # puts that raised BrokerUnavailableError and were sent again with its key
     failed: list[str] = field(default_factory=list)  # workers asked to stop that exited with an error
     killed: collections.Counter[str] = field(default_factory=collections.Counter)
+    batches: collections.Counter[int] = field(default_factory=collections.Counter)  # acknowledged puts by size
 
     def read(self, out: bytes) -> None:
         for line in out.decode(errors="replace").splitlines():
@@ -65,13 +66,16 @@ class Tally:
                 self.corrupt += 1
             elif word == "RETRY":
                 self.retried += 1
+            if word == "ACK":
+                self.batches[len(ids)] += 1
             table = {"ACK": self.acked, "GOT": self.got, "DONE": self.done}.get(word)
             if table is not None and all(i.isdigit() for i in ids):
                 table.update(int(i) for i in ids)
 
 
 class Broker:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, flags: list[str] | None = None) -> None:
+        self.flags = ["--arena-bytes", str(ARENA_BYTES)] if flags is None else flags
         self.storage = base / "storage"
         (base / "s").mkdir()
         self.address = f"ipc://{base}/s/b.sock"
@@ -82,7 +86,7 @@ class Broker:
         t0 = time.monotonic()
         cmd = [sys.executable, "-m", "broker", "--storage-path", str(self.storage), "--socket", self.address]
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([*cmd, "--arena-bytes", str(ARENA_BYTES)], stdout=subprocess.PIPE, stderr=log)
+            self.proc = subprocess.Popen([*cmd, *self.flags], stdout=subprocess.PIPE, stderr=log)
         _await_ready(self.proc, deadline=time.monotonic() + 60)
         return time.monotonic() - t0
 

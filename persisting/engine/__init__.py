@@ -22,6 +22,7 @@ The interface::
                     lookup(partition, keys), names(partition, indexes), listing(partition), clear(partition, keys)
     TopicConfig, DURABILITY_MODES, Metrics      settings and counters
     stored_topics(storage_path, backend_kwargs) the topics on disk with their creation settings
+    arena_ranges(topic_path, generation)        the arena ranges a topic's unflushed log frames point to (read only)
     parse_location(storage_path, storage_options, local_path) -> Location   a folder or an object-store URI
     object_store_topic(location, name, topic_dirname(name))  the object-store side of a topic (or None),
                                                 Topic's ``remote``: lease, settings and schema in the store
@@ -41,6 +42,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .arena_refs import arena_ranges
     from .args import check_key, check_keys, shared_fields
     from .config import DURABILITY_MODES, Metrics, TopicConfig
     from .fields import FieldIndex
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 # samplers and a few checks, not the topic and its storage machinery (about 40 modules, 0.1-0.2 s of a process's
 # start; README's "Process start").
 _EXPORTS = {
+    "arena_ranges": ("arena_refs", "arena_ranges"),
     "DURABILITY_MODES": ("config", "DURABILITY_MODES"),
     "Metrics": ("config", "Metrics"),
     "TopicConfig": ("config", "TopicConfig"),
@@ -116,6 +119,7 @@ __all__ = [
     "ObjectStoreTopic",
     "Topic",
     "TopicConfig",
+    "arena_ranges",
     "blocking_allowed",
     "caller_thread",
     "check_key",
