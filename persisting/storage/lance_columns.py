@@ -1,5 +1,13 @@
 """How a bucket's rows lie in a Lance table: one column per row key (percent-escaped where Lance refuses the
-characters), typed by its first non-null value, and explicit ``None`` values listed in ``NULLS_COLUMN``."""
+characters), typed by its first non-null value, and explicit ``None`` values listed in ``NULLS_COLUMN``.
+
+Names of the engine's own (``NULLS_COLUMN``, a rewrite's temporary column) start with the reserved prefix
+(wire/codec.py ``RESERVED_PREFIX``), which no user key may start with and ``column_name`` never produces from
+another key, so no user key can be taken for one. Until issue 37 a rewrite's temporary column was
+``<column>%23rewrite``, the very column of the user key ``<key>#rewrite``: such columns are now user columns, in
+stores written before too (the two cannot be told apart), so a rewrite a kill interrupted in such a store shows
+up as an extra field ``<key>#rewrite`` instead of being finished at open.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,13 @@ import lance
 import pyarrow as pa
 
 from ..errors import ConfigError
+from ..wire.codec import RESERVED_PREFIX
 from . import tensor_columns
 from .tensor_columns import Layout
 
 NULLS_COLUMN = "_persisting_nulls"
-REWRITE_SUFFIX = "%23rewrite"  # a column being rewritten into a new layout lives under this name meanwhile
+# A column being rewritten into a new layout lives meanwhile under this prefix + its name (``rewrite_name``).
+REWRITE_PREFIX = RESERVED_PREFIX + "rewrite_"
 _LANCE_RESERVED_PREFIX = "_row"
 
 ARROW_TYPES: dict[type, pa.DataType] = {
@@ -60,6 +70,11 @@ def payload_field(layout: Layout, column: str) -> pa.Field:
     return field.with_metadata({**(field.metadata or {}), **UNCOMPRESSED})
 
 
+def rewrite_name(column: str) -> str:
+    """The temporary name of ``column`` while a rewrite moves it to a new layout."""
+    return REWRITE_PREFIX + column
+
+
 def key_name(column: str) -> str:
     return urllib.parse.unquote(column)
 
@@ -96,7 +111,7 @@ def rewrite_column(ds: lance.LanceDataset, key: str, old: Layout, new: Layout) -
     """Move a tensor field's column to a new layout in three commits: the new column added under a temporary
     name, the old one dropped, the new one renamed (``finish_rewrite`` completes or undoes a kill between them)."""
     column = column_name(key)
-    temporary = column + REWRITE_SUFFIX
+    temporary = rewrite_name(column)
     field = new.field(temporary)
 
     def converted(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -110,12 +125,12 @@ def rewrite_column(ds: lance.LanceDataset, key: str, old: Layout, new: Layout) -
 
 def interrupted_rewrites(ds: lance.LanceDataset) -> list[str]:
     """The columns whose rewrite a kill interrupted (a temporary column is left)."""
-    return [n.removesuffix(REWRITE_SUFFIX) for n in ds.schema.names if n.endswith(REWRITE_SUFFIX)]
+    return [n.removeprefix(REWRITE_PREFIX) for n in ds.schema.names if n.startswith(REWRITE_PREFIX)]
 
 
 def finish_rewrite(ds: lance.LanceDataset, column: str) -> None:
     """Undo an interrupted rewrite while the old column is there, else complete it (rename the new one)."""
-    temporary = column + REWRITE_SUFFIX
+    temporary = rewrite_name(column)
     if column in ds.schema.names:
         ds.drop_columns([temporary])
     else:
