@@ -3,10 +3,11 @@ characters), typed by its first non-null value, and explicit ``None`` values lis
 
 Names of the engine's own (``NULLS_COLUMN``, a rewrite's temporary column) start with the reserved prefix
 (wire/codec.py ``RESERVED_PREFIX``), which no user key may start with and ``column_name`` never produces from
-another key, so no user key can be taken for one. Until issue 37 a rewrite's temporary column was
-``<column>%23rewrite``, the very column of the user key ``<key>#rewrite``: such columns are now user columns, in
-stores written before too (the two cannot be told apart), so a rewrite a kill interrupted in such a store shows
-up as an extra field ``<key>#rewrite`` instead of being finished at open.
+another key, so no user key can be taken for one. Earlier versions named a rewrite's temporary column
+``<column>%23rewrite``, the very column of the user key ``<key>#rewrite`` (an open dropped or renamed the user's
+column, taking it for an interrupted rewrite): such columns are user columns now, in stores written before too
+(the two cannot be told apart), so a rewrite a kill interrupted in such a store shows up as a field
+``<key>#rewrite`` beside ``<key>`` (or in its place, after a kill past the drop) instead of being finished at open.
 """
 
 from __future__ import annotations
