@@ -314,14 +314,14 @@ def encode_batch(
                 raise InvalidRecordError(
                     f"record {n} has a key of type {type(key).__qualname__} ({key!r}); record keys must be str"
                 )
-            if not key or key.startswith(RESERVED_PREFIX) or (key.endswith(REF_SUFFIX) and not refs):
+            seen = kinds.get(key)  # (a key of this batch with a value was checked by its first record)
+            if seen is None and (not key or key.startswith(RESERVED_PREFIX) or (key.endswith(REF_SUFFIX) and not refs)):
                 why = reserved(key) or "is empty (keys are non-empty str)"
                 raise InvalidRecordError(f"record {n} has the key {key!r}, which {why}; rename it")
             if value is None:
                 row[key] = None
                 continue
             kind = kind_of(value, key)
-            seen = kinds.get(key)
             if seen is None:
                 stored = known_kinds.get(key)
                 if stored is not None and stored != kind:
