@@ -5,9 +5,11 @@ Names of the engine's own (``NULLS_COLUMN``, a rewrite's temporary column) start
 (wire/codec.py ``RESERVED_PREFIX``), which no user key may start with and ``column_name`` never produces from
 another key, so no user key can be taken for one. Earlier versions named a rewrite's temporary column
 ``<column>%23rewrite``, the very column of the user key ``<key>#rewrite`` (an open dropped or renamed the user's
-column, taking it for an interrupted rewrite): such columns are user columns now, in stores written before too
-(the two cannot be told apart), so a rewrite a kill interrupted in such a store shows up as a field
-``<key>#rewrite`` beside ``<key>`` (or in its place, after a kill past the drop) instead of being finished at open.
+column, taking it for an interrupted rewrite): such columns are user columns now, in stores written before too (a
+bucket cannot tell the two apart: only the topic's schema can), so a rewrite a kill interrupted in such a store
+shows up as a field ``<key>#rewrite`` beside ``<key>`` (or in its place, after a kill past the drop) instead of
+being finished at open; ``persisting-broker check`` tells it apart by the schema and repairs it
+(persisting/check/columns.py).
 """
 
 from __future__ import annotations
@@ -129,9 +131,10 @@ def interrupted_rewrites(ds: lance.LanceDataset) -> list[str]:
     return [n.removeprefix(REWRITE_PREFIX) for n in ds.schema.names if n.startswith(REWRITE_PREFIX)]
 
 
-def finish_rewrite(ds: lance.LanceDataset, column: str) -> None:
-    """Undo an interrupted rewrite while the old column is there, else complete it (rename the new one)."""
-    temporary = rewrite_name(column)
+def finish_rewrite(ds: lance.LanceDataset, column: str, temporary: str | None = None) -> None:
+    """Undo an interrupted rewrite while the old column is there, else complete it (rename the new one);
+    ``temporary``: the new column's name if not ``rewrite_name(column)`` (an earlier version's, persisting/check)."""
+    temporary = temporary or rewrite_name(column)
     if column in ds.schema.names:
         ds.drop_columns([temporary])
     else:
