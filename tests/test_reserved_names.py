@@ -1,8 +1,9 @@
 """No user key collides with a name the engine uses for itself (issue 37): keys ending in ``#rewrite`` (once the
 temporary name of a column rewrite) come back exactly after a reopen; keys ending in ``@payload`` (the
 references of deduped fields), keys and partitions under ``_persisting_`` are refused by name, while dedup's own
-references still work; embedded and through a broker restarted on the same storage. A layout rewrite killed
-between its commits still completes (or is undone) at open, under its new temporary name.
+references still work; a user's idempotency key never names the key rows of a keyed put; embedded and through
+a broker restarted on the same storage. A layout rewrite killed between its commits still completes (or is
+undone) at open, under its new temporary name; one an earlier version left is ``persisting-broker check``'s.
 """
 
 from __future__ import annotations
@@ -246,3 +247,29 @@ def test_an_earlier_versions_interrupted_rewrite_is_left_to_check_repair(
 
     _same(asyncio.run(read()), [{"x": x[0]}, {"x": x[1]}] * (2 if then_put else 1))
     assert "x%23rewrite" not in _columns(store, "old")
+
+
+def test_a_users_idempotency_key_never_names_the_key_rows_of_a_keyed_put(where: Where) -> None:
+    """The key rows of a ``kv_put`` keyed ``s`` were put under ``s.keys``: a user's put keyed ``s.keys`` made them
+    point at its own sample, and a key of 253+ characters was refused. Now a digest: neither, after a restart too."""
+
+    async def write() -> tuple[list[int], list[int], list[int]]:
+        async with Queue("ik", **where.kw, num_buckets=1) as q:
+            mine = list(await q.put_batch([{"id": "mine"}], partition_id="p", idempotency_key="s.keys"))
+            a = (await q.kv_put(["a"], tags=[{"t": 1}], partition_id="p", idempotency_key="s")).global_indexes
+            assert a != mine, "key 'a' was made to name the user's sample"
+            again = await q.kv_put(["a"], tags=[{"t": 1}], partition_id="p", idempotency_key="s")
+            assert again.global_indexes == a  # a retry: stored once
+            b = (await q.kv_put(["b"], tags=[{"t": 2}], partition_id="p", idempotency_key="k" * 256)).global_indexes
+            return mine, a, b
+
+    mine, a, b = asyncio.run(write())
+    where.restart()
+
+    async def read() -> None:
+        async with Queue("ik", **where.kw, num_buckets=1) as q:
+            assert await q.kv_list("p") == {"p": {"a": {"t": 1}, "b": {"t": 2}}}
+            assert await q.kv_names(mine + a + b, "p") == [None, "a", "b"]
+            assert (await q.get(limit=1))[0] == {"id": "mine"}
+
+    asyncio.run(read())
