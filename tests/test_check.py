@@ -24,7 +24,7 @@ from lance.fragment import FragmentMetadata
 from persisting import Queue, SyncQueue
 from persisting.client import _loop
 from persisting.engine.wal import frame_bounds, segment_files
-from persisting.storage.lance_columns import REWRITE_SUFFIX
+from persisting.storage.lance_columns import rewrite_name
 
 from .broker_fixture import BrokerProcess
 
@@ -166,7 +166,7 @@ def test_damage_is_named_repaired_and_read_back(store: Path, seed: int) -> None:
     shutil.copy(sorted(data.iterdir())[0], data / f"{'1' * 24}{'ab' * 12}00.lance")  # a file no version names
     bucket = store / "manifest" / "bucket-0.lance"
     (bucket / "_versions" / f"{2**64 - 1 - (lance.dataset(str(bucket)).version + 1)}.manifest").touch()
-    lance.dataset(str(store / "rewrite" / "bucket-0.lance")).add_columns({"v" + REWRITE_SUFFIX: "v"})  # a kill
+    lance.dataset(str(store / "rewrite" / "bucket-0.lance")).add_columns({rewrite_name("v"): "v"})  # a kill
 
     found = check(store)
     assert found.returncode == 1

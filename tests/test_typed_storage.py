@@ -21,7 +21,7 @@ from persisting import Queue
 from persisting.engine.tail import ArenaPayload, Chunk, tensor_parts
 from persisting.storage import tensor_columns
 from persisting.storage.lance_backend import LanceBackend
-from persisting.storage.lance_columns import REWRITE_SUFFIX
+from persisting.storage.lance_columns import rewrite_name
 from persisting.tensors.arena import Arena
 from persisting.tensors.column import Column
 
@@ -153,7 +153,7 @@ def test_an_interrupted_column_rewrite_is_finished_or_undone_at_open(tmp_path: P
     uri = str(tmp_path / "w" / "bucket-0.lance")
     old = tensor_columns.Layout.of_field(lance.dataset(uri).schema.field("x"))
     new = tensor_columns.Layout(tensor_columns.VARIABLE, "ndarray", "<f4")
-    temporary = "x" + REWRITE_SUFFIX
+    temporary = rewrite_name("x")
 
     def step(batch: pa.RecordBatch) -> pa.RecordBatch:
         array = tensor_columns.convert(old, new, batch.column(0))

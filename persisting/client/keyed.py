@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from ..engine import check_keys
-from ..errors import ConfigError, InvalidRecordError
+from ..errors import ConfigError
 from ..tensors import batches, dedup, objects, tensordicts
 from ..tensors import column as tensors
 from ..tensors.meta import BatchMeta
@@ -53,7 +53,7 @@ async def put(
 ) -> BatchMeta:
     """``Queue.kv_put``: see its docstring."""
     keys = check_keys(keys)
-    partition = _partition(partition)
+    partition = codec.check_partition(_partition(partition))
     given = _tags(tags, len(keys))
     topic = await handle.engine()
     described: Described
@@ -68,9 +68,7 @@ async def put(
     columns, other, n = tensors.split(data)
     if n != len(keys):
         raise ConfigError(f"{len(keys)} keys need as many rows of data, got {n}")
-    reserved = [name for name in (*columns, *other) if name.startswith(codec.RESERVED_PREFIX)]
-    if reserved:
-        raise InvalidRecordError(f"field {reserved[0]!r} starts with {codec.RESERVED_PREFIX!r} (reserved); rename it")
+    codec.check_names("field", (*columns, *other))
     other = objects.prepare(other, non_tensor, handle.objects, topic.kinds, _storable)
 
     async def store(

@@ -264,8 +264,7 @@ class Queue(DataAPI):
     async def _put_batch(self, records: Sequence[Mapping[str, Any]], partition_id: str, key: str | None) -> range:
         if isinstance(records, Mapping) or not isinstance(records, Sequence) or isinstance(records, str | bytes):
             raise InvalidRecordError(f"put_batch() takes a list of dict records, got {type(records).__qualname__}")
-        if not isinstance(partition_id, str) or not partition_id:
-            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition_id!r}")
+        codec.check_partition(partition_id)
         return await self._append(records, partition_id, key)
 
     async def _append(self, records: Sequence[Mapping[str, Any]], partition_id: str, key: str | None) -> range:

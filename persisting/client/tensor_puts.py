@@ -52,25 +52,13 @@ class TensorPuts:
     async def put_tensors(
         self, data: Any, partition: str, timeout: float | None, patch: BatchMeta | None = None, key: str | None = None
     ) -> BatchMeta:
-        if not isinstance(partition, str) or not partition:
-            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
+        codec.check_partition(partition)
         non_tensor: set[str] = set()
         if tensors.is_tensor_dict(data):
             # nested keys become "a.b" fields; get_data(as_tensordict=True) nests them again
             data = tensordicts.flatten(data, non_tensor)
         columns, other, n = tensors.split(data)
-        reserved = [name for name in (*columns, *other) if name.startswith(codec.RESERVED_PREFIX)]
-        if reserved:
-            raise InvalidRecordError(
-                f"tensor batch field {reserved[0]!r} starts with {codec.RESERVED_PREFIX!r} (reserved for the queue); "
-                "rename it"
-            )
-        refs = [name for name in (*columns, *other) if name.endswith(dedup.REF_SUFFIX)]
-        if refs:
-            raise InvalidRecordError(
-                f"tensor batch field {refs[0]!r} ends with {dedup.REF_SUFFIX!r} (the references of deduped fields); "
-                "rename it"
-            )
+        codec.check_names("tensor batch field", (*columns, *other))
         if patch is not None and n != patch.size:
             raise ConfigError(f"data holds {n} samples but batch_meta names {patch.size}; give one row per sample")
         topic = await self._handle.engine()
@@ -246,8 +234,7 @@ class TensorPuts:
 
     async def reserve(self, spec: Any, batch_size: Any, partition_id: Any, timeout: Any) -> Reservation:
         n = reservation.check_batch_size(batch_size)
-        if not isinstance(partition_id, str) or not partition_id:
-            raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition_id!r}")
+        codec.check_partition(partition_id)
         if timeout is not None and (not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0):
             raise ConfigError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         topic = await self._handle.engine()

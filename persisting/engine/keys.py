@@ -28,6 +28,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import xxhash
+
 from ..errors import ConfigError
 from ..wire.codec import INDEX_KEY, OF_KEY, PARTITION_KEY, RESERVED_PREFIX, EncodedBatch, pack
 from .args import check_keys
@@ -36,6 +38,15 @@ from .partitions import Clears
 from .tail import ArenaPayload, Tail
 
 KEY_COLUMN = RESERVED_PREFIX + "key"  # the key of a sample, in its own row
+
+
+def key_rows_key(key: str) -> str:
+    """The idempotency key of the rows a put keyed ``key`` stores for its new keys: a digest (as the client's
+    ``dedup.payload_key``), so that no key a user gives names it by accident (``key + ".keys"`` did: a put keyed
+    ``"s.keys"`` made a later ``kv_put`` keyed ``"s"`` point its new keys at that put's samples), and short
+    whatever the length of ``key``."""
+    return "keys-" + xxhash.xxh3_128_hexdigest(key.encode("utf-8", "surrogatepass"))
+
 
 Append = Callable[..., Awaitable[tuple[int, int]]]
 
@@ -187,7 +198,7 @@ class KeyIndex:
                 if new:  # samples holding only their key; the fields (if any) follow as a patch
                     rows = [{KEY_COLUMN: keys[n]} for n in new]
                     made, _ = await self._append(
-                        EncodedBatch(rows, {}), partition, pack(rows), None if key is None else key + ".keys"
+                        EncodedBatch(rows, {}), partition, pack(rows), None if key is None else key_rows_key(key)
                     )
                     for j, n in enumerate(new):
                         indexes[n] = made + j

@@ -15,7 +15,9 @@ any cleared row, once no sample of ``p`` that is put (acknowledged or in flight)
   and stores the values again), so no reference ever names a cleared row;
 - a field is stored one way per topic (``check_ways``): a payload put declares the field's references
   (``<name>@payload``) in the schema in its own frame, so from its first payload row on every process sees the
-  field as deduped; a put storing a field the other way is refused with ``DedupConflictError``;
+  field as deduped; a put storing a field the other way is refused with ``DedupConflictError``, and one holding
+  a ``<name>@payload`` field that no payload put declared (a user's own key: clients refuse them before they
+  send) with ``InvalidRecordError``;
 - at open the counts are rebuilt from what is stored (the backends' columns and the log's tail, less the
   cleared samples) and payload rows that nothing references are cleared: a crash between a sample clear (logged
   first) and its payloads' clear, or between a producer's payload put and its samples, converges there.
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import DedupConflictError, PayloadClearedError
+from ..errors import DedupConflictError, InvalidRecordError, PayloadClearedError
 from ..tensors.dedup import PAYLOAD_PARTITION_PREFIX, REF_KIND, REF_SUFFIX
 from ..wire.codec import INDEX_KEY, OF_KEY, PARTITION_KEY, RESERVED_PREFIX
 from .buckets import Buckets
@@ -65,6 +67,12 @@ def check_ways(partition: str, given: Iterable[str], stored: Mapping[str, str]) 
             declared[name + REF_SUFFIX] = REF_KIND
         return declared
     for name in given:
+        if name.endswith(REF_SUFFIX) and stored.get(name) != REF_KIND:
+            # A reference is declared by its field's first payload put (above): this name is a user's own field.
+            raise InvalidRecordError(
+                f"field {name!r} ends with {REF_SUFFIX!r} (reserved for the queue: the references of deduped "
+                "fields); rename it"
+            )
         if not name.endswith(REF_SUFFIX) and name + REF_SUFFIX in stored:
             raise DedupConflictError(
                 f"field {name!r} is stored deduped in this topic (references {name + REF_SUFFIX!r}) and this put "

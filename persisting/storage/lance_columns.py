@@ -1,5 +1,16 @@
 """How a bucket's rows lie in a Lance table: one column per row key (percent-escaped where Lance refuses the
-characters), typed by its first non-null value, and explicit ``None`` values listed in ``NULLS_COLUMN``."""
+characters), typed by its first non-null value, and explicit ``None`` values listed in ``NULLS_COLUMN``.
+
+Names of the engine's own (``NULLS_COLUMN``, a rewrite's temporary column) start with the reserved prefix
+(wire/codec.py ``RESERVED_PREFIX``), which no user key may start with and ``column_name`` never produces from
+another key, so no user key can be taken for one. Earlier versions named a rewrite's temporary column
+``<column>%23rewrite``, the very column of the user key ``<key>#rewrite`` (an open dropped or renamed the user's
+column, taking it for an interrupted rewrite): such columns are user columns now, in stores written before too (a
+bucket cannot tell the two apart: only the topic's schema can), so a rewrite a kill interrupted in such a store
+shows up as a field ``<key>#rewrite`` beside ``<key>`` (or in its place, after a kill past the drop) instead of
+being finished at open; ``persisting-broker check`` tells it apart by the schema and repairs it
+(persisting/check/columns.py).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +21,13 @@ import lance
 import pyarrow as pa
 
 from ..errors import ConfigError
+from ..wire.codec import RESERVED_PREFIX
 from . import tensor_columns
 from .tensor_columns import Layout
 
 NULLS_COLUMN = "_persisting_nulls"
-REWRITE_SUFFIX = "%23rewrite"  # a column being rewritten into a new layout lives under this name meanwhile
+# A column being rewritten into a new layout lives meanwhile under this prefix + its name (``rewrite_name``).
+REWRITE_PREFIX = RESERVED_PREFIX + "rewrite_"
 _LANCE_RESERVED_PREFIX = "_row"
 
 ARROW_TYPES: dict[type, pa.DataType] = {
@@ -60,6 +73,11 @@ def payload_field(layout: Layout, column: str) -> pa.Field:
     return field.with_metadata({**(field.metadata or {}), **UNCOMPRESSED})
 
 
+def rewrite_name(column: str) -> str:
+    """The temporary name of ``column`` while a rewrite moves it to a new layout."""
+    return REWRITE_PREFIX + column
+
+
 def key_name(column: str) -> str:
     return urllib.parse.unquote(column)
 
@@ -96,7 +114,7 @@ def rewrite_column(ds: lance.LanceDataset, key: str, old: Layout, new: Layout) -
     """Move a tensor field's column to a new layout in three commits: the new column added under a temporary
     name, the old one dropped, the new one renamed (``finish_rewrite`` completes or undoes a kill between them)."""
     column = column_name(key)
-    temporary = column + REWRITE_SUFFIX
+    temporary = rewrite_name(column)
     field = new.field(temporary)
 
     def converted(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -110,12 +128,13 @@ def rewrite_column(ds: lance.LanceDataset, key: str, old: Layout, new: Layout) -
 
 def interrupted_rewrites(ds: lance.LanceDataset) -> list[str]:
     """The columns whose rewrite a kill interrupted (a temporary column is left)."""
-    return [n.removesuffix(REWRITE_SUFFIX) for n in ds.schema.names if n.endswith(REWRITE_SUFFIX)]
+    return [n.removeprefix(REWRITE_PREFIX) for n in ds.schema.names if n.startswith(REWRITE_PREFIX)]
 
 
-def finish_rewrite(ds: lance.LanceDataset, column: str) -> None:
-    """Undo an interrupted rewrite while the old column is there, else complete it (rename the new one)."""
-    temporary = column + REWRITE_SUFFIX
+def finish_rewrite(ds: lance.LanceDataset, column: str, temporary: str | None = None) -> None:
+    """Undo an interrupted rewrite while the old column is there, else complete it (rename the new one);
+    ``temporary``: the new column's name if not ``rewrite_name(column)`` (an earlier version's, persisting/check)."""
+    temporary = temporary or rewrite_name(column)
     if column in ds.schema.names:
         ds.drop_columns([temporary])
     else:

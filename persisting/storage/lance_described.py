@@ -28,7 +28,7 @@ from ..tensors.jagged import KIND as JAGGED
 from ..wire.codec import FIELDS_KEY
 from . import lance_dense
 from .backend import Stored
-from .lance_columns import NULLS_COLUMN, REWRITE_SUFFIX, column_name, key_name, table_to_rows
+from .lance_columns import NULLS_COLUMN, REWRITE_PREFIX, column_name, key_name, table_to_rows
 from .tensor_columns import FIXED, LAYOUT_KEY, SCALAR, VARIABLE, Layout
 
 
@@ -64,7 +64,7 @@ def rows(ds: lance.LanceDataset, positions: np.ndarray, tensors: dict[str, Layou
     fixed-shape, scalar and variable-shape columns are ``Stored`` descriptions (see the module)."""
     dense, variable = {}, {}
     for field in ds.schema:  # this version's own layouts: a column rewrite may be moving ``tensors`` on meanwhile
-        if not (field.metadata or {}).get(LAYOUT_KEY) or field.name.endswith(REWRITE_SUFFIX):
+        if not (field.metadata or {}).get(LAYOUT_KEY) or field.name.startswith(REWRITE_PREFIX):
             continue
         layout = Layout.of_field(field)
         if layout.layout in (FIXED, SCALAR) and layout.kind in ("ndarray", "tensor"):

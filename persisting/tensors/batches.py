@@ -35,7 +35,7 @@ def other_rows(other: Mapping[str, list[Any]], n: int, known_kinds: Mapping[str,
     if not other:  # a tensors-only batch: nothing to check per sample
         return codec.EncodedBatch([{} for _ in range(n)], {})
     records = [{name: values[i] for name, values in other.items()} for i in range(n)]
-    return codec.encode_batch(records, known_kinds)
+    return codec.encode_batch(records, known_kinds, refs=True)  # a put checked its own names (codec.reserved)
 
 
 def full_rows(

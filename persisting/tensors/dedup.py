@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from ..errors import ConfigError
-from ..wire.codec import RESERVED_PREFIX
+from ..wire.codec import REF_SUFFIX, RESERVED_PREFIX
 from . import jagged, objects
 from .column import AnyColumn, Column
 
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 else:
     from ..lazy_numpy import np  # imported at first use: a broker client of records never loads it
 
-REF_SUFFIX = "@payload"
 REF_KIND = "int"  # a reference is the global index of its payload row (wire/codec.py kind of a Python int)
 PAYLOAD_PARTITION_PREFIX = RESERVED_PREFIX + "payloads:"
 # Compare the bytes of samples of one put whose hashes match (PERSISTING_DEDUP_VERIFY=1): off by default, see

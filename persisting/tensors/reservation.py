@@ -74,11 +74,9 @@ def parse_spec(spec: Any, known_kinds: Mapping[str, str]) -> list[FieldSpec]:
         )
     out = []
     for name, entry in spec.items():
-        if not isinstance(name, str) or not name or name.startswith(codec.RESERVED_PREFIX):
-            raise InvalidRecordError(
-                f"reservation field names must be non-empty str not starting with {codec.RESERVED_PREFIX!r}, "
-                f"got {name!r}"
-            )
+        if not isinstance(name, str) or not name:
+            raise InvalidRecordError(f"reservation field names must be non-empty str, got {name!r}")
+        codec.check_names("reservation field", [name])
         if not isinstance(entry, tuple | list) or len(entry) != 2:
             raise InvalidRecordError(
                 f"field {name!r}: the spec gives (sample_shape, dtype), e.g. ((4096,), np.float32) or "
@@ -159,6 +157,7 @@ def check_extra(extra: Any, fields: list[FieldSpec], batch_size: int) -> dict[st
     for name, values in extra.items():
         if not isinstance(name, str) or not name:
             raise InvalidRecordError(f"extra field names must be non-empty str, got {name!r}")
+        codec.check_names("extra field", [name])
         if name in names:
             raise InvalidRecordError(f"extra field {name!r} is also a field of the reservation")
         if not isinstance(values, list | tuple):

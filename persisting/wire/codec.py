@@ -64,10 +64,43 @@ class Pickled:
 
 RESERVED_PREFIX = "_persisting_"
 """Keys with this prefix belong to the engine (global index, partition); users cannot put them."""
+REF_SUFFIX = "@payload"
+"""Fields with this suffix hold the references of deduped fields (tensors/dedup.py); users cannot put them."""
 INDEX_KEY = "_persisting_index"  # the engine's columns in every backend: global index and partition
 PARTITION_KEY = "_persisting_partition"
 OF_KEY = "_persisting_of"  # a patch row: the sample whose fields it writes (engine/fields.py)
 FIELDS_KEY = "_persisting_fields"  # the fields a row writes, as a JSON list
+
+
+def reserved(name: str) -> str | None:
+    """Why a user cannot put a field ``name`` (the rest of a sentence naming it), or None if it can."""
+    if name.startswith(RESERVED_PREFIX):
+        return f"starts with {RESERVED_PREFIX!r} (reserved for the queue's own fields)"
+    if name.endswith(REF_SUFFIX):
+        return f"ends with {REF_SUFFIX!r} (reserved for the queue: the references of deduped fields)"
+    return None
+
+
+def check_names(what: str, names: Iterable[str]) -> None:
+    """Refuse field names a user cannot put (``reserved``) with ``InvalidRecordError`` naming the first."""
+    for name in names:
+        why = reserved(name)
+        if why is not None:
+            raise InvalidRecordError(f"{what} {name!r} {why}; rename it")
+
+
+def check_partition(partition: Any) -> str:
+    """A partition a user writes to: a non-empty str that does not start with ``RESERVED_PREFIX`` (the engine's
+    own partitions, such as ``_persisting_payloads:<partition>``, where deduped fields' values lie)."""
+    if not isinstance(partition, str) or not partition:
+        raise InvalidRecordError(f"partition_id must be a non-empty str, got {partition!r}")
+    if partition.startswith(RESERVED_PREFIX):
+        raise InvalidRecordError(
+            f"partition_id {partition!r} starts with {RESERVED_PREFIX!r} (reserved for the queue's own partitions); "
+            "rename it"
+        )
+    return partition
+
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -259,10 +292,13 @@ class EncodedBatch(NamedTuple):
     kinds: dict[str, str]
 
 
-def encode_batch(records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str, str]) -> EncodedBatch:
+def encode_batch(
+    records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str, str], refs: bool = False
+) -> EncodedBatch:
     """Validate and encode records. Raises before anything is stored, so a bad record leaves no trace.
 
-    ``known_kinds`` is the topic's schema; it is only read, so a conflict with it is reported here.
+    ``known_kinds`` is the topic's schema; it is only read, so a conflict with it is reported here. ``refs``: the
+    records may hold ``REF_SUFFIX`` fields (a tensor batch's, whose own names its put checked: see ``reserved``).
     """
     rows: list[dict[str, Any]] = []
     kinds: dict[str, str] = {}
@@ -278,16 +314,14 @@ def encode_batch(records: Iterable[Mapping[str, Any]], known_kinds: Mapping[str,
                 raise InvalidRecordError(
                     f"record {n} has a key of type {type(key).__qualname__} ({key!r}); record keys must be str"
                 )
-            if not key or key.startswith(RESERVED_PREFIX):
-                raise InvalidRecordError(
-                    f"record {n} has the key {key!r}; keys must be non-empty and must not start "
-                    f"with {RESERVED_PREFIX!r} (reserved for the queue)"
-                )
+            seen = kinds.get(key)  # (a key of this batch with a value was checked by its first record)
+            if seen is None and (not key or key.startswith(RESERVED_PREFIX) or (key.endswith(REF_SUFFIX) and not refs)):
+                why = reserved(key) or "is empty (keys are non-empty str)"
+                raise InvalidRecordError(f"record {n} has the key {key!r}, which {why}; rename it")
             if value is None:
                 row[key] = None
                 continue
             kind = kind_of(value, key)
-            seen = kinds.get(key)
             if seen is None:
                 stored = known_kinds.get(key)
                 if stored is not None and stored != kind:
