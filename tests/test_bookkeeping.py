@@ -146,8 +146,8 @@ class Model:
         return [self.parts[partition][p] for p in positions], positions
 
     def restart(self) -> None:
-        """A clean close purges the cleared rows: the partitions lose them (positions move up); leases end."""
-        self.parts = {p: [i for i in v if i not in self.cleared] for p, v in self.parts.items()}
+        """A clean close purges the cleared rows from storage, but no position moves (a cleared sample stays a
+        hole: issue 37, GRPO groups the same with and without a restart); leases end."""
         self.leased = {}
         self.done = {k: v for k, v in self.done.items() if k in self.logged}
 
