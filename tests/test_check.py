@@ -19,11 +19,11 @@ from typing import Any
 import lance
 import numpy as np
 import pytest
-from lance.fragment import FragmentMetadata
 
 from persisting import Queue, SyncQueue
 from persisting.client import _loop
 from persisting.engine.wal import frame_bounds, segment_files
+from persisting.storage import lance_order
 from persisting.storage.lance_columns import rewrite_name
 
 from .broker_fixture import BrokerProcess
@@ -113,18 +113,7 @@ def _reorder(bucket: Path) -> None:
     """Move the second fragment to the end, as a compaction committed by pylance 14 does."""
     ds = lance.dataset(str(bucket))
     f = ds.get_fragments()[1].metadata
-    moved = FragmentMetadata(
-        id=0,
-        files=f.files,
-        physical_rows=f.physical_rows,
-        deletion_file=f.deletion_file,
-        row_id_meta=f.row_id_meta,
-        created_at_version_meta=f.created_at_version_meta,
-        last_updated_at_version_meta=f.last_updated_at_version_meta,
-        overlays=f.overlays,
-    )
-    group = lance.LanceOperation.RewriteGroup(old_fragments=[f], new_fragments=[moved])
-    lance.LanceDataset.commit(ds, lance.LanceOperation.Rewrite(groups=[group], rewritten_indices=[]), ds.version)
+    lance_order.rewrite(ds, [f], [lance_order.moved(f)])  # a Rewrite's new fragments go last
 
 
 def _flip(segment: Path, frame: int) -> None:

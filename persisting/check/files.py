@@ -10,14 +10,13 @@ named.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from ..engine.spooled import PART_SUFFIX, SPOOL_DIRNAME, SPOOL_SUFFIX, check_fields
+from ..engine.spooled import PART_SUFFIX, SPOOL_DIRNAME, SPOOL_SUFFIX, alive, check_fields
 from ..errors import ProtocolError
 from .facts import Facts
 from .report import TopicReport
@@ -37,14 +36,6 @@ def _unlink(path: Path, line: str) -> Callable[[], str]:
 
     return fix
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -76,7 +67,7 @@ def _spool(facts: Facts, report: TopicReport) -> None:
         match = _PART.match(path.stem)
         if path.suffix == PART_SUFFIX and match:
             pid = int(match.group(1))
-            if _alive(pid):
+            if alive(pid):
                 report.note(where, f"a batch process {pid} is writing (or a process that took its pid)")
             else:
                 report.problem(

@@ -212,7 +212,7 @@ def sweep(topic_path: Path, keep: set[str] | None) -> int:
     for path in directory.iterdir():
         stem, suffix = path.stem, path.suffix
         match = _NAME.match(stem)
-        if suffix == PART_SUFFIX and match and _alive(int(match.group(1))):
+        if suffix == PART_SUFFIX and match and alive(int(match.group(1))):
             continue
         if suffix == SPOOL_SUFFIX and (keep is None or path.name in keep):
             continue
@@ -222,7 +222,8 @@ def sweep(topic_path: Path, keep: set[str] | None) -> int:
     return gone
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (this one counts; one of another user's counts too)."""
     if pid == os.getpid():
         return True
     try:

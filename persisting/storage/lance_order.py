@@ -105,8 +105,9 @@ def _kept_prefix(parts: Sequence[tuple[Any, np.ndarray]]) -> int:
     return k
 
 
-def _moved(metadata: FragmentMetadata) -> FragmentMetadata:
-    # id 0: Lance gives a Rewrite's new fragments fresh ids, as it does a compaction's
+def moved(metadata: FragmentMetadata) -> FragmentMetadata:
+    """A fragment as a Rewrite's new fragment that is the old one unchanged (same files, row ids and deletions): a
+    manifest-only move. Id 0: Lance gives a Rewrite's new fragments fresh ids, as it does a compaction's."""
     return FragmentMetadata(
         id=0,
         files=metadata.files,
@@ -119,7 +120,7 @@ def _moved(metadata: FragmentMetadata) -> FragmentMetadata:
     )
 
 
-def _rewrite(ds: lance.LanceDataset, old: list[FragmentMetadata], new: list[FragmentMetadata]) -> lance.LanceDataset:
+def rewrite(ds: lance.LanceDataset, old: list[FragmentMetadata], new: list[FragmentMetadata]) -> lance.LanceDataset:
     group = lance.LanceOperation.RewriteGroup(old_fragments=old, new_fragments=new)
     operation = lance.LanceOperation.Rewrite(groups=[group], rewritten_indices=[])
     return lance.LanceDataset.commit(ds, operation, read_version=ds.version)
@@ -139,8 +140,8 @@ def repair(ds: lance.LanceDataset) -> tuple[lance.LanceDataset, str]:
         k = _kept_prefix(parts)
         desired = _sorted_fragments(parts)
         old = [f.metadata for f, _ in parts[k:]]
-        new = [_moved(f.metadata) for f in desired[k:]]
-        return _rewrite(ds, old, new), f"moved {len(new)} of {len(parts)} fragments back into index order"
+        new = [moved(f.metadata) for f in desired[k:]]
+        return rewrite(ds, old, new), f"moved {len(new)} of {len(parts)} fragments back into index order"
     order = np.argsort(values, kind="stable")
     fresh = lance.write_dataset(
         _in_order(ds, order),
@@ -191,7 +192,7 @@ def commit(latest: lance.LanceDataset, rewrites: list[Any]) -> list[Any]:
             new.extend(made)
             n += length
         else:
-            new.append(_moved(current[n]))
+            new.append(moved(current[n]))
             n += 1
-    _rewrite(latest, current[first:], new)
+    rewrite(latest, current[first:], new)
     return left
