@@ -127,6 +127,25 @@ def test_store_reordered_by_an_older_version_is_repaired_at_open(
     assert not [r for r in caplog.records if "out of index order" in r.getMessage()]
 
 
+def test_repair_keeps_the_deleted_rows_of_fragments_out_of_place(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fragment out of place with deleted rows (a purge) is not moved by the manifest (its new id would lose its
+    deletion file, which Lance finds by the fragment's id): the rows are rewritten in order instead."""
+    batches = sizes(2)
+    write_as_main(store, monkeypatch, batches, SAMPLE_FLOATS)
+    assert "fragments out of index order" in (lance_order.disorder(bucket(store)) or "")
+    bucket(store).delete("_persisting_index = 12")  # a row of the 8-row fragment the repair must move
+    want = expected(batches)
+    del want[12]
+
+    async def reopen() -> list[int]:
+        async with Queue("mixed", storage_path=store, num_buckets=1) as q:
+            return await read_back(q)
+
+    assert asyncio.run(reopen()) == want
+    assert lance_order.disorder(bucket(store)) is None
+    assert asyncio.run(reopen()) == want
+
+
 REPAIR = """
 import asyncio, sys
 from persisting import Queue

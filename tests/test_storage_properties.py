@@ -5,20 +5,17 @@ its global index; every bucket is in index order on disk (also after each compac
 it); a take hands out what the model, a run that never reopens, hands out, and its sampler is given the samples at
 the positions they had when they were put.
 
-Each family of operations is its own test, so that what main holds runs plain and what a known defect breaks is
-marked (issue 37):
+Each family of operations is its own test (a failure names the family):
 
-    records, tensors, compaction, layout changes, reopens       plain
-    + takes with samplers                                       plain
-    + clears and purges (compaction off)                        plain
-    + clears, purges and compaction                             xfail: a moved fragment loses its deletion file
-    + takes after clears and reopens                            strict xfail: sampler positions shift
-    + clears that empty a bucket                                xfail: a layout change there fails every flush
-    + record keys like the engine's own names                   strict xfail
-    + partition names like the engine's own                     strict xfail
+    records, tensors, compaction, layout changes, reopens
+    + takes with samplers
+    + clears and purges (compaction off)
+    + clears, purges and compaction        found: a compaction's move lost a fragment's deletion file (fixed)
+    + takes after clears and reopens       found on main: sampler positions shifted after a purge (fixed)
+    + clears that empty a bucket           found: a layout change in an emptied bucket failed every flush (fixed)
+    + record keys like the engine's own names, partition names like the engine's own (issue 37, fixed)
 
-A family that hits its defect in some runs only is a plain xfail, and what it found, shrunk, a strict one at the
-end: once the fix lands that mark fails, and both go. Flushes, maintenance and purges run only where a rule runs
+What the families found, shrunk, is a plain test at the end. Flushes, maintenance and purges run only where a rule runs
 them (the background flush loop is never woken), so the seed replays a run: ``PERSISTING_TEST_SEED=<seed printed>``,
 with ``PERSISTING_PROP_SHRINK=1`` to have hypothesis shrink the failing steps too (minutes).
 """
@@ -458,7 +455,7 @@ class StorageMachine(RuleBasedStateMachine):
             assert sorted(stored) == alive, "the buckets do not hold each acknowledged sample once"
 
 
-# -- the families: what main holds runs plain, what a known defect breaks is a strict xfail -------------------
+# -- the families ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -503,53 +500,39 @@ def test_clears_and_purges(seed: int) -> None:
     check(seed, clears=True, options=NO_COMPACTION)
 
 
-MOVED_DELETIONS = (
-    "issue 37: a compaction that moves a fragment with deleted rows loses its deletion file (the bucket cannot be "
-    "read or opened again)"
-)
-
-
 @pytest.mark.usefixtures("thresholds")
-@pytest.mark.xfail(strict=False, reason=f"{MOVED_DELETIONS}; hit in a few runs only, strict below")
 def test_clears_purges_and_compaction(seed: int) -> None:
     check(seed, clears=True)
 
 
 @pytest.mark.usefixtures("thresholds")
-@pytest.mark.xfail(strict=True, reason="issue 37: sampler positions shift after a clear and a reopen")
 def test_takes_after_clears_and_reopens(seed: int) -> None:
     check(seed, clears=True, takes=True, options=NO_COMPACTION, partition_names=("p",), prefill=16)
 
 
-EMPTIED = "issue 37: a layout change in a bucket that a purge emptied fails every flush, close and open"
-
-
 @pytest.mark.usefixtures("thresholds")
-@pytest.mark.xfail(strict=False, reason=f"{EMPTIED}; hit in about half the runs, strict below")
 def test_clears_that_empty_buckets(seed: int) -> None:
     emptied = {"keep_a_row": False, "whole_clears": True, "bucket_counts": (1,), "partition_names": ("p",)}
     check(seed, clears=True, options=NO_COMPACTION, dtypes=DTYPES[1:3], **emptied)
 
 
 @pytest.mark.usefixtures("thresholds")
-@pytest.mark.xfail(strict=True, reason="issue 37: record keys ending in '#rewrite' or '@payload' collide")
 def test_odd_record_keys(seed: int) -> None:
     check(seed, odd_keys=True)
 
 
 @pytest.mark.usefixtures("thresholds")
-@pytest.mark.xfail(strict=True, reason="issue 37: a partition named like a dedup payload partition is taken for one")
 def test_odd_partition_names(seed: int) -> None:
     check(seed, partition_names=ODD_PARTITIONS)
 
 
-# -- what the families found, shrunk: each fails on main every time ------------------------------------------
+# -- what the families found, shrunk (each failed before its fix) -----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=EMPTIED)
 def test_a_layout_change_in_a_bucket_that_a_purge_emptied(store: Path) -> None:
-    """test_clears_that_empty_buckets: Lance's add_columns cannot convert the column of a dataset without rows
-    (a TypeError), at this flush, every later one, the close and every open's replay."""
+    """test_clears_that_empty_buckets found it: Lance's add_columns cannot convert the column of a dataset without
+    rows (a TypeError), at this flush, every later one, the close and every open's replay; the column is now added
+    empty (storage/lance_columns.rewrite_column)."""
 
     async def main() -> list[dict[str, Any]]:
         async with Queue("emptied", storage_path=store, num_buckets=1) as q:
@@ -566,7 +549,6 @@ def test_a_layout_change_in_a_bucket_that_a_purge_emptied(store: Path) -> None:
     assert len(rows) == 1 and same_row(rows[0], {"x": np.ones(4, np.float64)})
 
 
-@pytest.mark.xfail(strict=True, reason=MOVED_DELETIONS)
 def test_a_compaction_that_moves_a_fragment_with_deleted_rows(store: Path) -> None:
     """test_clears_purges_and_compaction: lance_order gives a moved fragment a new id, and Lance finds a deletion
     file by its fragment's id (``_deletions/<fragment id>-<version>-<n>.arrow``), so the rows deleted from it are

@@ -121,7 +121,10 @@ def rewrite_column(ds: lance.LanceDataset, key: str, old: Layout, new: Layout) -
         array = tensor_columns.convert(old, new, batch.column(0))
         return pa.RecordBatch.from_arrays([array], schema=pa.schema([field]))
 
-    ds.add_columns(converted, read_columns=[column])
+    if ds.count_rows():
+        ds.add_columns(converted, read_columns=[column])
+    else:  # every row deleted (a purge emptied the bucket): Lance has no batch to convert, the column is all null
+        ds.add_columns([pa.field(temporary, field.type, nullable=True, metadata=field.metadata)])
     ds.drop_columns([column])
     ds.alter_columns(rename(temporary, column))
 

@@ -58,7 +58,10 @@ def rewrite(ds: lance.LanceDataset, target_rows_per_fragment: int) -> list[Any]:
     target = target_rows_per_fragment
     if rows and size:
         target = max(2, min(target, COMPACT_BELOW_BYTES * rows // size))
-    plan = Compaction.plan(ds, {"target_rows_per_fragment": target})
+    # Every fragment with deleted rows is rewritten (its deletions materialized): the commit may move the
+    # fragments behind a merged run, and a moved fragment gets a new id, under which Lance would not find its
+    # deletion file (named by the fragment's id).
+    plan = Compaction.plan(ds, {"target_rows_per_fragment": target, "materialize_deletions_threshold": 0.0})
     return [task.execute(ds) for task in plan.tasks]
 
 

@@ -18,7 +18,8 @@ open repairs them (``repair``, called by the engine when the index column it rea
 ``persisting-broker check --repair``). ``disorder`` classifies a bucket:
 
     fragments out of place   every fragment increasing and their ranges disjoint: one manifest-only Rewrite moves
-                             the misplaced suffix into order (no data read or written)
+                             the misplaced suffix into order (no data read or written), unless one of those
+                             fragments has deleted rows (then as below: a moved fragment's id changes)
     rows interleaved         a fragment mixes rows of several places (what repeated compactions made of moved
                              fragments): the bucket is rewritten in index order in one overwrite commit (reads and
                              writes every row once, ``REWRITE_CHUNK_BYTES`` at a time)
@@ -76,8 +77,8 @@ def disorder(ds: lance.LanceDataset) -> str | None:
     if len(np.unique(values)) != len(values):
         return f"{len(values) - len(np.unique(values))} duplicate {INDEX_KEY!r} values"
     if _fragments_disjoint(parts):
-        moved = len(parts) - _kept_prefix(parts)
-        return f"{moved} of {len(parts)} fragments out of index order (a compaction moved them)"
+        out = len(parts) - _kept_prefix(parts)
+        return f"{out} of {len(parts)} fragments out of index order (a compaction moved them)"
     return f"rows of {len(parts)} fragments interleaved out of index order (repeated compactions)"
 
 
@@ -106,8 +107,10 @@ def _kept_prefix(parts: Sequence[tuple[Any, np.ndarray]]) -> int:
 
 
 def moved(metadata: FragmentMetadata) -> FragmentMetadata:
-    """A fragment as a Rewrite's new fragment that is the old one unchanged (same files, row ids and deletions): a
-    manifest-only move. Id 0: Lance gives a Rewrite's new fragments fresh ids, as it does a compaction's."""
+    """A fragment as a Rewrite's new fragment that is the old one unchanged (same files and row ids): a
+    manifest-only move. Id 0: Lance gives a Rewrite's new fragments fresh ids, in the order given (fragments lie
+    in id order), so a fragment with a deletion file must not be moved: Lance finds that file by the fragment's
+    id. The compaction rewrites every fragment with deleted rows; the repair rewrites the rows instead."""
     return FragmentMetadata(
         id=0,
         files=metadata.files,
@@ -136,8 +139,8 @@ def repair(ds: lance.LanceDataset) -> tuple[lance.LanceDataset, str]:
     values = np.concatenate([v for _, v in parts])
     if len(np.unique(values)) != len(values):
         raise CorruptionError(f"{ds.uri}: {problem}; not repaired (which copy is right cannot be told)")
-    if _fragments_disjoint(parts):
-        k = _kept_prefix(parts)
+    k = _kept_prefix(parts)
+    if _fragments_disjoint(parts) and not any(f.metadata.deletion_file for f, _ in parts[k:]):
         desired = _sorted_fragments(parts)
         old = [f.metadata for f, _ in parts[k:]]
         new = [moved(f.metadata) for f in desired[k:]]
@@ -181,9 +184,12 @@ def commit(latest: lance.LanceDataset, rewrites: list[Any]) -> list[Any]:
             left.append(result)
             continue
         starts[at[0]] = (len(at), list(result.new_fragments))
+    first = min(starts, default=len(current))
+    kept = set(range(first, len(current))) - {n + k for n, (length, _) in starts.items() for k in range(length)}
+    if any(current[n].deletion_file for n in kept):  # a moved fragment would lose its deletions (``moved``)
+        return rewrites
     if not starts:
         return left
-    first = min(starts)
     new: list[FragmentMetadata] = []
     n = first
     while n < len(current):
