@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from persisting.engine import arena_ranges, topic_dirname
+from persisting.engine import arena_ranges, fsync_dir, topic_dirname, write_json_atomic
 from persisting.errors import PersistingError
 from persisting.tensors.arena import Arena, split
 
@@ -101,7 +101,7 @@ class KeptArena:
             "topics": sorted(self.topics),
             "ranges": [[s, e] for s, e in zip(self._starts, self._ends, strict=True)],
         }
-        _write_atomic(self.directory / MANIFEST, json.dumps(body).encode())
+        write_json_atomic(self.directory / MANIFEST, body)
 
 
 class KeptStore:
@@ -162,7 +162,7 @@ class KeptStore:
             copied = _copy(previous, directory, merged)
             kept = KeptArena(directory, needing, copied)
             kept.save()
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -221,23 +221,5 @@ def _copy(previous: Arena, directory: Path, ranges: list[tuple[int, int]]) -> li
     finally:
         for fd in fds.values():
             os.close(fd)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return copied
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -23,6 +23,7 @@ The interface::
     TopicConfig, DURABILITY_MODES, Metrics      settings and counters
     stored_topics(storage_path, backend_kwargs) the topics on disk with their creation settings
     arena_ranges(topic_path, generation)        the arena ranges a topic's unflushed log frames point to (read only)
+    write_json_atomic(path, obj), fsync_dir(path)   a file replaced whole and synced, a folder's entries synced
     parse_location(storage_path, storage_options, local_path) -> Location   a folder or an object-store URI
     object_store_topic(location, name, topic_dirname(name))  the object-store side of a topic (or None),
                                                 Topic's ``remote``: lease, settings and schema in the store
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
 # start; README's "Process start").
 _EXPORTS = {
     "arena_ranges": ("arena_refs", "arena_ranges"),
+    "fsync_dir": ("wal", "fsync_dir"),
+    "write_json_atomic": ("layout", "write_json_atomic"),
     "DURABILITY_MODES": ("config", "DURABILITY_MODES"),
     "Metrics": ("config", "Metrics"),
     "TopicConfig": ("config", "TopicConfig"),
@@ -124,6 +127,7 @@ __all__ = [
     "caller_thread",
     "check_key",
     "check_keys",
+    "fsync_dir",
     "new_spool_part",
     "object_store_topic",
     "parse_location",
@@ -134,4 +138,5 @@ __all__ = [
     "stored_topics",
     "sweep_spool",
     "topic_dirname",
+    "write_json_atomic",
 ]
